@@ -1,0 +1,119 @@
+//! Request and response bodies as they cross the wire. Raw request types reject unknown
+//! fields and are converted once into the validated [`Call`].
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::ApiError;
+use crate::authz::{Advice, Call, Correlation, Outcome, Stage, Verdict};
+use crate::tools::{Limits, Risk};
+
+/// Longest accepted correlation id.
+const MAX_ID_LEN: usize = 256;
+
+/// `POST /v1/authorize` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCall {
+    tool: String,
+    #[serde(default = "empty_object")]
+    args: Value,
+    #[serde(default)]
+    context: RawCorrelation,
+}
+
+fn empty_object() -> Value {
+    Value::Object(serde_json::Map::new())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCorrelation {
+    conv_id: Option<String>,
+    trace_id: Option<String>,
+    iter: Option<i64>,
+}
+
+impl RawCall {
+    /// Validates the envelope (not the arguments: those are the tool schema's job).
+    pub fn into_call(self) -> Result<Call, ApiError> {
+        let RawCorrelation {
+            conv_id,
+            trace_id,
+            iter,
+        } = self.context;
+        for (name, v) in [("conv_id", &conv_id), ("trace_id", &trace_id)] {
+            if v.as_ref()
+                .is_some_and(|s| s.len() > MAX_ID_LEN || s.chars().any(char::is_control))
+            {
+                return Err(ApiError::bad_request(
+                    "invalid_context",
+                    format!(
+                        "`context.{name}` must be at most {MAX_ID_LEN} bytes without control characters"
+                    ),
+                ));
+            }
+        }
+        if iter.is_some_and(|i| i < 0) {
+            return Err(ApiError::bad_request(
+                "invalid_context",
+                "`context.iter` must not be negative",
+            ));
+        }
+        if self.tool.is_empty() {
+            return Err(ApiError::bad_request(
+                "invalid_tool",
+                "`tool` must not be empty",
+            ));
+        }
+        Ok(Call {
+            tool: self.tool,
+            args: self.args,
+            correlation: Correlation {
+                conv_id,
+                trace_id,
+                iter,
+            },
+        })
+    }
+}
+
+/// A decision as sent to the caller.
+#[derive(Debug, Serialize)]
+pub struct DecisionBody {
+    /// allow | deny | pending_approval.
+    pub decision: Outcome,
+    /// Unique id (UUIDv7, time-ordered) that joins this answer to logs and the audit trail.
+    pub decision_id: String,
+    /// The policy revision the decision was made under.
+    pub policy_revision: String,
+    /// The tool, when registered.
+    pub tool: Option<String>,
+    /// Its risk tier, when registered.
+    pub risk: Option<Risk>,
+    /// The stage that decided.
+    pub stage: Stage,
+    /// Determining policy ids.
+    pub reasons: Vec<String>,
+    /// Errors an agent can act on.
+    pub errors: Vec<Advice>,
+    /// The tool's limits, when registered.
+    pub limits: Option<Limits>,
+}
+
+impl DecisionBody {
+    /// Wraps a verdict with its id and revision.
+    pub fn new(v: Verdict, decision_id: String, policy_revision: String) -> Self {
+        DecisionBody {
+            decision: v.decision,
+            decision_id,
+            policy_revision,
+            tool: v.tool,
+            risk: v.risk,
+            stage: v.stage,
+            reasons: v.reasons,
+            errors: v.errors,
+            limits: v.limits,
+        }
+    }
+}

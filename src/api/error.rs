@@ -1,0 +1,166 @@
+//! [`ApiError`]: every failure an HTTP caller can see, and the only code that picks status
+//! codes. Internal details are logged where they happen, never sent.
+
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use super::body::DecisionBody;
+
+/// Fields a caller might use to claim an identity in the body; refused with a pointed message.
+const IDENTITY_FIELDS: [&str; 5] = ["principal", "agent", "user", "identity", "subject"];
+
+/// An HTTP-visible failure.
+#[derive(Debug)]
+pub enum ApiError {
+    /// Malformed or invalid request.
+    BadRequest {
+        /// Stable code.
+        code: &'static str,
+        /// What is wrong.
+        message: String,
+        /// How to fix it.
+        suggestion: &'static str,
+    },
+    /// Body over the configured limit.
+    PayloadTooLarge,
+    /// Body is not `application/json`.
+    UnsupportedMediaType,
+    /// Missing or invalid credential: a deny decided at the auth stage.
+    Unauthenticated(Box<DecisionBody>),
+    /// No such route.
+    NotFound,
+    /// Route exists, method does not.
+    MethodNotAllowed,
+    /// No valid policy set is loaded.
+    NotReady,
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: &'a str,
+    message: &'a str,
+    suggestion: &'a str,
+}
+
+impl ApiError {
+    /// A 400 with a code and message.
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::BadRequest {
+            code,
+            message: message.into(),
+            suggestion: "fix the request body; see docs/openapi.json",
+        }
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        match rejection {
+            JsonRejection::MissingJsonContentType(_) => ApiError::UnsupportedMediaType,
+            r if r.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge,
+            JsonRejection::JsonSyntaxError(e) => ApiError::BadRequest {
+                code: "invalid_json",
+                message: e.body_text(),
+                suggestion: "send a well-formed JSON object",
+            },
+            JsonRejection::JsonDataError(e) => {
+                let text = e.body_text();
+                let claims_identity = IDENTITY_FIELDS
+                    .iter()
+                    .any(|f| text.contains(&format!("unknown field `{f}`")));
+                if claims_identity {
+                    ApiError::BadRequest {
+                        code: "identity_in_body",
+                        message: "the body may not name a principal: identity comes only from the \
+                                  `Authorization` credential"
+                            .to_owned(),
+                        suggestion: "remove the field; authenticate as the principal instead",
+                    }
+                } else {
+                    ApiError::BadRequest {
+                        code: "invalid_body",
+                        message: text,
+                        suggestion: "send {\"tool\": ..., \"args\": {...}, \"context\": {...}} with no other fields",
+                    }
+                }
+            }
+            other => ApiError::BadRequest {
+                code: "invalid_body",
+                message: other.body_text(),
+                suggestion: "send a JSON body",
+            },
+        }
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> Self {
+        ApiError::BadRequest {
+            code: "invalid_query",
+            message: rejection.body_text(),
+            suggestion: "see docs/openapi.json for this route's query parameters",
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let plain = |status: StatusCode, error: &str, message: &str, suggestion: &str| {
+            (
+                status,
+                Json(ErrorBody {
+                    error,
+                    message,
+                    suggestion,
+                }),
+            )
+                .into_response()
+        };
+        match self {
+            ApiError::BadRequest {
+                code,
+                message,
+                suggestion,
+            } => plain(StatusCode::BAD_REQUEST, code, &message, suggestion),
+            ApiError::PayloadTooLarge => plain(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                "the request body is larger than the configured limit",
+                "send smaller arguments; the limit is `max_body_bytes` in the config",
+            ),
+            ApiError::UnsupportedMediaType => plain(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "the body must be JSON",
+                "send `Content-Type: application/json`",
+            ),
+            ApiError::Unauthenticated(body) => {
+                let mut resp = (StatusCode::UNAUTHORIZED, Json(body)).into_response();
+                resp.headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                resp
+            }
+            ApiError::NotFound => plain(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "no such route",
+                "see docs/openapi.json for the routes",
+            ),
+            ApiError::MethodNotAllowed => plain(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this route does not accept that method",
+                "see docs/openapi.json for the routes",
+            ),
+            ApiError::NotReady => plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not_ready",
+                "no valid policy set is loaded",
+                "fix the policies (run `toolgate validate`)",
+            ),
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! Route handlers. Each loads the policy snapshot once and uses it to the end, so the decision
+//! and its response name the same revision.
+
+use std::sync::Arc;
+use std::time::UNIX_EPOCH;
+
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::body::{DecisionBody, RawCall};
+use super::{ApiError, AppState};
+use crate::authz::{self, Advice, Principal, Stage, Verdict};
+use crate::policy::{Problem, Snapshot};
+use crate::tools::Risk;
+
+fn new_decision_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+/// Authenticates, or produces the auth-stage deny.
+fn principal(
+    state: &AppState,
+    headers: &HeaderMap,
+    snap: &Snapshot,
+) -> Result<Principal, ApiError> {
+    let header = headers.get(header::AUTHORIZATION).map(|h| h.as_bytes());
+    state.auth.authenticate(header).map_err(|e| {
+        let decision_id = new_decision_id();
+        tracing::info!(decision_id, stage = "auth", reason = %e, "credential refused");
+        let verdict = Verdict::deny(
+            Stage::Auth,
+            None,
+            Advice::new(
+                "unauthenticated",
+                e.to_string(),
+                "send the agent's token as `Authorization: Bearer <token>`",
+            ),
+        );
+        ApiError::Unauthenticated(Box::new(DecisionBody::new(
+            verdict,
+            decision_id,
+            snap.revision.clone(),
+        )))
+    })
+}
+
+/// `POST /v1/authorize`.
+pub async fn authorize(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Json<RawCall>, JsonRejection>,
+) -> Result<Json<DecisionBody>, ApiError> {
+    let snap: Arc<Snapshot> = state.snapshot.load_full();
+    let who = principal(&state, &headers, &snap)?;
+    let call = body?.0.into_call()?;
+    let verdict = authz::decide(&snap, &who, &call);
+    let decision_id = new_decision_id();
+    tracing::info!(
+        decision_id,
+        principal = %who.uid,
+        tool = call.tool.chars().take(64).collect::<String>(),
+        decision = ?verdict.decision,
+        stage = ?verdict.stage,
+        revision = snap.revision,
+        "decision"
+    );
+    Ok(Json(DecisionBody::new(
+        verdict,
+        decision_id,
+        snap.revision.clone(),
+    )))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsQuery {
+    #[serde(default)]
+    summary: bool,
+}
+
+/// `GET /v1/tools`: the caller's tools as OpenAI function definitions.
+pub async fn tools(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<ToolsQuery>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let snap = state.snapshot.load_full();
+    let who = principal(&state, &headers, &snap)?;
+    let Query(query) = query?;
+    let visible = authz::visible_tools(&snap, &who);
+    let functions: Vec<Value> = visible
+        .iter()
+        .map(|t| {
+            json!({"type": "function", "function": {
+            "name": t.name, "description": t.description, "parameters": t.input_schema}})
+        })
+        .collect();
+    let governance: serde_json::Map<String, Value> = visible
+        .iter()
+        .map(|t| {
+            (
+                t.name.clone(),
+                json!({"risk": t.risk, "classification": t.classification, "limits": t.limits}),
+            )
+        })
+        .collect();
+    let mut out =
+        json!({"policy_revision": snap.revision, "tools": functions, "governance": governance});
+    if let (true, Some(obj)) = (query.summary, out.as_object_mut()) {
+        obj.insert(
+            "guardrail_summary".to_owned(),
+            Value::String(summary(&visible)),
+        );
+    }
+    Ok(Json(out))
+}
+
+fn summary(tools: &[&crate::tools::Tool]) -> String {
+    let names = |pred: &dyn Fn(Risk) -> bool| {
+        tools
+            .iter()
+            .filter(|t| pred(t.risk))
+            .map(|t| t.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut s = String::from("Every tool call is checked by toolgate before it runs. ");
+    let unattended = names(&|r| matches!(r, Risk::Low | Risk::Medium));
+    let approval = names(&|r| matches!(r, Risk::High | Risk::Critical));
+    if !unattended.is_empty() {
+        s.push_str(&format!(
+            "These run without approval when their arguments are within policy: {unattended}. "
+        ));
+    }
+    if !approval.is_empty() {
+        s.push_str(&format!("These need a human approval first: {approval}. "));
+    }
+    s.push_str(
+        "A denied call comes back with a reason and a suggestion; do not retry it unchanged.",
+    );
+    s
+}
+
+#[derive(Serialize)]
+struct PoliciesBody {
+    revision: String,
+    loaded_at_unix_ms: u128,
+    policies: usize,
+    tools: usize,
+    policy_ids: Vec<String>,
+    last_reload_error: Option<ReloadError>,
+}
+
+#[derive(Serialize)]
+struct ReloadError {
+    message: String,
+    problems: Vec<Problem>,
+}
+
+/// `GET /v1/policies`.
+pub async fn policies(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let snap = state.snapshot.load_full();
+    principal(&state, &headers, &snap)?;
+    let last_reload_error = state.last_error.lock().ok().and_then(|g| {
+        g.as_ref().map(|e| ReloadError {
+            message: e.to_string(),
+            problems: e.problems.clone(),
+        })
+    });
+    let body = PoliciesBody {
+        revision: snap.revision.clone(),
+        loaded_at_unix_ms: snap
+            .loaded_at
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0),
+        policies: snap.policy_count(),
+        tools: snap.tools.len(),
+        policy_ids: snap.policy_files.keys().cloned().collect(),
+        last_reload_error,
+    };
+    Ok(Json(serde_json::to_value(body).unwrap_or(Value::Null)))
+}
+
+/// `GET /healthz`: the process is up.
+pub async fn healthz() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// `GET /readyz`: a valid policy set is loaded.
+pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
+    let snap = state.snapshot.load();
+    let last_error = state
+        .last_error
+        .lock()
+        .map(|g| g.as_ref().map(ToString::to_string))
+        .unwrap_or(None);
+    (
+        StatusCode::OK,
+        Json(json!({"ready": true, "revision": snap.revision, "last_reload_error": last_error})),
+    )
+}
+
+/// Unknown route.
+pub async fn not_found() -> ApiError {
+    ApiError::NotFound
+}
+
+/// Known route, wrong method.
+pub async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
+}

@@ -1,0 +1,121 @@
+//! Authentication: `Authorization: Bearer …` → [`Principal`]. Identity comes only from the
+//! credential, never from a request body.
+//!
+//! Owns: the tokens file (SHA-256 hashes only, never tokens in clear), JWT verification
+//! (HS256, RS256, EdDSA; PEM keys or a JWKS file) and dev mode. Does not decide anything about
+//! tools: an authenticated principal still goes through every policy.
+
+mod jwt;
+mod tokens;
+
+pub use jwt::JwtVerifier;
+pub use tokens::TokenTable;
+
+use crate::authz::{Principal, PrincipalKind};
+use crate::config::AuthConfig;
+
+/// Why a credential was refused. Messages never echo the credential.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// No `Authorization` header.
+    #[error("missing credential: send `Authorization: Bearer <token>`")]
+    Missing,
+    /// The header is not `Bearer <token>`.
+    #[error("malformed `Authorization` header: expected `Bearer <token>`")]
+    Malformed,
+    /// Not a known token and not a valid JWT.
+    #[error("invalid credential: {0}")]
+    Invalid(String),
+}
+
+/// A credential source that cannot be loaded.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub enum AuthSetupError {
+    /// The tokens file is unreadable or malformed.
+    #[error("tokens file `{path}`: {message}")]
+    #[diagnostic(help(
+        "each entry is {{\"sha256\": \"<hex of SHA-256(token)>\", \"kind\": \"agent\"|\"human\", \"id\": \"<entity id>\"}}"
+    ))]
+    Tokens {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A JWT key is unreadable or malformed.
+    #[error("jwt key `{path}`: {message}")]
+    Key {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Nothing to authenticate with.
+    #[error("no authentication is configured")]
+    #[diagnostic(help(
+        "set `auth.tokens_file` or `auth.jwt` in the config, or `auth.dev_principal` for a loopback-only demo"
+    ))]
+    NoneConfigured,
+}
+
+/// Turns credentials into principals.
+#[derive(Debug)]
+pub struct Authenticator {
+    tokens: Option<TokenTable>,
+    jwt: Option<JwtVerifier>,
+    dev: Option<Principal>,
+}
+
+impl Authenticator {
+    /// Loads the configured credential sources.
+    pub fn from_config(cfg: &AuthConfig) -> Result<Authenticator, AuthSetupError> {
+        let tokens = cfg
+            .tokens_file
+            .as_deref()
+            .map(TokenTable::from_file)
+            .transpose()?;
+        let jwt = cfg.jwt.as_ref().map(JwtVerifier::from_config).transpose()?;
+        let dev = cfg
+            .dev_principal
+            .as_ref()
+            .map(|id| Principal::new(PrincipalKind::Agent, id.as_str()));
+        if tokens.is_none() && jwt.is_none() && dev.is_none() {
+            return Err(AuthSetupError::NoneConfigured);
+        }
+        Ok(Authenticator { tokens, jwt, dev })
+    }
+
+    /// Whether dev mode is on (every caller is one fixed agent).
+    pub fn dev_principal(&self) -> Option<&Principal> {
+        self.dev.as_ref()
+    }
+
+    /// Principals named by the tokens file, to check against the entities at startup.
+    pub fn token_principals(&self) -> Vec<&Principal> {
+        self.tokens
+            .as_ref()
+            .map(TokenTable::principals)
+            .unwrap_or_default()
+    }
+
+    /// Authenticates the value of the `Authorization` header.
+    pub fn authenticate(&self, header: Option<&[u8]>) -> Result<Principal, AuthError> {
+        if let Some(dev) = &self.dev {
+            return Ok(dev.clone());
+        }
+        let header = header.ok_or(AuthError::Missing)?;
+        let header = std::str::from_utf8(header).map_err(|_| AuthError::Malformed)?;
+        let (scheme, token) = header.trim().split_once(' ').ok_or(AuthError::Malformed)?;
+        let token = token.trim();
+        if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
+            return Err(AuthError::Malformed);
+        }
+        if let Some(p) = self.tokens.as_ref().and_then(|t| t.lookup(token)) {
+            return Ok(p.clone());
+        }
+        match &self.jwt {
+            Some(jwt) if token.matches('.').count() == 2 => jwt.verify(token),
+            _ => Err(AuthError::Invalid("unknown token".to_owned())),
+        }
+    }
+}

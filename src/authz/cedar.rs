@@ -1,0 +1,393 @@
+//! The Cedar half of a decision: builds the request from typed values (no JSON re-parsing),
+//! evaluates it, and turns Cedar's response into a [`Verdict`] with fail-closed error handling.
+
+use std::collections::HashSet;
+
+use cedar_policy::{
+    Context, Decision, Entities, Entity, EntityUid, Request, Response, RestrictedExpression,
+};
+use serde_json::Value;
+
+use super::types::{Advice, Correlation, Outcome, Principal, Stage, Verdict, entity_uid};
+use crate::policy::Snapshot;
+use crate::tools::Tool;
+
+/// Evaluates a tool call whose arguments passed validation.
+pub(super) fn evaluate(
+    snap: &Snapshot,
+    principal: &Principal,
+    tool: &Tool,
+    args: &Value,
+    ids: &Correlation,
+) -> Verdict {
+    let args_expr = match tool.args_to_cedar(args) {
+        Ok(expr) => expr,
+        Err(e) => {
+            return Verdict::deny(
+                Stage::Validation,
+                Some(tool),
+                Advice::new(
+                    "invalid_argument",
+                    e.to_string(),
+                    "send a value within the declared type's range",
+                ),
+            );
+        }
+    };
+    let entities = match request_entities(snap, principal, tool) {
+        Ok(e) => e,
+        Err(advice) => return Verdict::deny(Stage::Auth, Some(tool), advice),
+    };
+    let entities = entities.as_ref().unwrap_or(&snap.entities);
+
+    let as_is = match authorize(
+        snap,
+        principal,
+        tool,
+        entities,
+        call_context(&args_expr, false, ids),
+    ) {
+        Ok(r) => r,
+        Err(v) => return v,
+    };
+    let blocking = reasons(&as_is);
+    if as_is.decision() == Decision::Allow {
+        return Verdict::new(
+            Outcome::Allow,
+            Stage::Policy,
+            Some(tool),
+            blocking,
+            Vec::new(),
+        );
+    }
+    let approved = match authorize(
+        snap,
+        principal,
+        tool,
+        entities,
+        call_context(&args_expr, true, ids),
+    ) {
+        Ok(r) => r,
+        Err(v) => return v,
+    };
+    if approved.decision() == Decision::Allow {
+        return Verdict::new(
+            Outcome::PendingApproval,
+            Stage::Approval,
+            Some(tool),
+            blocking,
+            vec![Advice::new(
+                "approval_required",
+                format!(
+                    "calling `{}` with these arguments needs a human approval",
+                    tool.name
+                ),
+                "wait for an eligible approver to approve this exact call, then send it again",
+            )],
+        );
+    }
+    Verdict::new(
+        Outcome::Deny,
+        Stage::Policy,
+        Some(tool),
+        blocking.clone(),
+        vec![denial_advice(tool, &blocking)],
+    )
+}
+
+fn denial_advice(tool: &Tool, forbids: &[String]) -> Advice {
+    if forbids.is_empty() {
+        Advice::new(
+            "not_permitted",
+            format!("no policy permits this principal to call `{}`", tool.name),
+            "call GET /v1/tools for the tools you may use, or ask the policy owners for access",
+        )
+    } else {
+        Advice::new(
+            "forbidden",
+            if forbids.len() == 1 {
+                format!("policy {} forbids this call", quoted_list(forbids))
+            } else {
+                format!("policies {} forbid this call", quoted_list(forbids))
+            },
+            "do not retry the same call; change the arguments or ask the policy owners",
+        )
+    }
+}
+
+/// Evaluates the `approve` action for an approver.
+pub(super) fn evaluate_approve(
+    snap: &Snapshot,
+    approver: &Principal,
+    tool: &Tool,
+    requester: &Principal,
+) -> Verdict {
+    let owner = snap
+        .entities
+        .get(&requester.uid)
+        .and_then(|e| e.attr("owner"))
+        .and_then(|v| v.ok())
+        .and_then(|v| match v {
+            cedar_policy::EvalResult::EntityUid(uid) => Some(uid),
+            _ => None,
+        });
+    let mut pairs = vec![
+        (
+            "tool".to_owned(),
+            RestrictedExpression::new_string(tool.name.clone()),
+        ),
+        (
+            "risk".to_owned(),
+            RestrictedExpression::new_string(tool.risk.as_str().to_owned()),
+        ),
+        (
+            "requester".to_owned(),
+            RestrictedExpression::new_entity_uid(requester.uid.clone()),
+        ),
+    ];
+    if let Some(owner) = owner {
+        pairs.push((
+            "agent_owner".to_owned(),
+            RestrictedExpression::new_entity_uid(owner),
+        ));
+    }
+    let entities = match request_entities(snap, approver, tool) {
+        Ok(e) => e,
+        Err(advice) => return Verdict::deny(Stage::Auth, Some(tool), advice),
+    };
+    let entities = entities.as_ref().unwrap_or(&snap.entities);
+    let action = entity_uid("Action", "approve");
+    let response = Context::from_pairs(pairs)
+        .map_err(|e| e.to_string())
+        .and_then(|ctx| {
+            Request::new(
+                approver.uid.clone(),
+                action,
+                tool.resource_uid.clone(),
+                ctx,
+                None,
+            )
+            .map_err(|e| e.to_string())
+        })
+        .map(|req| {
+            snap.authorizer
+                .is_authorized(&req, &snap.policies, entities)
+        });
+    match response {
+        Err(e) => internal_deny(tool, &e),
+        Ok(r) => match policy_errors(&r) {
+            Some(deny) => deny.verdict(tool),
+            None if r.decision() == Decision::Allow => Verdict::new(
+                Outcome::Allow,
+                Stage::Policy,
+                Some(tool),
+                reasons(&r),
+                Vec::new(),
+            ),
+            None => {
+                let blocking = reasons(&r);
+                Verdict::new(
+                    Outcome::Deny,
+                    Stage::Policy,
+                    Some(tool),
+                    blocking.clone(),
+                    vec![Advice::new(
+                        if blocking.is_empty() {
+                            "not_permitted"
+                        } else {
+                            "forbidden"
+                        },
+                        format!("this human may not approve calls to `{}`", tool.name),
+                        "ask an approver that the policies make eligible for this tool's risk tier",
+                    )],
+                )
+            }
+        },
+    }
+}
+
+/// Could any context make this call allowed? Context is left unknown; only a definite deny
+/// (e.g. a role-based forbid or no permit for the principal at all) hides the tool.
+pub(super) fn may_ever_allow(snap: &Snapshot, principal: &Principal, tool: &Tool) -> bool {
+    let Ok(entities) = request_entities(snap, principal, tool) else {
+        return false;
+    };
+    let entities = entities.as_ref().unwrap_or(&snap.entities);
+    let request = Request::builder()
+        .principal(principal.uid.clone())
+        .action(tool.action_uid.clone())
+        .resource(tool.resource_uid.clone())
+        .build();
+    let partial = snap
+        .authorizer
+        .is_authorized_partial(&request, &snap.policies, entities);
+    partial.decision() != Some(Decision::Deny)
+}
+
+fn authorize(
+    snap: &Snapshot,
+    principal: &Principal,
+    tool: &Tool,
+    entities: &Entities,
+    context: Result<Context, String>,
+) -> Result<Response, Verdict> {
+    let request = context
+        .and_then(|ctx| {
+            Request::new(
+                principal.uid.clone(),
+                tool.action_uid.clone(),
+                tool.resource_uid.clone(),
+                ctx,
+                None,
+            )
+            .map_err(|e| e.to_string())
+        })
+        .map_err(|e| internal_deny(tool, &e))?;
+    let response = snap
+        .authorizer
+        .is_authorized(&request, &snap.policies, entities);
+    match policy_errors(&response) {
+        Some(deny) => Err(deny.verdict(tool)),
+        None => Ok(response),
+    }
+}
+
+/// Fail closed: Cedar skips a policy whose evaluation errors (even a `forbid`); we deny.
+/// Returns the deny when any policy errored.
+fn policy_errors(response: &Response) -> Option<PolicyErrorDeny> {
+    let failed: Vec<String> = response
+        .diagnostics()
+        .errors()
+        .map(|e| {
+            let cedar_policy::AuthorizationError::PolicyEvaluationError(e) = e;
+            let id = e.policy_id().to_string();
+            // The error text can quote argument values, so only the policy id is logged.
+            tracing::warn!(policy = %id, "policy evaluation error; denying (fail closed)");
+            id
+        })
+        .collect();
+    if failed.is_empty() {
+        return None;
+    }
+    Some(PolicyErrorDeny(failed))
+}
+
+/// The ids of policies that failed to evaluate.
+struct PolicyErrorDeny(Vec<String>);
+
+impl PolicyErrorDeny {
+    fn verdict(self, tool: &Tool) -> Verdict {
+        let advice = Advice::new(
+            "policy_error",
+            format!(
+                "policy {} failed to evaluate for this call; denied (fail closed)",
+                quoted_list(&self.0)
+            ),
+            "report this to the policy owners; the policy must be fixed before this call can pass",
+        );
+        Verdict::new(
+            Outcome::Deny,
+            Stage::Policy,
+            Some(tool),
+            self.0,
+            vec![advice],
+        )
+    }
+}
+
+fn internal_deny(tool: &Tool, error: &str) -> Verdict {
+    tracing::error!(tool = %tool.name, error, "could not build the Cedar request; denying");
+    Verdict::deny(
+        Stage::Policy,
+        Some(tool),
+        Advice::new(
+            "internal_error",
+            "the request could not be evaluated; denied (fail closed)",
+            "retry later; if it persists, report it to the operators",
+        ),
+    )
+}
+
+fn reasons(response: &Response) -> Vec<String> {
+    let mut ids: Vec<String> = response
+        .diagnostics()
+        .reason()
+        .map(ToString::to_string)
+        .collect();
+    ids.sort();
+    ids
+}
+
+fn quoted_list(ids: &[String]) -> String {
+    ids.iter()
+        .map(|i| format!("`{i}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn call_context(
+    args: &RestrictedExpression,
+    granted: bool,
+    ids: &Correlation,
+) -> Result<Context, String> {
+    let approval = RestrictedExpression::new_record([(
+        "granted".to_owned(),
+        RestrictedExpression::new_bool(granted),
+    )])
+    .map_err(|e| e.to_string())?;
+    let mut pairs = Vec::with_capacity(5);
+    pairs.push(("args".to_owned(), args.clone()));
+    pairs.push(("approval".to_owned(), approval));
+    if let Some(c) = &ids.conv_id {
+        pairs.push((
+            "conv_id".to_owned(),
+            RestrictedExpression::new_string(c.clone()),
+        ));
+    }
+    if let Some(t) = &ids.trace_id {
+        pairs.push((
+            "trace_id".to_owned(),
+            RestrictedExpression::new_string(t.clone()),
+        ));
+    }
+    if let Some(i) = ids.iter {
+        pairs.push(("iter".to_owned(), RestrictedExpression::new_long(i)));
+    }
+    Context::from_pairs(pairs).map_err(|e| e.to_string())
+}
+
+/// For principals whose roles come from a verified token, a two-entity store: the principal
+/// (with the token's roles and their ancestors as parents) and the tool. `None` means the
+/// snapshot's own entities apply.
+fn request_entities(
+    snap: &Snapshot,
+    principal: &Principal,
+    tool: &Tool,
+) -> Result<Option<Entities>, Advice> {
+    let Some(roles) = &principal.token_roles else {
+        return Ok(None);
+    };
+    let mut parents: HashSet<EntityUid> = HashSet::new();
+    if let Some(known) = snap.entities.ancestors(&principal.uid) {
+        parents.extend(known.cloned());
+    }
+    for role in roles {
+        let uid = entity_uid("Role", role);
+        if let Some(up) = snap.entities.ancestors(&uid) {
+            parents.extend(up.cloned());
+        }
+        parents.insert(uid);
+    }
+    let mut list = vec![Entity::new_no_attrs(principal.uid.clone(), parents)];
+    if let Some(t) = snap.entities.get(&tool.resource_uid) {
+        list.push(t.clone());
+    }
+    Entities::from_entities(list, None).map(Some).map_err(|e| {
+        tracing::error!(error = %e, "could not build the principal's entities; denying");
+        Advice::new(
+            "invalid_principal",
+            "the credential's principal could not be evaluated",
+            "check the token's claims",
+        )
+    })
+}

@@ -1,0 +1,148 @@
+//! The decision function: a call plus a policy snapshot gives a [`Verdict`]. Pure: no I/O, no
+//! clock, no randomness, so it is table- and property-tested directly and `toolgate authorize`
+//! runs exactly what the server runs.
+//!
+//! Order: principal kind · registry lookup · JSON Schema · path normalization · Cedar (with the
+//! approval re-check). Fail closed: any Cedar evaluation error in any policy denies, even in a
+//! `forbid` that Cedar itself would skip.
+
+mod cedar;
+mod types;
+
+pub use types::{Advice, Call, Correlation, Outcome, Principal, PrincipalKind, Stage, Verdict};
+
+use serde_json::Value;
+
+use crate::policy::Snapshot;
+use crate::tools::{Tool, normalize_path};
+
+/// Decides one tool call.
+pub fn decide(snap: &Snapshot, principal: &Principal, call: &Call) -> Verdict {
+    if principal.kind != PrincipalKind::Agent {
+        return Verdict::deny(
+            Stage::Auth,
+            None,
+            Advice::new(
+                "not_an_agent",
+                "only agents call tools; this credential belongs to a human",
+                "use the agent's own credential for tool calls",
+            ),
+        );
+    }
+    let Some(tool) = snap.tools.get(&call.tool) else {
+        return Verdict::deny(
+            Stage::Registry,
+            None,
+            Advice::new(
+                "unknown_tool",
+                format!("no tool named `{}` is registered", printable(&call.tool)),
+                "call GET /v1/tools for the tools you may use",
+            ),
+        );
+    };
+    let args = match checked_args(tool, &call.args) {
+        Ok(args) => args,
+        Err(errors) => return Verdict::deny_many(Stage::Validation, Some(tool), errors),
+    };
+    cedar::evaluate(snap, principal, tool, &args, &call.correlation)
+}
+
+/// Validates arguments against the JSON Schema, then normalizes path arguments. Returns the
+/// arguments Cedar sees, or every problem found.
+fn checked_args(tool: &Tool, args: &Value) -> Result<Value, Vec<Advice>> {
+    let violations = tool.check_args(args);
+    if !violations.is_empty() {
+        return Err(violations
+            .into_iter()
+            .map(|v| {
+                Advice::new(
+                    "invalid_argument",
+                    format!(
+                        "argument `{}` {}",
+                        if v.instance_path.is_empty() {
+                            "/"
+                        } else {
+                            &v.instance_path
+                        },
+                        v.message
+                    ),
+                    "fix the argument to match the tool's inputSchema (GET /v1/tools)",
+                )
+            })
+            .collect());
+    }
+    if tool.path_args.is_empty() {
+        return Ok(args.clone());
+    }
+    let mut normalized = args.clone();
+    let mut errors = Vec::new();
+    for name in &tool.path_args {
+        let Some(slot) = normalized.get_mut(name.as_str()) else {
+            continue;
+        };
+        let Some(raw) = slot.as_str() else { continue };
+        match normalize_path(raw) {
+            Ok(clean) => *slot = Value::String(clean),
+            Err(e) => errors.push(Advice::new(
+                "path_outside_root",
+                format!("argument `/{name}`: {e}"),
+                "use a path relative to the service root, without `..` segments that leave it",
+            )),
+        }
+    }
+    if errors.is_empty() {
+        Ok(normalized)
+    } else {
+        Err(errors)
+    }
+}
+
+/// Tool names echoed back are cut short and stripped of control characters.
+fn printable(s: &str) -> String {
+    s.chars().filter(|c| !c.is_control()).take(64).collect()
+}
+
+/// The tools `principal` could possibly be allowed to call (now or after approval), decided by
+/// Cedar partial evaluation with the call's context unknown.
+pub fn visible_tools<'a>(snap: &'a Snapshot, principal: &Principal) -> Vec<&'a Tool> {
+    if principal.kind != PrincipalKind::Agent {
+        return Vec::new();
+    }
+    snap.tools
+        .values()
+        .filter(|tool| cedar::may_ever_allow(snap, principal, tool))
+        .collect()
+}
+
+/// May `approver` approve a pending call to `tool` made by `requester`? Decided by the Cedar
+/// `approve` action; evaluation errors deny.
+pub fn may_approve(
+    snap: &Snapshot,
+    approver: &Principal,
+    tool_name: &str,
+    requester: &Principal,
+) -> Verdict {
+    if approver.kind != PrincipalKind::Human || requester.kind != PrincipalKind::Agent {
+        return Verdict::deny(
+            Stage::Auth,
+            None,
+            Advice::new(
+                "wrong_principal_kind",
+                "approvers are humans and requesters are agents",
+                "check the approver's and requester's entity types",
+            ),
+        );
+    }
+    let Some(tool) = snap.tools.get(tool_name) else {
+        return Verdict::deny(
+            Stage::Registry,
+            None,
+            Advice::new(
+                "unknown_tool",
+                format!("no tool named `{}` is registered", printable(tool_name)),
+                "check the tool name of the pending call",
+            ),
+        );
+    };
+    cedar::evaluate_approve(snap, approver, tool, requester)
+}

@@ -1,0 +1,202 @@
+//! The decision's vocabulary: who calls ([`Principal`]), what is asked ([`Call`]) and what is
+//! answered ([`Verdict`]). Validated types only; HTTP and file formats convert into these.
+
+use cedar_policy::{EntityId, EntityTypeName, EntityUid};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::tools::{Limits, Risk, Tool};
+
+/// Which Cedar entity type a principal is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PrincipalKind {
+    /// An LLM agent that calls tools.
+    Agent,
+    /// An approver or operator.
+    Human,
+}
+
+impl PrincipalKind {
+    /// The Cedar entity type name.
+    pub fn type_name(self) -> &'static str {
+        match self {
+            PrincipalKind::Agent => "Agent",
+            PrincipalKind::Human => "Human",
+        }
+    }
+}
+
+/// An authenticated caller. Built only from a verified credential, never from a request body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// Agent or human.
+    pub kind: PrincipalKind,
+    /// The entity id (e.g. `dev-agent`).
+    pub id: String,
+    /// `Agent::"dev-agent"`, built once.
+    pub uid: EntityUid,
+    /// Roles asserted by a verified token (JWT claims). `None` means: use the roles the
+    /// entities file gives this principal.
+    pub token_roles: Option<Vec<String>>,
+}
+
+impl Principal {
+    /// A principal whose roles come from the entities file.
+    pub fn new(kind: PrincipalKind, id: impl Into<String>) -> Self {
+        let id = id.into();
+        Principal {
+            uid: entity_uid(kind.type_name(), &id),
+            kind,
+            id,
+            token_roles: None,
+        }
+    }
+
+    /// A principal whose roles come from a verified token.
+    pub fn with_token_roles(mut self, roles: Vec<String>) -> Self {
+        self.token_roles = Some(roles);
+        self
+    }
+}
+
+/// `Type::"id"` for a type name known to be valid.
+#[expect(
+    clippy::expect_used,
+    reason = "only the fixed base-schema type names are passed"
+)]
+pub(crate) fn entity_uid(type_name: &'static str, id: &str) -> EntityUid {
+    let ty: EntityTypeName = type_name
+        .parse()
+        .expect("base-schema entity type names parse");
+    EntityUid::from_type_name_and_id(ty, EntityId::new(id))
+}
+
+/// Caller-supplied ids that join toolgate's records to the agent's own logs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Correlation {
+    /// Conversation id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conv_id: Option<String>,
+    /// Trace id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+    /// Iteration of the agent loop.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iter: Option<i64>,
+}
+
+/// One request to run a tool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    /// Tool name.
+    pub tool: String,
+    /// Arguments (a JSON object when well-formed; anything else fails schema validation).
+    pub args: Value,
+    /// Correlation ids.
+    pub correlation: Correlation,
+}
+
+/// The three outcomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The call may run.
+    Allow,
+    /// The call may not run.
+    Deny,
+    /// Denied as it stands; allowed once an eligible human approves this exact call.
+    PendingApproval,
+}
+
+/// The stage of the request path that decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// Credential and principal checks.
+    Auth,
+    /// Tool lookup.
+    Registry,
+    /// JSON Schema and path checks.
+    Validation,
+    /// Cedar.
+    Policy,
+    /// Cedar would allow the call once approved.
+    Approval,
+}
+
+/// An error an agent can act on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Advice {
+    /// Stable machine-readable code.
+    pub code: &'static str,
+    /// What happened (never quoting argument values).
+    pub message: String,
+    /// What to do about it.
+    pub suggestion: String,
+}
+
+impl Advice {
+    /// Builds advice.
+    pub fn new(
+        code: &'static str,
+        message: impl Into<String>,
+        suggestion: impl Into<String>,
+    ) -> Self {
+        Advice {
+            code,
+            message: message.into(),
+            suggestion: suggestion.into(),
+        }
+    }
+}
+
+/// The decision for one call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Verdict {
+    /// allow, deny or pending_approval.
+    pub decision: Outcome,
+    /// Which stage decided.
+    pub stage: Stage,
+    /// The tool, when it is registered.
+    pub tool: Option<String>,
+    /// Its risk tier, when it is registered.
+    pub risk: Option<Risk>,
+    /// Ids of the policies that determined the outcome.
+    pub reasons: Vec<String>,
+    /// Errors an agent can act on (empty when allowed).
+    pub errors: Vec<Advice>,
+    /// The tool's limits, when it is registered.
+    pub limits: Option<Limits>,
+}
+
+impl Verdict {
+    /// A deny with one piece of advice.
+    pub fn deny(stage: Stage, tool: Option<&Tool>, advice: Advice) -> Self {
+        Verdict::deny_many(stage, tool, vec![advice])
+    }
+
+    /// A deny with several pieces of advice.
+    pub fn deny_many(stage: Stage, tool: Option<&Tool>, errors: Vec<Advice>) -> Self {
+        Verdict::new(Outcome::Deny, stage, tool, Vec::new(), errors)
+    }
+
+    /// Any verdict about `tool`.
+    pub fn new(
+        decision: Outcome,
+        stage: Stage,
+        tool: Option<&Tool>,
+        reasons: Vec<String>,
+        errors: Vec<Advice>,
+    ) -> Self {
+        Verdict {
+            decision,
+            stage,
+            tool: tool.map(|t| t.name.clone()),
+            risk: tool.map(|t| t.risk),
+            reasons,
+            errors,
+            limits: tool.map(|t| t.limits),
+        }
+    }
+}

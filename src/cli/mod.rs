@@ -1,0 +1,124 @@
+//! The command line: one file per subcommand. This layer turns library errors into messages
+//! and exit codes (0 ok, 1 the check failed, 2 the command could not run).
+
+mod authorize;
+mod schema;
+mod serve;
+mod validate;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::Config;
+use crate::policy::LoadError;
+
+/// Cedar-governed gate for LLM agents' tool calls.
+#[derive(Debug, Parser)]
+#[command(name = "toolgate", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the sidecar.
+    Serve(Common),
+    /// Load policies, schema, entities and manifests exactly as `serve` does; report every problem.
+    Validate(Common),
+    /// Decide one call offline, from a JSON file, as the server would.
+    Authorize(authorize::AuthorizeArgs),
+    /// Generate the Cedar schema from the tool manifests (or `--check` that it is current).
+    Schema(schema::SchemaArgs),
+}
+
+/// Options every subcommand shares.
+#[derive(Debug, Args, Clone)]
+pub struct Common {
+    /// Config file (TOML). Without it: ./policies, ./schemas, 127.0.0.1:8181, no auth.
+    #[arg(long, short, env = "TOOLGATE_CONFIG")]
+    config: Option<PathBuf>,
+    /// Override the policies directory.
+    #[arg(long)]
+    policies: Option<PathBuf>,
+    /// Override the schemas directory.
+    #[arg(long)]
+    schemas: Option<PathBuf>,
+}
+
+impl Common {
+    fn config(&self) -> anyhow::Result<Config> {
+        let mut cfg = match &self.config {
+            Some(path) => Config::from_file(path).map_err(|e| anyhow::anyhow!(render(&e)))?,
+            None => Config::defaults(),
+        };
+        if let Some(p) = &self.policies {
+            cfg.sources.policies_dir.clone_from(p);
+        }
+        if let Some(p) = &self.schemas {
+            cfg.sources.schemas_dir.clone_from(p);
+        }
+        Ok(cfg)
+    }
+}
+
+/// Entry point for the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.log_format);
+    let result = match cli.command {
+        Command::Serve(c) => serve::run(&c),
+        Command::Validate(c) => validate::run(&c),
+        Command::Authorize(a) => authorize::run(&a),
+        Command::Schema(s) => schema::run(&s),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_tracing(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+/// Renders a diagnostic for a terminal, with source snippets where there are some.
+pub(crate) fn render(diag: &dyn miette::Diagnostic) -> String {
+    let mut out = String::new();
+    let handler =
+        miette::GraphicalReportHandler::new_themed(miette::GraphicalTheme::unicode_nocolor());
+    if handler.render_report(&mut out, diag).is_err() {
+        return diag.to_string();
+    }
+    out
+}
+
+/// Prints every problem of a failed load to stderr.
+pub(crate) fn report_load_error(err: &LoadError) {
+    for p in &err.problems {
+        eprintln!("{}", render(p));
+    }
+    eprintln!("{err}");
+}

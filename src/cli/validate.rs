@@ -1,0 +1,35 @@
+//! `toolgate validate`: the exact loader `serve` uses, every problem at once.
+
+use std::process::ExitCode;
+
+use super::{Common, render, report_load_error};
+use crate::policy::load;
+
+/// Runs the subcommand.
+pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
+    let cfg = common.config()?;
+    match load(&cfg.sources) {
+        Ok(loaded) => {
+            for w in &loaded.warnings {
+                eprintln!("{}", render(w));
+            }
+            let s = &loaded.snapshot;
+            println!(
+                "ok: {} policies, {} tools, revision {}{}",
+                s.policy_count(),
+                s.tools.len(),
+                s.revision,
+                if loaded.warnings.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {} warnings", loaded.warnings.len())
+                }
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            report_load_error(&e);
+            Ok(ExitCode::from(1))
+        }
+    }
+}

@@ -1,0 +1,302 @@
+//! Configuration: the TOML file as written (raw, unknown keys rejected) and the validated
+//! [`Config`] the rest of the program takes. Relative paths are resolved against the config
+//! file's directory, so a config works from any working directory.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::policy::Sources;
+
+/// Default listen address: loopback only.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8181";
+/// Default request body limit.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// A config file that cannot be used.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config `{path}`: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The TOML is malformed or has unknown keys.
+    #[error("invalid config `{path}`: {message}")]
+    #[diagnostic(help("see examples/quickstart.toml for every key"))]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, with line and column.
+        message: String,
+    },
+    /// A value is out of range or inconsistent.
+    #[error("invalid config `{path}`: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+        /// How to fix it.
+        #[help]
+        help: String,
+    },
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    listen: Option<String>,
+    policies_dir: Option<PathBuf>,
+    schemas_dir: Option<PathBuf>,
+    max_body_bytes: Option<usize>,
+    #[serde(default)]
+    auth: RawAuth,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuth {
+    tokens_file: Option<PathBuf>,
+    dev_principal: Option<String>,
+    jwt: Option<RawJwt>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJwt {
+    issuer: String,
+    audience: String,
+    #[serde(default = "default_principal_claim")]
+    principal_claim: String,
+    #[serde(default = "default_roles_claim")]
+    roles_claim: String,
+    #[serde(default)]
+    hs256_secret_file: Option<PathBuf>,
+    #[serde(default)]
+    rsa_public_key_files: Vec<PathBuf>,
+    #[serde(default)]
+    ed25519_public_key_files: Vec<PathBuf>,
+    #[serde(default)]
+    jwks_file: Option<PathBuf>,
+    #[serde(default = "default_leeway")]
+    leeway_secs: u64,
+}
+
+fn default_principal_claim() -> String {
+    "sub".to_owned()
+}
+fn default_roles_claim() -> String {
+    "roles".to_owned()
+}
+fn default_leeway() -> u64 {
+    30
+}
+
+/// Validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where `serve` listens.
+    pub listen: SocketAddr,
+    /// Where policies and schemas are read from.
+    pub sources: Sources,
+    /// Largest accepted request body.
+    pub max_body_bytes: usize,
+    /// How callers authenticate.
+    pub auth: AuthConfig,
+}
+
+/// How callers authenticate. At least one method is needed to serve.
+#[derive(Debug, Clone, Default)]
+pub struct AuthConfig {
+    /// File of SHA-256 token hashes and the principals they stand for.
+    pub tokens_file: Option<PathBuf>,
+    /// Dev mode: every request is this agent. Allowed only on loopback.
+    pub dev_principal: Option<String>,
+    /// JWT verification.
+    pub jwt: Option<JwtConfig>,
+}
+
+/// JWT verification settings.
+#[derive(Debug, Clone)]
+pub struct JwtConfig {
+    /// Required `iss`.
+    pub issuer: String,
+    /// Required `aud`.
+    pub audience: String,
+    /// Claim naming the principal (default `sub`).
+    pub principal_claim: String,
+    /// Claim listing the principal's roles (default `roles`).
+    pub roles_claim: String,
+    /// HS256 shared secret.
+    pub hs256_secret_file: Option<PathBuf>,
+    /// RS256 public keys (PEM).
+    pub rsa_public_key_files: Vec<PathBuf>,
+    /// EdDSA public keys (PEM).
+    pub ed25519_public_key_files: Vec<PathBuf>,
+    /// A JWKS document (e.g. a copy of an OIDC issuer's or the Kubernetes API server's keys).
+    pub jwks_file: Option<PathBuf>,
+    /// Clock skew allowed on `exp` and `nbf`.
+    pub leeway_secs: u64,
+}
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let raw: RawConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string().trim().replace('\n', " "),
+        })?;
+        let base = path.parent().unwrap_or_else(|| Path::new("."));
+        Config::from_raw(raw, base, path)
+    }
+
+    /// Defaults for running from a checkout: `./policies`, `./schemas`, no authentication.
+    pub fn defaults() -> Config {
+        Config::from_raw(
+            RawConfig::default(),
+            Path::new("."),
+            Path::new("<defaults>"),
+        )
+        .unwrap_or_else(|_| Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8181)),
+            sources: default_sources(Path::new(".")),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            auth: AuthConfig::default(),
+        })
+    }
+
+    fn from_raw(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, ConfigError> {
+        let invalid = |message: String, help: &str| ConfigError::Invalid {
+            path: path.to_owned(),
+            message,
+            help: help.to_owned(),
+        };
+        let listen_text = raw.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+        let listen: SocketAddr = listen_text.parse().map_err(|_| {
+            invalid(
+                format!("`listen` = `{listen_text}` is not an address"),
+                "write it as `127.0.0.1:8181`",
+            )
+        })?;
+        let max_body_bytes = raw.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES);
+        if !(1024..=16 * 1024 * 1024).contains(&max_body_bytes) {
+            return Err(invalid(
+                format!("`max_body_bytes` = {max_body_bytes} is out of range"),
+                "use a value from 1024 to 16777216",
+            ));
+        }
+        if raw.auth.dev_principal.is_some() && !listen.ip().is_loopback() {
+            return Err(invalid(
+                "`auth.dev_principal` (dev mode) is set but `listen` is not a loopback address"
+                    .to_owned(),
+                "dev mode trusts every caller: use it only on 127.0.0.1, or configure tokens or JWT",
+            ));
+        }
+        if raw.auth.dev_principal.is_some()
+            && (raw.auth.tokens_file.is_some() || raw.auth.jwt.is_some())
+        {
+            return Err(invalid(
+                "`auth.dev_principal` cannot be combined with `tokens_file` or `jwt`".to_owned(),
+                "dev mode ignores credentials; remove it to use real authentication",
+            ));
+        }
+        let jwt = raw.auth.jwt.map(|j| JwtConfig {
+            issuer: j.issuer,
+            audience: j.audience,
+            principal_claim: j.principal_claim,
+            roles_claim: j.roles_claim,
+            hs256_secret_file: j.hs256_secret_file.map(|p| base.join(p)),
+            rsa_public_key_files: j
+                .rsa_public_key_files
+                .into_iter()
+                .map(|p| base.join(p))
+                .collect(),
+            ed25519_public_key_files: j
+                .ed25519_public_key_files
+                .into_iter()
+                .map(|p| base.join(p))
+                .collect(),
+            jwks_file: j.jwks_file.map(|p| base.join(p)),
+            leeway_secs: j.leeway_secs,
+        });
+        if let Some(j) = &jwt
+            && j.hs256_secret_file.is_none()
+            && j.rsa_public_key_files.is_empty()
+            && j.ed25519_public_key_files.is_empty()
+            && j.jwks_file.is_none()
+        {
+            return Err(invalid(
+                "`auth.jwt` has no keys".to_owned(),
+                "set `hs256_secret_file`, `rsa_public_key_files`, `ed25519_public_key_files` or `jwks_file`",
+            ));
+        }
+        let mut sources = default_sources(base);
+        if let Some(p) = raw.policies_dir {
+            sources.policies_dir = base.join(p);
+        }
+        if let Some(p) = raw.schemas_dir {
+            sources.schemas_dir = base.join(p);
+        }
+        Ok(Config {
+            listen,
+            sources,
+            max_body_bytes,
+            auth: AuthConfig {
+                tokens_file: raw.auth.tokens_file.map(|p| base.join(p)),
+                dev_principal: raw.auth.dev_principal,
+                jwt,
+            },
+        })
+    }
+}
+
+fn default_sources(base: &Path) -> Sources {
+    Sources {
+        policies_dir: base.join("policies"),
+        schemas_dir: base.join("schemas"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: "t.toml".into(),
+            message: e.to_string(),
+        })?;
+        Config::from_raw(raw, Path::new("/etc/toolgate"), Path::new("t.toml"))
+    }
+
+    #[test]
+    fn resolves_paths_against_the_config_directory() {
+        let c = parse("policies_dir = \"p\"\n[auth]\ntokens_file = \"t.json\"\n").unwrap();
+        assert_eq!(c.sources.policies_dir, Path::new("/etc/toolgate/p"));
+        assert_eq!(
+            c.auth.tokens_file.as_deref(),
+            Some(Path::new("/etc/toolgate/t.json"))
+        );
+        assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+    }
+
+    #[test]
+    fn rejects_unknown_keys_and_unsafe_dev_mode() {
+        assert!(matches!(
+            parse("lisen = \"x\""),
+            Err(ConfigError::Parse { .. })
+        ));
+        let e = parse("listen = \"0.0.0.0:8181\"\n[auth]\ndev_principal = \"a\"\n").unwrap_err();
+        assert!(e.to_string().contains("loopback"), "{e}");
+        assert!(parse("max_body_bytes = 10").is_err());
+    }
+}

@@ -1,0 +1,19 @@
+//! toolgate: a localhost sidecar that decides, for every tool call an LLM agent wants to make,
+//! whether it may run: allow, deny, or pending human approval, decided by Cedar policies.
+//!
+//! Architecture (one line per module; a request flows top to bottom):
+//! - [`api`]: axum router, handlers, and the one map from errors to HTTP status codes.
+//! - [`auth`]: `Authorization: Bearer` → principal (hashed tokens file, JWT, dev mode).
+//! - [`authz`]: the pure decision function: call + policy snapshot → verdict.
+//! - [`tools`]: tool manifests → compiled tools (JSON Schema validator, Cedar argument type).
+//! - [`policy`]: loads and validates policies, schema, entities and manifests into a snapshot.
+//! - [`config`]: the TOML config file → validated settings.
+//! - [`cli`]: the `toolgate` subcommands (`serve`, `validate`, `authorize`, `schema`).
+
+pub mod api;
+pub mod auth;
+pub mod authz;
+pub mod cli;
+pub mod config;
+pub mod policy;
+pub mod tools;

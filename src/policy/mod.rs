@@ -1,0 +1,48 @@
+//! The policy set as one immutable [`Snapshot`]: Cedar policies, schema, entities and compiled
+//! tools, loaded and validated together and identified by a content-hash revision.
+//!
+//! Owns: loading (`load`), diagnostics (`diag`) and the generated Cedar schema (`schema_gen`).
+//! A snapshot is never modified after it is built; the server swaps whole snapshots, so a
+//! request always sees one complete, validated set.
+
+mod diag;
+mod load;
+pub mod schema_gen;
+
+pub use diag::{Level, LoadError, Problem};
+pub use load::{Loaded, Sources, load, load_tools};
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use cedar_policy::{Authorizer, Entities, PolicySet, Schema};
+
+use crate::tools::Tool;
+
+/// One complete, validated policy set. Requests load it once and use it to the end.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// `sha256:` + the first 16 hex digits of the hash over every input file's name and bytes.
+    pub revision: String,
+    /// When this snapshot was built.
+    pub loaded_at: SystemTime,
+    /// Every policy, each with a unique id (its `@id` annotation, or `file:line`).
+    pub policies: PolicySet,
+    /// The Cedar schema the policies were validated against.
+    pub schema: Schema,
+    /// Roles, humans and agents from `entities.json`, plus one `Tool` entity per manifest.
+    pub entities: Entities,
+    /// Compiled tools by name.
+    pub tools: BTreeMap<String, Tool>,
+    /// Which file each policy came from (policy id → file), for reports.
+    pub policy_files: BTreeMap<String, String>,
+    /// Cedar's authorizer (stateless; kept here so nothing is built per request).
+    pub authorizer: Authorizer,
+}
+
+impl Snapshot {
+    /// Number of policies.
+    pub fn policy_count(&self) -> usize {
+        self.policies.policies().count()
+    }
+}

@@ -1,0 +1,76 @@
+//! Tool manifests: MCP-shaped tool definitions plus governance fields, compiled once into
+//! [`Tool`]s (argument validator, Cedar argument type, action and resource ids).
+//!
+//! Owns: reading `schemas/tools/*.json`, checking each manifest, compiling its JSON Schema with
+//! external `$ref` resolution off, and mapping it to a Cedar record type. Does not own: the
+//! Cedar schema file (see `policy::schema_gen`) or any decision (see `authz`).
+
+mod args;
+mod manifest;
+mod paths;
+
+pub use args::{ArgError, CedarType, RecordAttr};
+pub use manifest::{Classification, Limits, ManifestError, Risk, compile_manifest};
+pub use paths::{PathError, normalize_path};
+
+use cedar_policy::{EntityUid, RestrictedExpression};
+use serde_json::Value;
+
+/// A tool compiled from its manifest. Immutable; shared by every request of a policy snapshot.
+#[derive(Debug)]
+pub struct Tool {
+    /// The tool's name, which is also its Cedar action id and `Tool` entity id.
+    pub name: String,
+    /// Human-readable description, shown to agents in `GET /v1/tools`.
+    pub description: String,
+    /// Risk tier, visible to policies as `resource.risk`.
+    pub risk: Risk,
+    /// Classification, which places the action in its Cedar action group.
+    pub classification: Classification,
+    /// Execution limits, returned with each decision.
+    pub limits: Limits,
+    /// The argument JSON Schema as written, for OpenAI function definitions.
+    pub input_schema: Value,
+    /// Top-level string arguments that are paths: normalized and jailed before Cedar sees them.
+    pub path_args: Vec<String>,
+    /// The Cedar type of `context.args`: only the parts of the JSON Schema Cedar can express.
+    pub args_type: Vec<RecordAttr>,
+    /// Compiled once at load; validates arguments on every call.
+    pub(crate) validator: jsonschema::Validator,
+    /// `Action::"<name>"`, built once.
+    pub action_uid: EntityUid,
+    /// `Tool::"<name>"`, built once.
+    pub resource_uid: EntityUid,
+}
+
+/// One JSON Schema violation, described without the offending value.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ArgViolation {
+    /// JSON pointer to the offending argument (`""` for the whole argument object).
+    pub instance_path: String,
+    /// What is wrong, never quoting the value itself.
+    pub message: String,
+}
+
+/// At most this many schema violations are reported per call.
+const MAX_VIOLATIONS: usize = 20;
+
+impl Tool {
+    /// Validates `args` against the tool's JSON Schema, listing every violation (up to a cap)
+    /// by instance path. The values themselves are never quoted: they may hold secrets.
+    pub fn check_args(&self, args: &Value) -> Vec<ArgViolation> {
+        self.validator
+            .iter_errors(args)
+            .take(MAX_VIOLATIONS)
+            .map(|e| ArgViolation {
+                instance_path: e.instance_path().to_string(),
+                message: args::describe_violation(&e),
+            })
+            .collect()
+    }
+
+    /// Converts validated `args` into the Cedar `context.args` record.
+    pub fn args_to_cedar(&self, args: &Value) -> Result<RestrictedExpression, ArgError> {
+        args::record_to_expr(&self.args_type, args, "")
+    }
+}

@@ -1,0 +1,94 @@
+//! Lexical normalization of path arguments, so a policy's `like "*.env*"` cannot be dodged
+//! with `src/../.env` and no path can name anything outside the service root.
+//!
+//! Owns: the pure string transformation. Does not touch the file system: resolving symlinks
+//! belongs to the executor that opens files.
+
+/// Why a path argument was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    /// The path starts at the file-system root or a drive.
+    #[error("absolute paths are not allowed")]
+    Absolute,
+    /// Following `..` segments would leave the service root.
+    #[error("the path leaves the service root")]
+    Escapes,
+    /// NUL bytes never name a real file and truncate C strings.
+    #[error("the path contains a NUL byte")]
+    Nul,
+}
+
+/// Normalizes a path relative to the service root: `\` is a separator, repeated separators and
+/// `.` segments vanish, `..` removes the previous segment. Percent-encoding is *not* decoded:
+/// `%2e%2e` is an ordinary file name. The result uses `/` and is `.` for the root itself.
+pub fn normalize_path(raw: &str) -> Result<String, PathError> {
+    if raw.contains('\0') {
+        return Err(PathError::Nul);
+    }
+    if raw.starts_with('/') || raw.starts_with('\\') || has_drive_prefix(raw) {
+        return Err(PathError::Absolute);
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for segment in raw.split(['/', '\\']) {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                if parts.pop().is_none() {
+                    return Err(PathError::Escapes);
+                }
+            }
+            other => parts.push(other),
+        }
+    }
+    if parts.is_empty() {
+        Ok(".".to_owned())
+    } else {
+        Ok(parts.join("/"))
+    }
+}
+
+/// `C:` or `c:\`-style prefixes are absolute on Windows hosts and in many tools' eyes.
+fn has_drive_prefix(raw: &str) -> bool {
+    let mut chars = raw.chars();
+    matches!((chars.next(), chars.next()), (Some(c), Some(':')) if c.is_ascii_alphabetic())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalizes_dots_and_separators() {
+        let cases = [
+            ("src/main.rs", "src/main.rs"),
+            ("./src//main.rs", "src/main.rs"),
+            ("src/../.env", ".env"),
+            ("src\\..\\secrets\\k", "secrets/k"),
+            ("a/b/../../c", "c"),
+            ("", "."),
+            (".", "."),
+            ("a/./b/", "a/b"),
+            ("%2e%2e/x", "%2e%2e/x"),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(normalize_path(raw).as_deref(), Ok(want), "{raw}");
+        }
+    }
+
+    #[test]
+    fn refuses_escapes_and_absolutes() {
+        assert_eq!(normalize_path(".."), Err(PathError::Escapes));
+        assert_eq!(
+            normalize_path("a/../../etc/passwd"),
+            Err(PathError::Escapes)
+        );
+        assert_eq!(normalize_path("..\\x"), Err(PathError::Escapes));
+        assert_eq!(normalize_path("/etc/passwd"), Err(PathError::Absolute));
+        assert_eq!(
+            normalize_path("\\\\server\\share"),
+            Err(PathError::Absolute)
+        );
+        assert_eq!(normalize_path("C:\\Windows"), Err(PathError::Absolute));
+        assert_eq!(normalize_path("a\0b"), Err(PathError::Nul));
+    }
+}
