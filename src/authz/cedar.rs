@@ -34,7 +34,7 @@ pub(super) fn evaluate(
             );
         }
     };
-    let entities = match request_entities(snap, principal, tool) {
+    let entities = match request_entities(snap, principal, tool, &tool.action_uid) {
         Ok(e) => e,
         Err(advice) => return Verdict::deny(Stage::Auth, Some(tool), advice),
     };
@@ -151,12 +151,12 @@ pub(super) fn evaluate_approve(
             RestrictedExpression::new_entity_uid(owner),
         ));
     }
-    let entities = match request_entities(snap, approver, tool) {
+    let action = entity_uid("Action", "approve");
+    let entities = match request_entities(snap, approver, tool, &action) {
         Ok(e) => e,
         Err(advice) => return Verdict::deny(Stage::Auth, Some(tool), advice),
     };
     let entities = entities.as_ref().unwrap_or(&snap.entities);
-    let action = entity_uid("Action", "approve");
     let response = Context::from_pairs(pairs)
         .map_err(|e| e.to_string())
         .and_then(|ctx| {
@@ -209,7 +209,7 @@ pub(super) fn evaluate_approve(
 /// Could any context make this call allowed? Context is left unknown; only a definite deny
 /// (e.g. a role-based forbid or no permit for the principal at all) hides the tool.
 pub(super) fn may_ever_allow(snap: &Snapshot, principal: &Principal, tool: &Tool) -> bool {
-    let Ok(entities) = request_entities(snap, principal, tool) else {
+    let Ok(entities) = request_entities(snap, principal, tool, &tool.action_uid) else {
         return false;
     };
     let entities = entities.as_ref().unwrap_or(&snap.entities);
@@ -363,6 +363,7 @@ fn request_entities(
     snap: &Snapshot,
     principal: &Principal,
     tool: &Tool,
+    action: &EntityUid,
 ) -> Result<Option<Entities>, Advice> {
     let Some(roles) = &principal.token_roles else {
         return Ok(None);
@@ -379,8 +380,12 @@ fn request_entities(
         parents.insert(uid);
     }
     let mut list = vec![Entity::new_no_attrs(principal.uid.clone(), parents)];
-    if let Some(t) = snap.entities.get(&tool.resource_uid) {
-        list.push(t.clone());
+    // The tool, and the action with its groups (from the schema): `action in Action::"read"`
+    // needs the action entity in the store.
+    for uid in [&tool.resource_uid, action] {
+        if let Some(e) = snap.entities.get(uid) {
+            list.push(e.clone());
+        }
     }
     Entities::from_entities(list, None).map(Some).map_err(|e| {
         tracing::error!(error = %e, "could not build the principal's entities; denying");

@@ -1,0 +1,243 @@
+//! Credentials: missing, malformed and unknown tokens; JWTs (HS256, RS256, EdDSA via PEM and
+//! JWKS) valid, expired, unsigned and wrongly signed; dev mode.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::http::StatusCode;
+use base64::Engine as _;
+use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
+use serde_json::{Value, json};
+
+use crate::helpers::*;
+use toolgate::auth::Authenticator;
+use toolgate::config::Config;
+
+fn fixture(name: &str) -> std::path::PathBuf {
+    repo().join("tests/fixtures/jwt").join(name)
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn claims(sub: &str, roles: &[&str], exp_offset: i64) -> Value {
+    json!({"sub": sub, "roles": roles, "iss": "https://issuer.test", "aud": "toolgate",
+           "exp": (now() as i64 + exp_offset), "iat": now()})
+}
+
+fn jwt_app() -> axum::Router {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = format!(
+        "[auth.jwt]\nissuer = \"https://issuer.test\"\naudience = \"toolgate\"\nleeway_secs = 0\n\
+         hs256_secret_file = \"{}\"\nrsa_public_key_files = [\"{}\"]\njwks_file = \"{}\"\n",
+        fixture("hs256.secret").display(),
+        fixture("rsa.pub").display(),
+        fixture("jwks.json").display(),
+    );
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, cfg).unwrap();
+    let config = Config::from_file(&path).unwrap();
+    app_with(
+        shipped_snapshot(),
+        Authenticator::from_config(&config.auth).unwrap(),
+    )
+}
+
+fn hs(claims: &Value) -> String {
+    let secret = std::fs::read(fixture("hs256.secret")).unwrap();
+    encode(
+        &Header::new(Algorithm::HS256),
+        claims,
+        &EncodingKey::from_secret(&secret),
+    )
+    .unwrap()
+}
+
+async fn decide(app: &axum::Router, token: &str, body: &Value) -> (StatusCode, Value) {
+    send(
+        app,
+        "POST",
+        "/v1/authorize",
+        Some(token),
+        Some(&body.to_string()),
+    )
+    .await
+}
+
+fn echo() -> Value {
+    json!({"tool": "echo", "args": {"message": "x"}})
+}
+
+fn push() -> Value {
+    json!({"tool": "git_push", "args": {"remote": "origin", "branch": "feature/x"}})
+}
+
+#[tokio::test]
+async fn missing_malformed_and_unknown_credentials_are_denied_at_auth() {
+    let app = app();
+    use axum::body::Body;
+    use tower::ServiceExt;
+    for header in [
+        None,
+        Some("Basic abc"),
+        Some("Bearer"),
+        Some("Bearer not-a-known-token"),
+        Some("Bearer a.b.c"),
+    ] {
+        let mut req =
+            axum::http::Request::post("/v1/authorize").header("content-type", "application/json");
+        if let Some(h) = header {
+            req = req.header("authorization", h);
+        }
+        let resp = app
+            .clone()
+            .oneshot(req.body(Body::from(echo().to_string())).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "{header:?}");
+        assert_eq!(resp.headers()["www-authenticate"], "Bearer");
+        let body: Value = serde_json::from_slice(
+            &http_body_util::BodyExt::collect(resp.into_body())
+                .await
+                .unwrap()
+                .to_bytes(),
+        )
+        .unwrap();
+        assert_eq!(body["decision"], "deny");
+        assert_eq!(body["stage"], "auth");
+        assert!(
+            !body.to_string().contains("not-a-known-token"),
+            "credential echoed: {body}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_valid_hs256_jwt_names_the_principal_and_its_roles() {
+    let app = jwt_app();
+    let (status, got) = decide(
+        &app,
+        &hs(&claims("ci-bot", &["release_manager"], 300)),
+        &push(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{got}");
+    assert_eq!(got["decision"], "pending_approval", "{got}");
+    let (_, got) = decide(&app, &hs(&claims("ci-bot", &["developer"], 300)), &push()).await;
+    assert_eq!(got["decision"], "deny", "{got}");
+    let (_, got) = decide(&app, &hs(&claims("ci-bot", &[], 300)), &echo()).await;
+    assert_eq!(got["decision"], "deny", "no roles, no permits: {got}");
+}
+
+#[tokio::test]
+async fn rs256_and_eddsa_jwts_verify_against_pem_and_jwks_keys() {
+    let app = jwt_app();
+    let rsa = EncodingKey::from_rsa_pem(&std::fs::read(fixture("rsa.key")).unwrap()).unwrap();
+    let token = encode(
+        &Header::new(Algorithm::RS256),
+        &claims("a", &["developer"], 300),
+        &rsa,
+    )
+    .unwrap();
+    let (_, got) = decide(&app, &token, &echo()).await;
+    assert_eq!(got["decision"], "allow", "{got}");
+
+    let ed = EncodingKey::from_ed_pem(&std::fs::read(fixture("ed25519.key")).unwrap()).unwrap();
+    let mut header = Header::new(Algorithm::EdDSA);
+    header.kid = Some("test-ed".to_owned());
+    let token = encode(&header, &claims("b", &["developer"], 300), &ed).unwrap();
+    let (_, got) = decide(&app, &token, &echo()).await;
+    assert_eq!(got["decision"], "allow", "{got}");
+}
+
+#[tokio::test]
+async fn expired_unsigned_wrongly_signed_and_foreign_jwts_are_rejected() {
+    let app = jwt_app();
+    let b64 = |v: &Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+    let good = claims("ci-bot", &["release_manager"], 300);
+    let unsigned = format!(
+        "{}.{}.",
+        b64(&json!({"alg": "none", "typ": "JWT"})),
+        b64(&good)
+    );
+    let wrong_key = encode(
+        &Header::new(Algorithm::HS256),
+        &good,
+        &EncodingKey::from_secret(b"another-secret-another-secret-00"),
+    )
+    .unwrap();
+    let valid = hs(&good);
+    let mut parts: Vec<&str> = valid.split('.').collect();
+    let forged_claims = b64(&claims("ci-bot", &["release_manager", "sre"], 300));
+    parts[1] = &forged_claims;
+    let tampered = parts.join(".");
+    let mut wrong_iss = good.clone();
+    wrong_iss["iss"] = json!("https://evil.test");
+    let mut wrong_aud = good.clone();
+    wrong_aud["aud"] = json!("other");
+    let mut no_exp = good.clone();
+    no_exp.as_object_mut().unwrap().remove("exp");
+    let cases = [
+        ("expired", hs(&claims("ci-bot", &["release_manager"], -120))),
+        ("alg none", unsigned),
+        ("wrong key", wrong_key),
+        ("tampered claims", tampered),
+        ("wrong issuer", hs(&wrong_iss)),
+        ("wrong audience", hs(&wrong_aud)),
+        ("no exp", hs(&no_exp)),
+        (
+            "HS384",
+            encode(
+                &Header::new(Algorithm::HS384),
+                &good,
+                &EncodingKey::from_secret(b"test-only-hs256-secret-0123456789abcdef"),
+            )
+            .unwrap(),
+        ),
+    ];
+    for (name, token) in cases {
+        let (status, got) = decide(&app, &token, &push()).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{name}: {got}");
+        assert_eq!(got["stage"], "auth", "{name}");
+    }
+}
+
+#[tokio::test]
+async fn dev_mode_is_one_fixed_agent_and_loopback_only() {
+    let cfg = Config::from_file(&repo().join("examples/dev-mode.toml")).unwrap();
+    let app = app_with(
+        shipped_snapshot(),
+        Authenticator::from_config(&cfg.auth).unwrap(),
+    );
+    let (status, got) = send(
+        &app,
+        "POST",
+        "/v1/authorize",
+        None,
+        Some(&push().to_string()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(got["decision"], "deny", "dev-agent may not push: {got}");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(
+        &path,
+        "listen = \"0.0.0.0:8181\"\n[auth]\ndev_principal = \"dev-agent\"\n",
+    )
+    .unwrap();
+    let err = Config::from_file(&path).unwrap_err().to_string();
+    assert!(err.contains("loopback"), "{err}");
+}
+
+#[test]
+fn the_tokens_file_holds_no_token_in_clear() {
+    let text = std::fs::read_to_string(repo().join("examples/demo-tokens.json")).unwrap();
+    let v: Value = serde_json::from_str(&text).unwrap();
+    for t in v["tokens"].as_array().unwrap() {
+        assert_eq!(t["sha256"].as_str().unwrap().len(), 64);
+    }
+}

@@ -1,0 +1,262 @@
+//! The `toolgate` binary: `validate` (file:line diagnostics, exit codes), `schema --check`,
+//! `authorize` offline, and `serve` refusing a broken set before binding.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::helpers::*;
+
+fn toolgate() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+    c.env("NO_COLOR", "1").env_remove("TOOLGATE_CONFIG");
+    c
+}
+
+fn validate(set: &TempSet) -> (i32, String) {
+    let out = toolgate()
+        .args(["validate", "--policies"])
+        .arg(set.policies())
+        .arg("--schemas")
+        .arg(set.dir.path().join("schemas"))
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn validate_accepts_the_shipped_policies() {
+    let out = toolgate()
+        .current_dir(repo())
+        .arg("validate")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok: 16 policies, 10 tools"));
+}
+
+#[test]
+fn validate_rejects_a_policy_reading_a_non_existent_argument_with_file_line_and_hint() {
+    let set = TempSet::new();
+    set.append(
+        "policies/elevated.cedar",
+        "\n@id(\"typo\")\nforbid (principal, action == Action::\"read_file\", resource)\nwhen { context.args.pth like \"*.key\" };\n",
+    );
+    let lines = std::fs::read_to_string(set.policies().join("elevated.cedar"))
+        .unwrap()
+        .lines()
+        .count();
+    let (code, err) = validate(&set);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains(&format!("elevated.cedar:{lines}:8")), "{err}");
+    assert!(err.contains("did you mean `path`?"), "{err}");
+}
+
+/// Deliberately broken twins of the shipped set: each must be refused, naming the file (and
+/// the line where there is one).
+#[test]
+fn validate_rejects_broken_twins_of_the_shipped_policies() {
+    let twins: [(&str, &str, &str, &str); 9] = [
+        (
+            "policies/tiers.cedar",
+            "\npermit (principal, action, resource) when { true && };\n",
+            "tiers.cedar:",
+            "unexpected token",
+        ),
+        (
+            "policies/roles.cedar",
+            "\npermit (principal, action == Action::\"read_file\", resource) when { context.args.max_bytes == \"big\" };\n",
+            "roles.cedar:",
+            "type",
+        ),
+        (
+            "policies/roles.cedar",
+            "\npermit (principal, action == Action::\"rm_rf\", resource);\n",
+            "roles.cedar:",
+            "rm_rf",
+        ),
+        (
+            "policies/roles.cedar",
+            "\npermit (principal in Team::\"x\", action, resource);\n",
+            "roles.cedar:",
+            "Team",
+        ),
+        (
+            "policies/roles.cedar",
+            "\n@id(\"developers-read-write\")\npermit (principal, action, resource);\n",
+            "roles.cedar:",
+            "duplicate policy id",
+        ),
+        (
+            "policies/roles.cedar",
+            "\npermit (principal, action in Action::\"read\", resource) when { context.args.path == \"x\" };\n",
+            "roles.cedar:",
+            "path",
+        ),
+        (
+            "policies/roles.cedar",
+            "\npermit (principal, action == Action::\"read_file\", resource) when { context.args.max_bytes > 1 };\n",
+            "roles.cedar:",
+            "max_bytes",
+        ),
+        (
+            "policies/entities.json",
+            "[{\"uid\": {\"type\": \"Agent\", \"id\": \"x\"}, \"attrs\": {\"owner\": 3}, \"parents\": []}]",
+            "entities.json",
+            "entity deserialization",
+        ),
+        (
+            "schemas/tools/echo.json",
+            "{\"name\": \"echo\"}",
+            "echo.json",
+            "missing field",
+        ),
+    ];
+    for (file, text, location, fragment) in twins {
+        let set = TempSet::new();
+        if file.ends_with(".cedar") {
+            set.append(file, text);
+        } else {
+            set.write(file, text);
+        }
+        let (code, err) = validate(&set);
+        assert_eq!(code, 1, "{file} {text}: {err}");
+        assert!(err.contains(location), "{file}: want {location} in {err}");
+        assert!(err.contains(fragment), "{file}: want {fragment} in {err}");
+    }
+}
+
+#[test]
+fn validate_reports_every_problem_at_once_and_refuses_empty_files() {
+    let set = TempSet::new();
+    set.write("policies/empty.cedar", "  \n");
+    set.append(
+        "policies/tiers.cedar",
+        "\npermit (principal, action, resource) when { };\n",
+    );
+    set.append(
+        "policies/roles.cedar",
+        "\npermit (principal, action == Action::\"nope\", resource);\n",
+    );
+    let (code, err) = validate(&set);
+    assert_eq!(code, 1);
+    assert!(err.contains("3 errors"), "{err}");
+    assert!(err.contains("empty.cedar: the file is empty"), "{err}");
+}
+
+#[test]
+fn schema_check_passes_on_the_shipped_set_and_fails_when_a_manifest_changes() {
+    let out = toolgate()
+        .current_dir(repo())
+        .args(["schema", "--check"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let set = TempSet::new();
+    let path = set.dir.path().join("schemas/tools/echo.json");
+    let mut manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    manifest["inputSchema"]["properties"]["loud"] = serde_json::json!({"type": "boolean"});
+    std::fs::write(&path, manifest.to_string()).unwrap();
+    let schemas = set.dir.path().join("schemas");
+    let out = toolgate()
+        .args(["schema", "--check", "--schemas"])
+        .arg(&schemas)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("stale"));
+    // The server's loader refuses the stale schema too.
+    let (code, err) = validate(&set);
+    assert_eq!(code, 1);
+    assert!(err.contains("does not match the tool manifests"), "{err}");
+    // Regenerating fixes it, and the new argument is typed for policies.
+    let out = toolgate()
+        .args(["schema", "--schemas"])
+        .arg(&schemas)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = std::fs::read_to_string(schemas.join("toolgate.cedarschema")).unwrap();
+    assert!(text.contains("loud?: Bool"), "{text}");
+    assert_eq!(validate(&set).0, 0);
+}
+
+#[test]
+fn authorize_decides_offline_like_the_server() {
+    let out = toolgate()
+        .current_dir(repo())
+        .args([
+            "authorize",
+            "--agent",
+            "dev-agent",
+            "examples/requests/write-file-pending.json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["decision"], "pending_approval");
+    assert_eq!(v["reasons"][0], "tier-high-needs-approval");
+
+    let out = toolgate()
+        .current_dir(repo())
+        .args([
+            "authorize",
+            "--approver",
+            "bob",
+            "--requester",
+            "release-agent",
+            "--tool",
+            "git_push",
+        ])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["decision"], "deny",
+        "critical calls are approved by directors only"
+    );
+}
+
+#[test]
+fn serve_refuses_a_broken_set_before_binding_and_a_config_without_auth() {
+    let set = TempSet::new();
+    set.append(
+        "policies/tiers.cedar",
+        "\nforbid (principal, action, resource) when { context.nope };\n",
+    );
+    let out = toolgate()
+        .args(["serve", "--policies"])
+        .arg(set.policies())
+        .arg("--schemas")
+        .arg(set.dir.path().join("schemas"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("tiers.cedar:"));
+
+    let out = toolgate()
+        .current_dir(repo())
+        .arg("serve")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no authentication is configured"));
+}

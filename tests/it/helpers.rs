@@ -1,0 +1,141 @@
+//! Shared fixtures: the shipped policy set, demo tokens, temp copies, one-shot HTTP requests.
+
+use std::path::{Path, PathBuf};
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::Value;
+use tower::ServiceExt;
+
+use toolgate::api::{AppState, router};
+use toolgate::auth::Authenticator;
+use toolgate::config::AuthConfig;
+use toolgate::policy::{Snapshot, Sources, load};
+
+pub const DEV: &str = "demo-dev-token";
+pub const SRE: &str = "demo-sre-token";
+pub const RELEASE: &str = "demo-release-token";
+pub const PO: &str = "demo-po-token";
+pub const ALICE: &str = "demo-alice-token";
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn shipped_sources() -> Sources {
+    Sources {
+        policies_dir: repo().join("policies"),
+        schemas_dir: repo().join("schemas"),
+    }
+}
+
+pub fn shipped_snapshot() -> Snapshot {
+    load(&shipped_sources())
+        .expect("shipped policies load")
+        .snapshot
+}
+
+pub fn demo_auth() -> Authenticator {
+    Authenticator::from_config(&AuthConfig {
+        tokens_file: Some(repo().join("examples/demo-tokens.json")),
+        ..AuthConfig::default()
+    })
+    .unwrap()
+}
+
+/// The router over the shipped policies with the demo tokens.
+pub fn app() -> Router {
+    app_with(shipped_snapshot(), demo_auth())
+}
+
+pub fn app_with(snapshot: Snapshot, auth: Authenticator) -> Router {
+    router(AppState::new(snapshot, auth, 64 * 1024))
+}
+
+/// A temp copy of the shipped policies and schemas, to break or extend.
+pub struct TempSet {
+    pub dir: tempfile::TempDir,
+}
+
+impl TempSet {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        copy_dir(&repo().join("policies"), &dir.path().join("policies"));
+        copy_dir(&repo().join("schemas"), &dir.path().join("schemas"));
+        TempSet { dir }
+    }
+    pub fn sources(&self) -> Sources {
+        Sources {
+            policies_dir: self.dir.path().join("policies"),
+            schemas_dir: self.dir.path().join("schemas"),
+        }
+    }
+    pub fn policies(&self) -> PathBuf {
+        self.dir.path().join("policies")
+    }
+    pub fn write(&self, rel: &str, text: &str) {
+        std::fs::write(self.dir.path().join(rel), text).unwrap();
+    }
+    pub fn append(&self, rel: &str, text: &str) {
+        let path = self.dir.path().join(rel);
+        let mut old = std::fs::read_to_string(&path).unwrap_or_default();
+        old.push_str(text);
+        std::fs::write(path, old).unwrap();
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// Sends one request; returns status and JSON body (Null when not JSON).
+pub async fn send(
+    app: &Router,
+    method: &str,
+    uri: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) -> (StatusCode, Value) {
+    let mut req = Request::builder().method(method).uri(uri);
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    if body.is_some() {
+        req = req.header("content-type", "application/json");
+    }
+    let req = req
+        .body(body.map_or_else(Body::empty, |b| Body::from(b.to_owned())))
+        .unwrap();
+    let resp = app.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+/// `POST /v1/authorize` as `token`; asserts 200 and returns the decision body.
+pub async fn authorize(app: &Router, token: &str, body: &Value) -> Value {
+    let (status, json) = send(
+        app,
+        "POST",
+        "/v1/authorize",
+        Some(token),
+        Some(&body.to_string()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{json}");
+    json
+}

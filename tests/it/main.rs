@@ -1,0 +1,19 @@
+//! Integration tests, built as one binary. Everything goes through a public surface: the HTTP
+//! router (no socket), the `toolgate` binary, or the library's decision function.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+#![allow(missing_docs)]
+
+mod approvals;
+mod auth;
+mod cli;
+mod decisions;
+mod examples;
+mod helpers;
+mod http;
+mod openapi;
+mod props;
