@@ -162,7 +162,7 @@ pub(super) fn evaluate_approve(
         .and_then(|ctx| {
             Request::new(
                 approver.uid.clone(),
-                action,
+                action.clone(),
                 tool.resource_uid.clone(),
                 ctx,
                 None,
@@ -171,7 +171,7 @@ pub(super) fn evaluate_approve(
         })
         .map(|req| {
             snap.authorizer
-                .is_authorized(&req, &snap.policies, entities)
+                .is_authorized(&req, snap.policies_for(&action), entities)
         });
     match response {
         Err(e) => internal_deny(tool, &e),
@@ -218,9 +218,11 @@ pub(super) fn may_ever_allow(snap: &Snapshot, principal: &Principal, tool: &Tool
         .action(tool.action_uid.clone())
         .resource(tool.resource_uid.clone())
         .build();
-    let partial = snap
-        .authorizer
-        .is_authorized_partial(&request, &snap.policies, entities);
+    let partial = snap.authorizer.is_authorized_partial(
+        &request,
+        snap.policies_for(&tool.action_uid),
+        entities,
+    );
     partial.decision() != Some(Decision::Deny)
 }
 
@@ -243,9 +245,9 @@ fn authorize(
             .map_err(|e| e.to_string())
         })
         .map_err(|e| internal_deny(tool, &e))?;
-    let response = snap
-        .authorizer
-        .is_authorized(&request, &snap.policies, entities);
+    let response =
+        snap.authorizer
+            .is_authorized(&request, snap.policies_for(&tool.action_uid), entities);
     match policy_errors(&response) {
         Some(deny) => Err(deny.verdict(tool)),
         None => Ok(response),

@@ -6,16 +6,20 @@
 //! request always sees one complete, validated set.
 
 mod diag;
+mod inputs;
 mod load;
 pub mod schema_gen;
+mod slice;
 
 pub use diag::{Level, LoadError, Problem};
-pub use load::{Loaded, Sources, load, load_tools};
+pub use inputs::{ENTITIES_FILE, Inputs, SourceFile, read_inputs, read_stable};
+pub use load::{Loaded, Sources, build, load, load_tools};
+pub use slice::Slices;
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use cedar_policy::{Authorizer, Entities, PolicySet, Schema};
+use cedar_policy::{Authorizer, Entities, EntityUid, PolicySet, Schema};
 
 use crate::tools::Tool;
 
@@ -26,8 +30,10 @@ pub struct Snapshot {
     pub revision: String,
     /// When this snapshot was built.
     pub loaded_at: SystemTime,
-    /// Every policy, each with a unique id (its `@id` annotation, or `file:line`).
+    /// Every policy, each with a unique id (its `@id` annotation, or `file#N`).
     pub policies: PolicySet,
+    /// The same policies sliced per action; decisions evaluate only their action's slice.
+    pub slices: Slices,
     /// The Cedar schema the policies were validated against.
     pub schema: Schema,
     /// Roles, humans and agents from `entities.json`, plus one `Tool` entity per manifest.
@@ -41,6 +47,11 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// The policies that can apply to `action` (the whole set when no slice was built).
+    pub fn policies_for(&self, action: &EntityUid) -> &PolicySet {
+        self.slices.get(action).unwrap_or(&self.policies)
+    }
+
     /// Number of policies.
     pub fn policy_count(&self) -> usize {
         self.policies.policies().count()

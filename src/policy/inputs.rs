@@ -1,0 +1,178 @@
+//! The read phase of a load: every input file's bytes, read into memory and hashed into the
+//! revision. Parsing happens later, from memory, so a reload can skip content it has already
+//! seen and can tell a set that changed while it was being read.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use super::diag::Problem;
+use super::load::Sources;
+use super::schema_gen::SCHEMA_FILE;
+
+/// File name of the entities file inside the policies directory.
+pub const ENTITIES_FILE: &str = "entities.json";
+
+/// One input file as read.
+#[derive(Debug, Clone)]
+pub struct SourceFile {
+    /// Where it was read from.
+    pub path: PathBuf,
+    /// Its contents.
+    pub text: String,
+}
+
+/// Every input of a policy snapshot, read at one moment.
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    /// `schemas/tools/*.json`, sorted.
+    pub manifests: Vec<SourceFile>,
+    /// `schemas/toolgate.cedarschema`.
+    pub schema: Option<SourceFile>,
+    /// `policies/*.cedar`, sorted.
+    pub policies: Vec<SourceFile>,
+    /// `policies/entities.json`.
+    pub entities: Option<SourceFile>,
+    /// Files or directories that could not be read.
+    pub problems: Vec<Problem>,
+    /// `sha256:` + 16 hex digits over every file's role, name and bytes.
+    pub revision: String,
+}
+
+/// Reads every input once.
+pub fn read_inputs(sources: &Sources) -> Inputs {
+    let mut problems = Vec::new();
+    let mut hasher = Sha256::new();
+    let manifests = read_all(
+        &sources.schemas_dir.join("tools"),
+        "json",
+        "tool",
+        &mut hasher,
+        &mut problems,
+    );
+    let schema = read_one(
+        &sources.schemas_dir.join(SCHEMA_FILE),
+        "schema",
+        &mut hasher,
+        &mut problems,
+    );
+    let policies = read_all(
+        &sources.policies_dir,
+        "cedar",
+        "policy",
+        &mut hasher,
+        &mut problems,
+    );
+    let entities = read_one(
+        &sources.policies_dir.join(ENTITIES_FILE),
+        "entities",
+        &mut hasher,
+        &mut problems,
+    );
+    for p in &problems {
+        hasher.update(p.message.as_bytes());
+    }
+    let digest = hex::encode(hasher.finalize());
+    Inputs {
+        manifests,
+        schema,
+        policies,
+        entities,
+        problems,
+        revision: format!("sha256:{}", digest.get(..16).unwrap_or(&digest)),
+    }
+}
+
+/// Reads until two consecutive reads agree (at most `attempts` reads, `pause` apart), so a set
+/// swapped while it was being read (a ConfigMap `..data` flip between two files) is not taken
+/// as a mix of old and new files.
+pub fn read_stable(sources: &Sources, attempts: usize, pause: Duration) -> Inputs {
+    let mut last = read_inputs(sources);
+    for _ in 1..attempts.max(1) {
+        let next = read_inputs(sources);
+        if next.revision == last.revision {
+            return next;
+        }
+        std::thread::sleep(pause);
+        last = next;
+    }
+    last
+}
+
+/// Reads only the manifests (for `toolgate schema`).
+pub fn read_manifests(schemas_dir: &Path) -> (Vec<SourceFile>, Vec<Problem>) {
+    let mut problems = Vec::new();
+    let files = read_all(
+        &schemas_dir.join("tools"),
+        "json",
+        "tool",
+        &mut Sha256::new(),
+        &mut problems,
+    );
+    (files, problems)
+}
+
+fn read_all(
+    dir: &Path,
+    ext: &str,
+    role: &str,
+    hasher: &mut Sha256,
+    problems: &mut Vec<Problem>,
+) -> Vec<SourceFile> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) => {
+            problems.push(Problem::in_file(
+                dir,
+                format!("cannot read directory: {e}"),
+                Some("check the path in the config and that the directory exists".to_owned()),
+            ));
+            return Vec::new();
+        }
+    };
+    // `is_file` follows symlinks: ConfigMap files are symlinks into `..data/`.
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == ext) && p.is_file())
+        .collect();
+    paths.sort();
+    paths
+        .into_iter()
+        .filter_map(|p| read_one(&p, role, hasher, problems))
+        .collect()
+}
+
+fn read_one(
+    path: &Path,
+    role: &str,
+    hasher: &mut Sha256,
+    problems: &mut Vec<Problem>,
+) -> Option<SourceFile> {
+    match fs::read_to_string(path) {
+        Ok(text) => {
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            for part in [role.as_bytes(), name.as_bytes(), text.as_bytes()] {
+                hasher.update((part.len() as u64).to_le_bytes());
+                hasher.update(part);
+            }
+            Some(SourceFile {
+                path: path.to_owned(),
+                text,
+            })
+        }
+        Err(e) => {
+            problems.push(Problem::in_file(
+                path,
+                format!("cannot read file: {e}"),
+                None,
+            ));
+            None
+        }
+    }
+}
