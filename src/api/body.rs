@@ -16,7 +16,10 @@ const MAX_ID_LEN: usize = 256;
 #[serde(deny_unknown_fields)]
 pub struct RawCall {
     tool: String,
-    #[serde(default = "empty_object")]
+    #[serde(
+        default = "empty_object",
+        deserialize_with = "crate::tools::strict_json::unique_keys"
+    )]
     args: Value,
     #[serde(default)]
     context: RawCorrelation,

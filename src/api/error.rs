@@ -36,6 +36,8 @@ pub enum ApiError {
     MethodNotAllowed,
     /// No valid policy set is loaded.
     NotReady,
+    /// Authenticated, but this route is for another kind of principal.
+    Forbidden(&'static str),
 }
 
 #[derive(Serialize)]
@@ -56,6 +58,31 @@ impl ApiError {
     }
 }
 
+/// serde quotes offending values (`invalid type: string "sk-live…"`); requests may carry
+/// secrets, so every double-quoted run is replaced before the message is sent back.
+fn unquote(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut inside = false;
+    let mut escaped = false;
+    for c in message.chars() {
+        match (inside, escaped, c) {
+            (true, false, '\\') => escaped = true,
+            (true, true, _) => escaped = false,
+            (true, false, '"') => {
+                inside = false;
+                out.push_str("\"…\"");
+            }
+            (true, false, _) => {}
+            (false, _, '"') => inside = true,
+            (false, _, c) => out.push(c),
+        }
+    }
+    if inside {
+        out.push_str("\"…");
+    }
+    out
+}
+
 impl From<JsonRejection> for ApiError {
     fn from(rejection: JsonRejection) -> Self {
         match rejection {
@@ -63,11 +90,11 @@ impl From<JsonRejection> for ApiError {
             r if r.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge,
             JsonRejection::JsonSyntaxError(e) => ApiError::BadRequest {
                 code: "invalid_json",
-                message: e.body_text(),
+                message: unquote(&e.body_text()),
                 suggestion: "send a well-formed JSON object",
             },
             JsonRejection::JsonDataError(e) => {
-                let text = e.body_text();
+                let text = unquote(&e.body_text());
                 let claims_identity = IDENTITY_FIELDS
                     .iter()
                     .any(|f| text.contains(&format!("unknown field `{f}`")));
@@ -89,7 +116,7 @@ impl From<JsonRejection> for ApiError {
             }
             other => ApiError::BadRequest {
                 code: "invalid_body",
-                message: other.body_text(),
+                message: unquote(&other.body_text()),
                 suggestion: "send a JSON body",
             },
         }
@@ -100,7 +127,7 @@ impl From<QueryRejection> for ApiError {
     fn from(rejection: QueryRejection) -> Self {
         ApiError::BadRequest {
             code: "invalid_query",
-            message: rejection.body_text(),
+            message: unquote(&rejection.body_text()),
             suggestion: "see docs/openapi.json for this route's query parameters",
         }
     }
@@ -155,6 +182,12 @@ impl IntoResponse for ApiError {
                 "this route does not accept that method",
                 "see docs/openapi.json for the routes",
             ),
+            ApiError::Forbidden(message) => plain(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                message,
+                "use an operator's (human) credential",
+            ),
             ApiError::NotReady => plain(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "not_ready",
@@ -162,5 +195,22 @@ impl IntoResponse for ApiError {
                 "fix the policies (run `toolgate validate`)",
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unquote;
+
+    #[test]
+    fn quoted_values_are_removed_from_messages() {
+        assert_eq!(
+            unquote(r#"context.iter: invalid type: string "sk-live-\"x", expected i64 at line 1"#),
+            r#"context.iter: invalid type: string "…", expected i64 at line 1"#
+        );
+        assert_eq!(
+            unquote("unknown field `principal`"),
+            "unknown field `principal`"
+        );
     }
 }

@@ -167,7 +167,12 @@ pub async fn policies(
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let snap = state.snapshot.load_full();
-    principal(&state, &headers, &snap)?;
+    let who = principal(&state, &headers, &snap)?;
+    if who.kind != crate::authz::PrincipalKind::Human {
+        return Err(ApiError::Forbidden(
+            "policy status is for operators, not agents",
+        ));
+    }
     let last_reload_error = state.last_error.lock().ok().and_then(|g| {
         g.as_ref().map(|e| ReloadError {
             message: e.to_string(),

@@ -370,10 +370,9 @@ fn request_entities(
     let Some(roles) = &principal.token_roles else {
         return Ok(None);
     };
+    // Roles come from one source: the verified token. The entities file's parents for the same
+    // id are not added, so revoking a role at the identity provider takes effect.
     let mut parents: HashSet<EntityUid> = HashSet::new();
-    if let Some(known) = snap.entities.ancestors(&principal.uid) {
-        parents.extend(known.cloned());
-    }
     for role in roles {
         let uid = entity_uid("Role", role);
         if let Some(up) = snap.entities.ancestors(&uid) {

@@ -47,39 +47,17 @@ pub fn decide(snap: &Snapshot, principal: &Principal, call: &Call) -> Verdict {
     cedar::evaluate(snap, principal, tool, &args, &call.correlation)
 }
 
-/// Validates arguments against the JSON Schema, then normalizes path arguments. Returns the
-/// arguments Cedar sees, or every problem found.
+/// Normalizes path arguments, then validates the result against the JSON Schema, so a
+/// schema `pattern` judges the same path Cedar and the tool see (`docs/../x` is `x`). Returns
+/// the arguments Cedar sees, or every problem found.
 fn checked_args(tool: &Tool, args: &Value) -> Result<Value, Vec<Advice>> {
-    let violations = tool.check_args(args);
-    if !violations.is_empty() {
-        return Err(violations
-            .into_iter()
-            .map(|v| {
-                Advice::new(
-                    "invalid_argument",
-                    format!(
-                        "argument `{}` {}",
-                        if v.instance_path.is_empty() {
-                            "/"
-                        } else {
-                            &v.instance_path
-                        },
-                        v.message
-                    ),
-                    "fix the argument to match the tool's inputSchema (GET /v1/tools)",
-                )
-            })
-            .collect());
-    }
-    if tool.path_args.is_empty() {
-        return Ok(args.clone());
-    }
     let mut normalized = args.clone();
     let mut errors = Vec::new();
     for name in &tool.path_args {
         let Some(slot) = normalized.get_mut(name.as_str()) else {
             continue;
         };
+        // A non-string is left for the schema to refuse.
         let Some(raw) = slot.as_str() else { continue };
         match normalize_path(raw) {
             Ok(clean) => *slot = Value::String(clean),
@@ -90,11 +68,28 @@ fn checked_args(tool: &Tool, args: &Value) -> Result<Value, Vec<Advice>> {
             )),
         }
     }
-    if errors.is_empty() {
-        Ok(normalized)
-    } else {
-        Err(errors)
+    if !errors.is_empty() {
+        return Err(errors);
     }
+    let violations = tool.check_args(&normalized);
+    if violations.is_empty() {
+        return Ok(normalized);
+    }
+    Err(violations
+        .into_iter()
+        .map(|v| {
+            let at = if v.instance_path.is_empty() {
+                "/"
+            } else {
+                &v.instance_path
+            };
+            Advice::new(
+                "invalid_argument",
+                format!("argument `{at}` {}", v.message),
+                "fix the argument to match the tool's inputSchema (GET /v1/tools)",
+            )
+        })
+        .collect())
 }
 
 /// Tool names echoed back are cut short and stripped of control characters.

@@ -43,7 +43,7 @@ pub struct AuthorizeArgs {
 #[serde(deny_unknown_fields)]
 struct FileCall {
     tool: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unique_args")]
     args: Option<Value>,
     #[serde(default)]
     context: Option<FileContext>,
@@ -55,6 +55,10 @@ struct FileContext {
     conv_id: Option<String>,
     trace_id: Option<String>,
     iter: Option<i64>,
+}
+
+fn unique_args<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    crate::tools::strict_json::unique_keys(d).map(Some)
 }
 
 /// Runs the subcommand.

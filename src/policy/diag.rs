@@ -52,6 +52,13 @@ impl Problem {
         }
     }
 
+    /// A non-blocking problem with a file but no position.
+    pub fn warning(file: &Path, message: impl Into<String>, help: Option<String>) -> Self {
+        let mut p = Problem::in_file(file, message, help);
+        p.level = Level::Warning;
+        p
+    }
+
     /// A problem at a 1-based line and column of `text`.
     pub fn at_line(
         file: &Path,

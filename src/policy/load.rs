@@ -113,6 +113,11 @@ fn compile_manifests(files: &[SourceFile], problems: &mut Vec<Problem>) -> BTree
             .unwrap_or_default();
         match compile_manifest(&f.text, &stem) {
             Ok(tool) => {
+                problems.extend(
+                    tool.blind_spots()
+                        .into_iter()
+                        .map(|(msg, help)| Problem::warning(&f.path, msg, Some(help))),
+                );
                 tools.insert(tool.name.clone(), tool);
             }
             Err(e) => problems.push(match (e.line, e.column) {

@@ -8,6 +8,7 @@
 mod args;
 mod manifest;
 mod paths;
+pub mod strict_json;
 
 pub use args::{ArgError, CedarType, RecordAttr};
 pub use manifest::{Classification, Limits, ManifestError, Risk, compile_manifest};
@@ -67,6 +68,37 @@ impl Tool {
                 message: args::describe_violation(&e),
             })
             .collect()
+    }
+
+    /// What policies cannot see about this tool's arguments: properties whose JSON Schema has
+    /// no Cedar type, and undeclared properties when `additionalProperties` is not `false`.
+    /// Each is a (message, help) pair, reported as a load warning.
+    pub fn blind_spots(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        if let Some(props) = self
+            .input_schema
+            .get("properties")
+            .and_then(Value::as_object)
+        {
+            for name in props.keys() {
+                if !self.args_type.iter().any(|a| &a.name == name) {
+                    out.push((
+                        format!("argument `{name}` of `{}` cannot be read by policies", self.name),
+                        "give it a type Cedar can express (string, integer, boolean, array, object)".to_owned(),
+                    ));
+                }
+            }
+        }
+        if self.input_schema.get("additionalProperties") != Some(&Value::Bool(false)) {
+            out.push((
+                format!(
+                    "`{}` accepts undeclared arguments, which policies cannot see",
+                    self.name
+                ),
+                "add `\"additionalProperties\": false` to its inputSchema".to_owned(),
+            ));
+        }
+        out
     }
 
     /// Converts validated `args` into the Cedar `context.args` record.

@@ -16,6 +16,9 @@ pub enum PathError {
     /// NUL bytes never name a real file and truncate C strings.
     #[error("the path contains a NUL byte")]
     Nul,
+    /// A path starting with `-` can be read as an option by the program it is passed to.
+    #[error("the path starts with `-` and could be taken for an option")]
+    OptionLike,
 }
 
 /// Normalizes a path relative to the service root: `\` is a separator, repeated separators and
@@ -24,6 +27,9 @@ pub enum PathError {
 pub fn normalize_path(raw: &str) -> Result<String, PathError> {
     if raw.contains('\0') {
         return Err(PathError::Nul);
+    }
+    if raw.starts_with('-') {
+        return Err(PathError::OptionLike);
     }
     if raw.starts_with('/') || raw.starts_with('\\') || has_drive_prefix(raw) {
         return Err(PathError::Absolute);
@@ -39,6 +45,9 @@ pub fn normalize_path(raw: &str) -> Result<String, PathError> {
             }
             other => parts.push(other),
         }
+    }
+    if parts.first().is_some_and(|p| p.starts_with('-')) {
+        return Err(PathError::OptionLike);
     }
     if parts.is_empty() {
         Ok(".".to_owned())
@@ -90,5 +99,9 @@ mod tests {
         );
         assert_eq!(normalize_path("C:\\Windows"), Err(PathError::Absolute));
         assert_eq!(normalize_path("a\0b"), Err(PathError::Nul));
+        assert_eq!(normalize_path("--output=x"), Err(PathError::OptionLike));
+        assert_eq!(normalize_path("./-rf"), Err(PathError::OptionLike));
+        assert_eq!(normalize_path("a/../--pre=sh"), Err(PathError::OptionLike));
+        assert_eq!(normalize_path("src/-x").as_deref(), Ok("src/-x"));
     }
 }

@@ -130,6 +130,9 @@ async fn a_valid_hs256_jwt_names_the_principal_and_its_roles() {
     assert_eq!(got["decision"], "deny", "{got}");
     let (_, got) = decide(&app, &hs(&claims("ci-bot", &[], 300)), &echo()).await;
     assert_eq!(got["decision"], "deny", "no roles, no permits: {got}");
+    // Roles come only from the token: `dev-agent`'s roles in entities.json are not added.
+    let (_, got) = decide(&app, &hs(&claims("dev-agent", &[], 300)), &echo()).await;
+    assert_eq!(got["decision"], "deny", "{got}");
 }
 
 #[tokio::test]

@@ -184,7 +184,7 @@ fn table() -> Vec<Case> {
         (
             DEV,
             "http_fetch",
-            json!({"url": "https://169.254.169.254/latest"}),
+            json!({"url": "https://metadata.google.internal/v1"}),
             "deny",
             "policy",
             Some("http-fetch-no-internal-hosts"),
@@ -194,8 +194,8 @@ fn table() -> Vec<Case> {
             "http_fetch",
             json!({"url": "https://user@evil.example/"}),
             "deny",
-            "policy",
-            Some("http-fetch-no-internal-hosts"),
+            "validation",
+            None,
         ),
     ]
 }

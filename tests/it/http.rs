@@ -168,7 +168,7 @@ async fn tools_lists_only_what_the_caller_could_call_as_openai_functions() {
 #[tokio::test]
 async fn policies_health_and_readiness() {
     let app = app();
-    let (status, json) = send(&app, "GET", "/v1/policies", Some(DEV), None).await;
+    let (status, json) = send(&app, "GET", "/v1/policies", Some(ALICE), None).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(json["policies"], 16);
     assert_eq!(json["tools"], 10);

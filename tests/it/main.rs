@@ -17,3 +17,4 @@ mod helpers;
 mod http;
 mod openapi;
 mod props;
+mod regressions;
