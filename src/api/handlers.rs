@@ -54,10 +54,11 @@ pub async fn authorize(
     headers: HeaderMap,
     body: Result<Json<RawCall>, JsonRejection>,
 ) -> Result<Json<DecisionBody>, ApiError> {
-    let snap: Arc<Snapshot> = state.snapshot.load_full();
+    let snap: Arc<Snapshot> = state.policy.current();
     let who = principal(&state, &headers, &snap)?;
     let call = body?.0.into_call()?;
     let verdict = authz::decide(&snap, &who, &call);
+    state.decisions.count(verdict.decision);
     let decision_id = new_decision_id();
     tracing::info!(
         decision_id,
@@ -88,7 +89,7 @@ pub async fn tools(
     headers: HeaderMap,
     query: Result<Query<ToolsQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let snap = state.snapshot.load_full();
+    let snap = state.policy.current();
     let who = principal(&state, &headers, &snap)?;
     let Query(query) = query?;
     let visible = authz::visible_tools(&snap, &who);
@@ -166,18 +167,16 @@ pub async fn policies(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    let snap = state.snapshot.load_full();
+    let snap = state.policy.current();
     let who = principal(&state, &headers, &snap)?;
     if who.kind != crate::authz::PrincipalKind::Human {
         return Err(ApiError::Forbidden(
             "policy status is for operators, not agents",
         ));
     }
-    let last_reload_error = state.last_error.lock().ok().and_then(|g| {
-        g.as_ref().map(|e| ReloadError {
-            message: e.to_string(),
-            problems: e.problems.clone(),
-        })
+    let last_reload_error = state.policy.last_error().map(|e| ReloadError {
+        message: e.to_string(),
+        problems: e.problems.clone(),
     });
     let body = PoliciesBody {
         revision: snap.revision.clone(),
@@ -199,17 +198,23 @@ pub async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// `GET /readyz`: a valid policy set is loaded.
+/// `GET /readyz`: a valid policy set is in force. A refused reload leaves the last good set
+/// serving, so the sidecar stays ready and says it is `degraded`, with the failing file and
+/// line (no policy text: this route needs no credential).
 pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
-    let snap = state.snapshot.load();
-    let last_error = state
-        .last_error
-        .lock()
-        .map(|g| g.as_ref().map(ToString::to_string))
-        .unwrap_or(None);
+    let snap = state.policy.current();
+    let failing = state
+        .policy
+        .last_error()
+        .and_then(|e| e.first().map(Problem::location));
     (
         StatusCode::OK,
-        Json(json!({"ready": true, "revision": snap.revision, "last_reload_error": last_error})),
+        Json(json!({
+            "ready": true,
+            "revision": snap.revision,
+            "degraded": failing.is_some(),
+            "last_reload_error_at": failing,
+        })),
     )
 }
 

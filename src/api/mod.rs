@@ -5,18 +5,19 @@
 mod body;
 mod error;
 mod handlers;
+mod metrics;
 
 pub use error::ApiError;
+pub use metrics::DecisionStats;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use arc_swap::ArcSwap;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 
 use crate::auth::Authenticator;
-use crate::policy::{LoadError, Snapshot};
+use crate::policy::{PolicyStore, Snapshot};
 
 /// Every route, as documented in `docs/openapi.json` (a test keeps the two in step).
 pub const ROUTES: &[(&str, &str)] = &[
@@ -25,28 +26,42 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/policies"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),
+    ("GET", "/metrics"),
 ];
 
 /// Shared state: cheap to clone, every field an `Arc`.
 #[derive(Clone)]
 pub struct AppState {
-    /// The live policy snapshot; each request loads it once.
-    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    /// The live policy set; each request loads one snapshot from it, once.
+    pub policy: Arc<PolicyStore>,
     /// Credential verification.
     pub auth: Arc<Authenticator>,
-    /// The most recent failed load, while the last good snapshot stays in force.
-    pub last_error: Arc<Mutex<Option<LoadError>>>,
+    /// Decision counters for `/metrics`.
+    pub decisions: Arc<DecisionStats>,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
 }
 
 impl AppState {
-    /// State serving `snapshot`.
+    /// State serving a fixed `snapshot` (no reloading).
     pub fn new(snapshot: Snapshot, auth: Authenticator, max_body_bytes: usize) -> Self {
+        AppState::with_store(
+            Arc::new(PolicyStore::new(snapshot, None)),
+            auth,
+            max_body_bytes,
+        )
+    }
+
+    /// State serving a reloadable store.
+    pub fn with_store(
+        policy: Arc<PolicyStore>,
+        auth: Authenticator,
+        max_body_bytes: usize,
+    ) -> Self {
         AppState {
-            snapshot: Arc::new(ArcSwap::from_pointee(snapshot)),
+            policy,
             auth: Arc::new(auth),
-            last_error: Arc::new(Mutex::new(None)),
+            decisions: Arc::new(DecisionStats::default()),
             max_body_bytes,
         }
     }
@@ -61,6 +76,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/policies", get(handlers::policies))
         .route("/healthz", get(handlers::healthz))
         .route("/readyz", get(handlers::readyz))
+        .route("/metrics", get(metrics::render))
         .fallback(handlers::not_found)
         .method_not_allowed_fallback(handlers::method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))

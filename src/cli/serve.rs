@@ -5,10 +5,12 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 
+use std::sync::Arc;
+
 use super::{Common, render, report_load_error};
 use crate::api::{AppState, router};
 use crate::auth::Authenticator;
-use crate::policy::load;
+use crate::policy::{PolicyStore, PolicyWatcher, load};
 
 /// Runs the subcommand.
 pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
@@ -43,8 +45,12 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
         tools = snap.tools.len(),
         "policy set loaded"
     );
-    let state = AppState::new(snap, auth, cfg.max_body_bytes);
+    let store = Arc::new(PolicyStore::new(snap, Some(cfg.sources.clone())));
+    let state = AppState::with_store(store.clone(), auth, cfg.max_body_bytes);
+    // Cedar denies (fail closed) when under 100 KiB of stack remain; long `||` chains in a
+    // policy recurse deeply, so runtime threads get 8 MiB instead of the default 2 MiB.
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .thread_stack_size(8 * 1024 * 1024)
         .enable_all()
         .build()?;
     runtime.block_on(async move {
@@ -52,12 +58,33 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
             .await
             .with_context(|| format!("cannot listen on {}", cfg.listen))?;
         tracing::info!(addr = %cfg.listen, "toolgate listening");
+        let watcher = Arc::new(PolicyWatcher::spawn(store, cfg.reload));
+        reload_on_sighup(watcher.clone());
         axum::serve(listener, router(state))
             .with_graceful_shutdown(shutdown())
             .await?;
+        drop(watcher);
         tracing::info!("toolgate stopped");
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// SIGHUP forces a reload, even of unchanged content.
+fn reload_on_sighup(watcher: Arc<PolicyWatcher>) {
+    #[cfg(unix)]
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            tracing::warn!("cannot listen for SIGHUP; reload by editing the files instead");
+            return;
+        };
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading policies");
+            watcher.force_reload();
+        }
+    });
+    #[cfg(not(unix))]
+    drop(watcher);
 }
 
 async fn shutdown() {

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::policy::Sources;
+use std::time::Duration;
+
+use crate::policy::{Sources, WatchOptions};
 
 /// Default listen address: loopback only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8181";
@@ -56,6 +58,16 @@ struct RawConfig {
     max_body_bytes: Option<usize>,
     #[serde(default)]
     auth: RawAuth,
+    #[serde(default)]
+    reload: RawReload,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReload {
+    watch: Option<bool>,
+    poll_ms: Option<u64>,
+    debounce_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -108,6 +120,8 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// How callers authenticate.
     pub auth: AuthConfig,
+    /// How policy changes are noticed.
+    pub reload: WatchOptions,
 }
 
 /// How callers authenticate. At least one method is needed to serve.
@@ -171,6 +185,7 @@ impl Config {
             sources: default_sources(Path::new(".")),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             auth: AuthConfig::default(),
+            reload: WatchOptions::default(),
         })
     }
 
@@ -239,6 +254,30 @@ impl Config {
                 "set `hs256_secret_file`, `rsa_public_key_files`, `ed25519_public_key_files` or `jwks_file`",
             ));
         }
+        let defaults = WatchOptions::default();
+        let debounce_ms = raw.reload.debounce_ms.unwrap_or(150);
+        if !(10..=10_000).contains(&debounce_ms) {
+            return Err(invalid(
+                format!("`reload.debounce_ms` = {debounce_ms} is out of range"),
+                "use a value from 10 to 10000",
+            ));
+        }
+        let poll = match raw.reload.poll_ms {
+            Some(0) => None,
+            Some(ms) if ms < 100 => {
+                return Err(invalid(
+                    format!("`reload.poll_ms` = {ms} is too small"),
+                    "use 0 to disable polling, or at least 100",
+                ));
+            }
+            Some(ms) => Some(Duration::from_millis(ms)),
+            None => defaults.poll,
+        };
+        let reload = WatchOptions {
+            events: raw.reload.watch.unwrap_or(defaults.events),
+            debounce: Duration::from_millis(debounce_ms),
+            poll,
+        };
         let mut sources = default_sources(base);
         if let Some(p) = raw.policies_dir {
             sources.policies_dir = base.join(p);
@@ -255,6 +294,7 @@ impl Config {
                 dev_principal: raw.auth.dev_principal,
                 jwt,
             },
+            reload,
         })
     }
 }

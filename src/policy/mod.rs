@@ -10,11 +10,15 @@ mod inputs;
 mod load;
 pub mod schema_gen;
 mod slice;
+mod store;
+mod watch;
 
 pub use diag::{Level, LoadError, Problem};
 pub use inputs::{ENTITIES_FILE, Inputs, SourceFile, read_inputs, read_stable};
 pub use load::{Loaded, Sources, build, load, load_tools};
 pub use slice::Slices;
+pub use store::{PolicyStore, ReloadOutcome, ReloadStats};
+pub use watch::{PolicyWatcher, WatchOptions};
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;

@@ -18,3 +18,5 @@ mod http;
 mod openapi;
 mod props;
 mod regressions;
+mod reload;
+mod server;

@@ -1,0 +1,212 @@
+//! Noticing policy changes: file-system events (notify) as hints, debounced, plus a periodic
+//! poll as a fallback, plus forced reloads (SIGHUP). Every trigger leads to the same thing: a
+//! full re-read and hash in [`PolicyStore::reload`], off the request path.
+//!
+//! Watched: the policies and schemas directories (recursively), their resolved targets when
+//! they are symlinks, and their parent directories, so a renamed-over file, a Kubernetes
+//! ConfigMap `..data` swap, a retargeted symlink and a deleted-and-recreated directory are all
+//! seen. Watches are re-established after every reload attempt, since targets move.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use notify::{RecursiveMode, Watcher as _};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::load::Sources;
+use super::store::PolicyStore;
+
+/// How changes are noticed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatchOptions {
+    /// Use file-system events (otherwise only the poll and forced reloads).
+    pub events: bool,
+    /// Quiet time after the last event before reloading.
+    pub debounce: Duration,
+    /// Re-read interval regardless of events; `None` disables polling.
+    pub poll: Option<Duration>,
+}
+
+impl Default for WatchOptions {
+    fn default() -> Self {
+        WatchOptions {
+            events: true,
+            debounce: Duration::from_millis(150),
+            poll: Some(Duration::from_secs(2)),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trigger {
+    Event,
+    Force,
+}
+
+/// A running watcher; dropping it stops watching.
+#[derive(Debug)]
+pub struct PolicyWatcher {
+    trigger: mpsc::Sender<Trigger>,
+    task: JoinHandle<()>,
+}
+
+impl PolicyWatcher {
+    /// Starts watching `store`'s sources. Must be called inside a tokio runtime.
+    pub fn spawn(store: Arc<PolicyStore>, opts: WatchOptions) -> Self {
+        let (tx, rx) = mpsc::channel(64);
+        let events_tx = tx.clone();
+        let task = tokio::spawn(run(store, opts, events_tx, rx));
+        PolicyWatcher { trigger: tx, task }
+    }
+
+    /// Requests a reload that parses even unchanged content (SIGHUP).
+    pub fn force_reload(&self) {
+        let _ = self.trigger.try_send(Trigger::Force);
+    }
+}
+
+impl Drop for PolicyWatcher {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn run(
+    store: Arc<PolicyStore>,
+    opts: WatchOptions,
+    tx: mpsc::Sender<Trigger>,
+    mut rx: mpsc::Receiver<Trigger>,
+) {
+    let Some(sources) = store.sources().cloned() else {
+        return;
+    };
+    let mut fs_watch = opts.events.then(|| FsWatch::new(tx)).flatten();
+    if let Some(w) = fs_watch.as_mut() {
+        w.refresh(&sources);
+    }
+    let mut poll = opts.poll.map(|p| {
+        let mut i = tokio::time::interval(p);
+        i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        i
+    });
+    loop {
+        let first = tokio::select! {
+            t = rx.recv() => match t { Some(t) => t, None => return },
+            () = tick(poll.as_mut()) => Trigger::Event,
+        };
+        let mut force = first == Trigger::Force;
+        if first == Trigger::Event {
+            // Debounce: wait for a quiet period, but not forever under a constant stream.
+            let deadline = tokio::time::Instant::now() + opts.debounce * 20;
+            loop {
+                match tokio::time::timeout(opts.debounce, rx.recv()).await {
+                    Ok(Some(t)) => force |= t == Trigger::Force,
+                    Ok(None) => return,
+                    Err(_) => break,
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    break;
+                }
+            }
+        }
+        let s = store.clone();
+        let outcome = tokio::task::spawn_blocking(move || s.reload(force)).await;
+        // Targets move (symlink swaps, recreated directories): re-resolve after every attempt.
+        if let Some(w) = fs_watch.as_mut() {
+            w.refresh(&sources);
+        }
+        if outcome.is_err() {
+            tracing::error!("policy reload task panicked; the last good set stays in force");
+        }
+    }
+}
+
+async fn tick(poll: Option<&mut tokio::time::Interval>) {
+    match poll {
+        Some(i) => {
+            i.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// The notify watcher and the paths it currently watches.
+struct FsWatch {
+    watcher: notify::RecommendedWatcher,
+    watched: BTreeSet<(PathBuf, bool)>,
+}
+
+impl FsWatch {
+    fn new(tx: mpsc::Sender<Trigger>) -> Option<Self> {
+        let handler = move |res: notify::Result<notify::Event>| {
+            if res.is_ok() {
+                // A full channel already holds a pending trigger: dropping this one loses nothing.
+                let _ = tx.try_send(Trigger::Event);
+            }
+        };
+        match notify::recommended_watcher(handler) {
+            Ok(watcher) => Some(FsWatch {
+                watcher,
+                watched: BTreeSet::new(),
+            }),
+            Err(e) => {
+                tracing::warn!(error = %e, "file-system events unavailable; relying on polling");
+                None
+            }
+        }
+    }
+
+    /// Watches what the sources resolve to now, and stops watching what they no longer do.
+    fn refresh(&mut self, sources: &Sources) {
+        let wanted = targets(sources);
+        for (path, recursive) in self.watched.difference(&wanted) {
+            let _ = self.watcher.unwatch(path);
+            tracing::debug!(path = %path.display(), recursive, "unwatched");
+        }
+        let mut now = BTreeSet::new();
+        for (path, recursive) in &wanted {
+            let key = (path.clone(), *recursive);
+            if self.watched.contains(&key) {
+                now.insert(key);
+                continue;
+            }
+            let mode = if *recursive {
+                RecursiveMode::Recursive
+            } else {
+                RecursiveMode::NonRecursive
+            };
+            // A missing directory is fine: its parent is watched and the poll re-reads.
+            if self.watcher.watch(path, mode).is_ok() {
+                now.insert(key);
+            }
+        }
+        self.watched = now;
+    }
+}
+
+/// Each source directory (recursive), its resolved target if different, and its parent.
+fn targets(sources: &Sources) -> BTreeSet<(PathBuf, bool)> {
+    let mut out = BTreeSet::new();
+    for dir in [&sources.policies_dir, &sources.schemas_dir] {
+        out.insert((dir.clone(), true));
+        if let Ok(real) = dir.canonicalize() {
+            out.insert((real, true));
+        }
+        let parent = dir
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map_or_else(|| PathBuf::from("."), PathBuf::from);
+        if let Ok(real) = parent.canonicalize() {
+            out.insert((real, false));
+        }
+        out.insert((parent, false));
+        // ConfigMap mounts: files are symlinks through `..data`; watch the directory it points to.
+        if let Ok(data) = dir.join("..data").canonicalize() {
+            out.insert((data, true));
+        }
+    }
+    out
+}
