@@ -20,3 +20,4 @@ mod props;
 mod regressions;
 mod reload;
 mod server;
+mod slicing;

@@ -1,0 +1,152 @@
+//! Slicing never changes a decision: for random policy sets and calls, evaluating only the
+//! action's slice gives Cedar's decision over the whole set, with the same determining
+//! policies and the same erroring policies.
+
+use std::collections::BTreeSet;
+
+use cedar_policy::{
+    Authorizer, Context, EntityUid, PolicySet, Request, Response, RestrictedExpression,
+};
+use proptest::prelude::*;
+
+use toolgate::policy::{Slices, Snapshot};
+
+use crate::helpers::shipped_snapshot;
+
+const ACTIONS: [&str; 11] = [
+    "echo",
+    "read_file",
+    "list_files",
+    "search_code",
+    "git_log",
+    "git_diff",
+    "run_tests",
+    "http_fetch",
+    "write_file",
+    "git_push",
+    "approve",
+];
+const GROUPS: [&str; 3] = ["read", "write", "destructive"];
+const PRINCIPALS: [&str; 6] = [
+    r#"Agent::"dev-agent""#,
+    r#"Agent::"sre-agent""#,
+    r#"Agent::"release-agent""#,
+    r#"Agent::"po-agent""#,
+    r#"Human::"alice""#,
+    r#"Agent::"stranger""#,
+];
+
+fn policy() -> impl Strategy<Value = String> {
+    let effect = prop::sample::select(vec!["permit", "forbid"]);
+    let principal = prop::sample::select(vec![
+        "principal".to_owned(),
+        r#"principal in Role::"developer""#.to_owned(),
+        r#"principal in Role::"sre""#.to_owned(),
+        r#"principal == Agent::"dev-agent""#.to_owned(),
+    ]);
+    let action = prop_oneof![
+        Just("action".to_owned()),
+        prop::sample::select(ACTIONS.to_vec()).prop_map(|a| format!(r#"action == Action::"{a}""#)),
+        prop::sample::select(GROUPS.to_vec()).prop_map(|g| format!(r#"action in Action::"{g}""#)),
+        (
+            prop::sample::select(GROUPS.to_vec()),
+            prop::sample::select(ACTIONS.to_vec())
+        )
+            .prop_map(|(g, a)| format!(r#"action in [Action::"{g}", Action::"{a}"]"#)),
+    ];
+    let condition = prop::sample::select(vec![
+        "true",
+        r#"resource.risk == "high""#,
+        r#"resource.classification == "read""#,
+        "context.approval.granted",
+        r#"context has args && context.args has path && context.args.path like "*.env*""#,
+        r#"resource.risk == "low" && 9223372036854775807 + 1 > 0"#,
+    ]);
+    (effect, principal, action, condition)
+        .prop_map(|(e, p, a, c)| format!("{e} ({p}, {a}, resource) when {{ {c} }};"))
+}
+
+fn uid(s: &str) -> EntityUid {
+    s.parse().unwrap()
+}
+
+fn request(principal: &str, action: &str, tool: &str, path: &str, granted: bool) -> Request {
+    let args = RestrictedExpression::new_record([(
+        "path".to_owned(),
+        RestrictedExpression::new_string(path.to_owned()),
+    )])
+    .unwrap();
+    let approval = RestrictedExpression::new_record([(
+        "granted".to_owned(),
+        RestrictedExpression::new_bool(granted),
+    )])
+    .unwrap();
+    let ctx = Context::from_pairs([("args".to_owned(), args), ("approval".to_owned(), approval)])
+        .unwrap();
+    Request::new(
+        uid(principal),
+        uid(&format!(r#"Action::"{action}""#)),
+        uid(&format!(r#"Tool::"{tool}""#)),
+        ctx,
+        None,
+    )
+    .unwrap()
+}
+
+fn summary(r: &Response) -> (cedar_policy::Decision, BTreeSet<String>, BTreeSet<String>) {
+    let reasons = r.diagnostics().reason().map(ToString::to_string).collect();
+    let errors = r
+        .diagnostics()
+        .errors()
+        .map(|e| {
+            let cedar_policy::AuthorizationError::PolicyEvaluationError(e) = e;
+            e.policy_id().to_string()
+        })
+        .collect();
+    (r.decision(), reasons, errors)
+}
+
+fn snapshot() -> &'static Snapshot {
+    static SNAP: std::sync::OnceLock<Snapshot> = std::sync::OnceLock::new();
+    SNAP.get_or_init(shipped_snapshot)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn slicing_never_changes_a_decision(
+        policies in prop::collection::vec(policy(), 1..16),
+        calls in prop::collection::vec((0..PRINCIPALS.len(), 0..ACTIONS.len(), 0..ACTIONS.len() - 1, any::<bool>(), prop::sample::select(vec!["a/.env", "src/x"])), 1..8),
+    ) {
+        let snap = snapshot();
+        let whole: PolicySet = policies.join("\n").parse().unwrap();
+        let actions: Vec<EntityUid> = ACTIONS.iter().map(|a| uid(&format!(r#"Action::"{a}""#))).collect();
+        let slices = Slices::build(&whole, &snap.entities, actions.iter());
+        let authorizer = Authorizer::new();
+        for (p, a, t, granted, path) in calls {
+            let req = request(PRINCIPALS[p], ACTIONS[a], ACTIONS[t], path, granted);
+            let slice = slices.get(&actions[a]).unwrap();
+            prop_assert!(slice.policies().count() <= whole.policies().count());
+            let full = summary(&authorizer.is_authorized(&req, &whole, &snap.entities));
+            let sliced = summary(&authorizer.is_authorized(&req, slice, &snap.entities));
+            prop_assert_eq!(&full, &sliced, "{} {} {}\n{}", PRINCIPALS[p], ACTIONS[a], ACTIONS[t], policies.join("\n"));
+        }
+    }
+}
+
+#[test]
+fn a_slice_holds_only_the_policies_that_can_apply() {
+    let snap = snapshot();
+    let count = |a: &str| {
+        snap.policies_for(&uid(&format!(r#"Action::"{a}""#)))
+            .policies()
+            .count()
+    };
+    assert_eq!(snap.policy_count(), 16);
+    // read_file: 4 role grants, 2 tier forbids over the groups, the deny list.
+    assert_eq!(count("read_file"), 7);
+    // approve: only the 3 approval policies.
+    assert_eq!(count("approve"), 3);
+    assert!(count("git_push") < snap.policy_count());
+}
