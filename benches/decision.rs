@@ -1,53 +1,46 @@
-//! In-process decision cost over the shipped policies, next to one bare Cedar `is_authorized`
-//! over the same policy set and entities (the floor toolgate's decision is measured against).
+//! In-process decision cost. Run: `cargo bench --bench decision`.
 //!
-//! Run: `cargo bench --bench decision`.
+//! - `decision/*`: a toolgate decision over the shipped policies next to one bare Cedar
+//!   `is_authorized` over the same (whole) policy set with the request prebuilt (the floor).
+//! - `scale/*`: the same decision over 30 policies (3 tools) and 5,000 policies (500 tools);
+//!   per-action slicing keeps them equal.
+//! - `reload/*`: building a snapshot of the 5,000-policy set from disk (what a reload costs,
+//!   off the request path).
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
+#[path = "support/scale.rs"]
+mod scale;
+
+use std::path::{Path, PathBuf};
 
 use cedar_policy::{Context, EntityUid, Request, RestrictedExpression};
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
 
 use toolgate::authz::{Call, Correlation, Principal, PrincipalKind, decide};
-use toolgate::policy::{Sources, load};
+use toolgate::policy::{Snapshot, Sources, load};
 
-fn bench(c: &mut Criterion) {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let sources = Sources {
+fn sources(root: &Path) -> Sources {
+    Sources {
         policies_dir: root.join("policies"),
         schemas_dir: root.join("schemas"),
-    };
-    let snap = load(&sources).unwrap().snapshot;
-    let agent = Principal::new(PrincipalKind::Agent, "dev-agent");
-    let call = Call {
-        tool: "read_file".to_owned(),
-        args: json!({"path": "src/main.rs", "max_bytes": 4096}),
-        correlation: Correlation::default(),
-    };
-    let pending = Call {
-        tool: "write_file".to_owned(),
-        args: json!({"path": "src/lib.rs", "content": "x"}),
-        correlation: Correlation::default(),
-    };
+    }
+}
 
-    let mut g = c.benchmark_group("decision");
-    g.bench_function("toolgate_allow_read_file", |b| {
-        b.iter(|| decide(&snap, &agent, &call))
-    });
-    g.bench_function("toolgate_pending_write_file", |b| {
-        b.iter(|| decide(&snap, &agent, &pending))
-    });
+fn call(tool: &str, args: serde_json::Value) -> Call {
+    Call {
+        tool: tool.to_owned(),
+        args,
+        correlation: Correlation::default(),
+    }
+}
 
-    // The floor: the same question asked of Cedar directly, request prebuilt.
-    let principal: EntityUid = r#"Agent::"dev-agent""#.parse().unwrap();
-    let action: EntityUid = r#"Action::"read_file""#.parse().unwrap();
-    let resource: EntityUid = r#"Tool::"read_file""#.parse().unwrap();
+fn bare_request(tool: &str, path: &str) -> Request {
+    let uid = |s: String| -> EntityUid { s.parse().unwrap() };
     let args = RestrictedExpression::new_record([
         (
             "path".to_owned(),
-            RestrictedExpression::new_string("src/main.rs".to_owned()),
+            RestrictedExpression::new_string(path.to_owned()),
         ),
         ("max_bytes".to_owned(), RestrictedExpression::new_long(4096)),
     ])
@@ -59,15 +52,73 @@ fn bench(c: &mut Criterion) {
     .unwrap();
     let ctx = Context::from_pairs([("args".to_owned(), args), ("approval".to_owned(), approval)])
         .unwrap();
-    let request = Request::new(principal, action, resource, ctx, None).unwrap();
+    Request::new(
+        uid(r#"Agent::"dev-agent""#.to_owned()),
+        uid(format!(r#"Action::"{tool}""#)),
+        uid(format!(r#"Tool::"{tool}""#)),
+        ctx,
+        None,
+    )
+    .unwrap()
+}
+
+fn decisions(c: &mut Criterion) {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let snap = load(&sources(&root)).unwrap().snapshot;
+    let agent = Principal::new(PrincipalKind::Agent, "dev-agent");
+    let allow = call(
+        "read_file",
+        json!({"path": "src/main.rs", "max_bytes": 4096}),
+    );
+    let pending = call("write_file", json!({"path": "src/lib.rs", "content": "x"}));
+    let request = bare_request("read_file", "src/main.rs");
+
+    let mut g = c.benchmark_group("decision");
     g.bench_function("bare_cedar_is_authorized", |b| {
         b.iter(|| {
             snap.authorizer
                 .is_authorized(&request, &snap.policies, &snap.entities)
         })
     });
+    g.bench_function("toolgate_allow_read_file", |b| {
+        b.iter(|| decide(&snap, &agent, &allow))
+    });
+    g.bench_function("toolgate_pending_write_file", |b| {
+        b.iter(|| decide(&snap, &agent, &pending))
+    });
     g.finish();
 }
 
-criterion_group!(benches, bench);
+fn scaled(tools: usize, per_tool: usize) -> (tempfile::TempDir, Snapshot) {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    scale::write_scaled_set(&root, dir.path(), tools, per_tool).unwrap();
+    let snap = load(&sources(dir.path())).unwrap().snapshot;
+    (dir, snap)
+}
+
+fn scale(c: &mut Criterion) {
+    let agent = Principal::new(PrincipalKind::Agent, "dev-agent");
+    let t = call("t0000", json!({"path": "src/a.rs", "n": 5, "tags": ["x"]}));
+    let (_small_dir, small) = scaled(3, 10);
+    let (big_dir, big) = scaled(500, 10);
+    assert_eq!(small.policy_count(), 30);
+    assert_eq!(big.policy_count(), 5000);
+    let mut g = c.benchmark_group("scale");
+    g.bench_function("decision_30_policies", |b| {
+        b.iter(|| decide(&small, &agent, &t))
+    });
+    g.bench_function("decision_5000_policies", |b| {
+        b.iter(|| decide(&big, &agent, &t))
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("reload");
+    g.sample_size(10);
+    let src = sources(big_dir.path());
+    g.bench_function("build_5000_policies", |b| b.iter(|| load(&src).unwrap()));
+    g.finish();
+}
+
+criterion_group!(benches, decisions, scale);
 criterion_main!(benches);

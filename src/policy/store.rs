@@ -8,7 +8,7 @@
 //! [`reload`]: PolicyStore::reload
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -117,8 +117,13 @@ impl PolicyStore {
                 for w in &loaded.warnings {
                     tracing::warn!(problem = %w, "policy warning");
                 }
-                self.live.store(Arc::new(loaded.snapshot));
-                self.clear_failure();
+                {
+                    // Swap and clear under the failure lock: whoever sees the new revision and
+                    // then asks for the last error sees it cleared.
+                    let mut failure = self.failure.lock().unwrap_or_else(PoisonError::into_inner);
+                    self.live.store(Arc::new(loaded.snapshot));
+                    *failure = Failure::default();
+                }
                 self.stats.applied.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(from, to, "policy set reloaded");
                 ReloadOutcome::Applied { from, to }
