@@ -33,8 +33,8 @@ pub fn write_scaled_set(
                 "n": {"type": "integer", "minimum": 0, "maximum": 1000000},
                 "tags": {"type": "array", "items": {"type": "string"}}},
                 "required": ["path"], "additionalProperties": false},
-            "risk": risks[i % 4],
-            "classification": classes[i % 3],
+            "risk": risks.get(i % 4).copied().unwrap_or("low"),
+            "classification": classes.get(i % 3).copied().unwrap_or("read"),
             "path_args": ["path"]
         });
         std::fs::write(manifests.join(format!("{name}.json")), manifest.to_string())?;
