@@ -4,8 +4,8 @@
 //!   `is_authorized` over the same (whole) policy set with the request prebuilt (the floor).
 //! - `scale/*`: the same decision over 30 policies (3 tools) and 5,000 policies (500 tools);
 //!   per-action slicing keeps them equal.
-//! - `reload/*`: building a snapshot of the 5,000-policy set from disk (what a reload costs,
-//!   off the request path).
+//! - `reload/*`: building a snapshot of the 5,000-policy set from disk cold (startup), and a
+//!   reload after one policy file changed (validation of unchanged files is remembered).
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "support/scale.rs"]
@@ -116,7 +116,30 @@ fn scale(c: &mut Criterion) {
     let mut g = c.benchmark_group("reload");
     g.sample_size(10);
     let src = sources(big_dir.path());
-    g.bench_function("build_5000_policies", |b| b.iter(|| load(&src).unwrap()));
+    g.bench_function("build_5000_policies_cold", |b| {
+        b.iter(|| load(&src).unwrap())
+    });
+    // What a reload after an edit costs: one of the ten policy files changed, the others
+    // already validated under the same schema.
+    let store = toolgate::policy::PolicyStore::new(load(&src).unwrap().snapshot, Some(src.clone()));
+    let file = big_dir.path().join("policies/tools-0000.cedar");
+    let original = std::fs::read_to_string(&file).unwrap();
+    let mut flip = false;
+    g.bench_function("reload_5000_policies_one_file_changed", |b| {
+        b.iter(|| {
+            flip = !flip;
+            let text = if flip {
+                format!("{original}\n// edited\n")
+            } else {
+                original.clone()
+            };
+            std::fs::write(&file, text).unwrap();
+            assert!(matches!(
+                store.reload(false),
+                toolgate::policy::ReloadOutcome::Applied { .. }
+            ));
+        })
+    });
     g.finish();
 }
 

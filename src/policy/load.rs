@@ -11,7 +11,6 @@ use std::time::{Duration, SystemTime};
 
 use cedar_policy::{
     Authorizer, Entities, Entity, PolicyId, PolicySet, RestrictedExpression, Schema,
-    ValidationMode, Validator,
 };
 
 use super::Snapshot;
@@ -19,6 +18,7 @@ use super::diag::{Level, LoadError, Problem};
 use super::inputs::{Inputs, SourceFile, read_manifests, read_stable};
 use super::schema_gen;
 use super::slice::Slices;
+use super::validate::{ParsedFile, ValidationCache, validate_files};
 use crate::tools::{Tool, compile_manifest};
 
 /// Where the loader reads from.
@@ -56,9 +56,15 @@ pub fn load_tools(schemas_dir: &Path) -> Result<BTreeMap<String, Tool>, LoadErro
     }
 }
 
-/// Parses and validates inputs already in memory. Pure apart from the clock reading for
-/// `loaded_at`.
+/// Parses and validates inputs already in memory, with nothing remembered from earlier loads.
 pub fn build(inputs: Inputs) -> Result<Loaded, LoadError> {
+    build_with(inputs, &mut ValidationCache::new())
+}
+
+/// Parses and validates inputs already in memory, re-validating only policy files that
+/// `cache` has not seen pass under the same schema. Pure apart from the clock reading for
+/// `loaded_at`.
+pub fn build_with(inputs: Inputs, cache: &mut ValidationCache) -> Result<Loaded, LoadError> {
     let Inputs {
         manifests,
         schema,
@@ -68,10 +74,11 @@ pub fn build(inputs: Inputs) -> Result<Loaded, LoadError> {
         revision,
     } = inputs;
     let tools = compile_manifests(&manifests, &mut problems);
+    let schema_text = schema.as_ref().map(|f| f.text.clone()).unwrap_or_default();
     let schema = schema.and_then(|f| parse_schema(&f, &tools, &mut problems));
-    let (set, sources) = parse_policies(&policies, &mut problems);
+    let (set, sources, files) = parse_policies(&policies, &mut problems);
     if let Some(schema) = &schema {
-        validate_policies(schema, &set, &sources, &mut problems);
+        validate_files(schema, &schema_text, &files, cache, &mut problems);
     }
     let entities = match (&schema, entities) {
         (Some(schema), Some(file)) => parse_entities(&file, schema, &tools, &mut problems),
@@ -162,13 +169,13 @@ fn parse_schema(
 /// Where a policy came from.
 struct PolicySource {
     file: PathBuf,
-    text: Arc<str>,
 }
 
 fn parse_policies(
     files: &[SourceFile],
     problems: &mut Vec<Problem>,
-) -> (PolicySet, HashMap<String, PolicySource>) {
+) -> (PolicySet, HashMap<String, PolicySource>, Vec<ParsedFile>) {
+    let mut parsed_files = Vec::with_capacity(files.len());
     let mut set = PolicySet::new();
     let mut sources: HashMap<String, PolicySource> = HashMap::new();
     for SourceFile { path, text } in files {
@@ -198,6 +205,7 @@ fn parse_policies(
             ));
         }
         let shared: Arc<str> = text.as_str().into();
+        let mut in_file = Vec::new();
         for policy in parsed.policies() {
             // Cedar numbers unnamed policies `policy0`, `policy1`, … in source order.
             let id = policy.annotation("id").map_or_else(
@@ -223,18 +231,19 @@ fn parse_policies(
                 });
                 continue;
             }
-            if let Err(e) = set.add(policy.new_id(PolicyId::new(&id))) {
+            let renamed = policy.new_id(PolicyId::new(&id));
+            if let Err(e) = set.add(renamed.clone()) {
                 problems.push(Problem::in_file(path, e.to_string(), None));
                 continue;
             }
-            sources.insert(
-                id,
-                PolicySource {
-                    file: path.clone(),
-                    text: shared.clone(),
-                },
-            );
+            in_file.push(renamed);
+            sources.insert(id, PolicySource { file: path.clone() });
         }
+        parsed_files.push(ParsedFile {
+            path: path.clone(),
+            text: shared,
+            policies: in_file,
+        });
     }
     if files.is_empty() && problems.is_empty() {
         problems.push(Problem::in_file(
@@ -243,37 +252,7 @@ fn parse_policies(
             Some("add policies, or point `policies_dir` at the right directory".to_owned()),
         ));
     }
-    (set, sources)
-}
-
-fn validate_policies(
-    schema: &Schema,
-    set: &PolicySet,
-    sources: &HashMap<String, PolicySource>,
-    problems: &mut Vec<Problem>,
-) {
-    let result = Validator::new(schema.clone()).validate(set, ValidationMode::Strict);
-    let located = |id: &PolicyId| sources.get(id.to_string().as_str());
-    for e in result.validation_errors() {
-        if let Some(src) = located(e.policy_id()) {
-            problems.extend(Problem::from_diagnostic(
-                &src.file,
-                &src.text,
-                e,
-                Level::Error,
-            ));
-        }
-    }
-    for w in result.validation_warnings() {
-        if let Some(src) = located(w.policy_id()) {
-            problems.extend(Problem::from_diagnostic(
-                &src.file,
-                &src.text,
-                w,
-                Level::Warning,
-            ));
-        }
-    }
+    (set, sources, parsed_files)
 }
 
 fn parse_entities(

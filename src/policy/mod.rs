@@ -11,13 +11,15 @@ mod load;
 pub mod schema_gen;
 mod slice;
 mod store;
+mod validate;
 mod watch;
 
 pub use diag::{Level, LoadError, Problem};
 pub use inputs::{ENTITIES_FILE, Inputs, SourceFile, read_inputs, read_stable};
-pub use load::{Loaded, Sources, build, load, load_tools};
+pub use load::{Loaded, Sources, build, build_with, load, load_tools};
 pub use slice::Slices;
 pub use store::{PolicyStore, ReloadOutcome, ReloadStats};
+pub use validate::ValidationCache;
 pub use watch::{PolicyWatcher, WatchOptions};
 
 use std::collections::BTreeMap;

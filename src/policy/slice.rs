@@ -16,37 +16,51 @@ pub struct Slices {
 
 impl Slices {
     /// Slices `set` for each of `actions` (plus `Action::"approve"`), using the action hierarchy
-    /// in `entities` (which holds the schema's action entities).
+    /// in `entities` (which holds the schema's action entities). One pass over the policies:
+    /// each goes to the actions its scope names, directly or through a group.
     pub fn build<'a>(
         set: &PolicySet,
         entities: &Entities,
         actions: impl IntoIterator<Item = &'a EntityUid>,
     ) -> Self {
-        let mut by_action = HashMap::new();
-        let approve: Option<EntityUid> = r#"Action::"approve""#.parse().ok();
         let mut all: Vec<EntityUid> = actions.into_iter().cloned().collect();
-        all.extend(approve);
-        for action in &all {
-            let mut lineage: HashSet<&EntityUid> = entities
-                .ancestors(action)
-                .map(Iterator::collect)
-                .unwrap_or_default();
-            lineage.insert(action);
-            let mut slice = PolicySet::new();
-            for policy in set.policies() {
-                let applies = match policy.action_constraint() {
-                    ActionConstraint::Any => true,
-                    ActionConstraint::Eq(a) => &a == action,
-                    ActionConstraint::In(list) => list.iter().any(|a| lineage.contains(a)),
-                };
+        all.extend(r#"Action::"approve""#.parse::<EntityUid>().ok());
+        // Each action and group → the actions it covers (itself, or its members).
+        let mut covers: HashMap<EntityUid, Vec<usize>> = HashMap::new();
+        for (i, action) in all.iter().enumerate() {
+            covers.entry(action.clone()).or_default().push(i);
+            for group in entities.ancestors(action).into_iter().flatten() {
+                covers.entry(group.clone()).or_default().push(i);
+            }
+        }
+        let mut slices: Vec<PolicySet> = all.iter().map(|_| PolicySet::new()).collect();
+        for policy in set.policies() {
+            let targets: HashSet<usize> = match policy.action_constraint() {
+                ActionConstraint::Any => (0..all.len()).collect(),
+                ActionConstraint::Eq(a) => covers
+                    .get(&a)
+                    .into_iter()
+                    .flatten()
+                    .copied()
+                    .filter(|&i| all.get(i) == Some(&a))
+                    .collect(),
+                ActionConstraint::In(list) => list
+                    .iter()
+                    .filter_map(|a| covers.get(a))
+                    .flatten()
+                    .copied()
+                    .collect(),
+            };
+            for i in targets {
                 // INVARIANT: ids are unique in `set`, so adding to a fresh set cannot fail.
-                if applies && slice.add(policy.clone()).is_err() {
-                    return Slices::default();
+                if let Some(slice) = slices.get_mut(i) {
+                    let _ = slice.add(policy.clone());
                 }
             }
-            by_action.insert(action.clone(), slice);
         }
-        Slices { by_action }
+        Slices {
+            by_action: all.into_iter().zip(slices).collect(),
+        }
     }
 
     /// The slice for `action`, if one was built.

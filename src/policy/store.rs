@@ -16,7 +16,8 @@ use arc_swap::ArcSwap;
 use super::Snapshot;
 use super::diag::LoadError;
 use super::inputs::read_stable;
-use super::load::{Sources, build};
+use super::load::{Sources, build_with};
+use super::validate::ValidationCache;
 
 /// What a reload did.
 #[derive(Debug, Clone)]
@@ -60,8 +61,9 @@ pub struct PolicyStore {
     live: ArcSwap<Snapshot>,
     sources: Option<Sources>,
     failure: Mutex<Failure>,
-    /// Serializes reloads (watcher, poll, SIGHUP); never taken on the request path.
-    reloading: Mutex<()>,
+    /// Serializes reloads (watcher, poll, SIGHUP) and holds what earlier reloads validated;
+    /// never taken on the request path.
+    reloading: Mutex<ValidationCache>,
     /// Counters.
     pub stats: ReloadStats,
 }
@@ -73,7 +75,7 @@ impl PolicyStore {
             live: ArcSwap::from_pointee(snapshot),
             sources,
             failure: Mutex::new(Failure::default()),
-            reloading: Mutex::new(()),
+            reloading: Mutex::new(ValidationCache::new()),
             stats: ReloadStats::default(),
         }
     }
@@ -99,7 +101,10 @@ impl PolicyStore {
         let Some(sources) = &self.sources else {
             return ReloadOutcome::NoSources;
         };
-        let _serial = self.reloading.lock();
+        let mut cache = self
+            .reloading
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let inputs = read_stable(sources, 5, Duration::from_millis(20));
         let from = self.live.load().revision.clone();
         if !force && inputs.problems.is_empty() && inputs.revision == from {
@@ -111,7 +116,7 @@ impl PolicyStore {
             return ReloadOutcome::Failed(e);
         }
         let revision = inputs.revision.clone();
-        match build(inputs) {
+        match build_with(inputs, &mut cache) {
             Ok(loaded) => {
                 let to = loaded.snapshot.revision.clone();
                 for w in &loaded.warnings {
