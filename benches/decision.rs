@@ -50,8 +50,29 @@ fn bare_request(tool: &str, path: &str) -> Request {
         RestrictedExpression::new_bool(false),
     )])
     .unwrap();
-    let ctx = Context::from_pairs([("args".to_owned(), args), ("approval".to_owned(), approval)])
-        .unwrap();
+    // The same context toolgate builds: arguments, path facts, approval.
+    let segments = RestrictedExpression::new_set(
+        path.split('/')
+            .map(|s| RestrictedExpression::new_string(s.to_owned())),
+    );
+    let name = path.rsplit('/').next().unwrap_or(path).to_owned();
+    let ext = name
+        .rsplit_once('.')
+        .map(|(_, e)| e.to_owned())
+        .unwrap_or_default();
+    let facts = RestrictedExpression::new_record([
+        ("segments".to_owned(), segments),
+        ("name".to_owned(), RestrictedExpression::new_string(name)),
+        ("ext".to_owned(), RestrictedExpression::new_string(ext)),
+    ])
+    .unwrap();
+    let paths = RestrictedExpression::new_record([("path".to_owned(), facts)]).unwrap();
+    let ctx = Context::from_pairs([
+        ("args".to_owned(), args),
+        ("paths".to_owned(), paths),
+        ("approval".to_owned(), approval),
+    ])
+    .unwrap();
     Request::new(
         uid(r#"Agent::"dev-agent""#.to_owned()),
         uid(format!(r#"Action::"{tool}""#)),

@@ -34,6 +34,24 @@ pub(super) fn evaluate(
             );
         }
     };
+    let paths_expr = match tool.paths_to_cedar(args) {
+        Ok(expr) => expr,
+        Err(e) => {
+            return Verdict::deny(
+                Stage::Validation,
+                Some(tool),
+                Advice::new(
+                    "invalid_argument",
+                    e.to_string(),
+                    "send a path relative to the service root",
+                ),
+            );
+        }
+    };
+    let args_expr = CallArgs {
+        args: args_expr,
+        paths: paths_expr,
+    };
     let entities = match request_entities(snap, principal, tool, &tool.action_uid) {
         Ok(e) => e,
         Err(advice) => return Verdict::deny(Stage::Auth, Some(tool), advice),
@@ -327,18 +345,23 @@ fn quoted_list(ids: &[String]) -> String {
         .join(", ")
 }
 
-fn call_context(
-    args: &RestrictedExpression,
-    granted: bool,
-    ids: &Correlation,
-) -> Result<Context, String> {
+/// The call's arguments and path facts, converted once and shared by both evaluations.
+struct CallArgs {
+    args: RestrictedExpression,
+    paths: Option<RestrictedExpression>,
+}
+
+fn call_context(call: &CallArgs, granted: bool, ids: &Correlation) -> Result<Context, String> {
     let approval = RestrictedExpression::new_record([(
         "granted".to_owned(),
         RestrictedExpression::new_bool(granted),
     )])
     .map_err(|e| e.to_string())?;
-    let mut pairs = Vec::with_capacity(5);
-    pairs.push(("args".to_owned(), args.clone()));
+    let mut pairs = Vec::with_capacity(6);
+    pairs.push(("args".to_owned(), call.args.clone()));
+    if let Some(paths) = &call.paths {
+        pairs.push(("paths".to_owned(), paths.clone()));
+    }
     pairs.push(("approval".to_owned(), approval));
     if let Some(c) = &ids.conv_id {
         pairs.push((

@@ -18,7 +18,7 @@ use super::diag::{Level, LoadError, Problem};
 use super::inputs::{Inputs, SourceFile, read_manifests, read_stable};
 use super::schema_gen;
 use super::slice::Slices;
-use super::validate::{ParsedFile, ValidationCache, validate_files};
+use super::validate::{LoadCache, ParsedFile, file_key, validate_files};
 use crate::tools::{Tool, compile_manifest};
 
 /// Where the loader reads from.
@@ -58,13 +58,13 @@ pub fn load_tools(schemas_dir: &Path) -> Result<BTreeMap<String, Tool>, LoadErro
 
 /// Parses and validates inputs already in memory, with nothing remembered from earlier loads.
 pub fn build(inputs: Inputs) -> Result<Loaded, LoadError> {
-    build_with(inputs, &mut ValidationCache::new())
+    build_with(inputs, &mut LoadCache::new())
 }
 
 /// Parses and validates inputs already in memory, re-validating only policy files that
 /// `cache` has not seen pass under the same schema. Pure apart from the clock reading for
 /// `loaded_at`.
-pub fn build_with(inputs: Inputs, cache: &mut ValidationCache) -> Result<Loaded, LoadError> {
+pub fn build_with(inputs: Inputs, cache: &mut LoadCache) -> Result<Loaded, LoadError> {
     let Inputs {
         manifests,
         schema,
@@ -75,8 +75,8 @@ pub fn build_with(inputs: Inputs, cache: &mut ValidationCache) -> Result<Loaded,
     } = inputs;
     let tools = compile_manifests(&manifests, &mut problems);
     let schema_text = schema.as_ref().map(|f| f.text.clone()).unwrap_or_default();
-    let schema = schema.and_then(|f| parse_schema(&f, &tools, &mut problems));
-    let (set, sources, files) = parse_policies(&policies, &mut problems);
+    let schema = schema.and_then(|f| parse_schema(&f, &tools, cache, &mut problems));
+    let (set, sources, files) = parse_policies(&policies, cache, &mut problems);
     if let Some(schema) = &schema {
         validate_files(schema, &schema_text, &files, cache, &mut problems);
     }
@@ -139,10 +139,24 @@ fn compile_manifests(files: &[SourceFile], problems: &mut Vec<Problem>) -> BTree
 fn parse_schema(
     file: &SourceFile,
     tools: &BTreeMap<String, Tool>,
+    cache: &mut LoadCache,
     problems: &mut Vec<Problem>,
 ) -> Option<Schema> {
-    let schema = match Schema::from_cedarschema_str(&file.text) {
-        Ok((schema, _warnings)) => schema,
+    let key = file_key(&file.path, &file.text);
+    let cached = cache
+        .schema
+        .as_ref()
+        .filter(|(k, _)| *k == key)
+        .map(|(_, s)| s.clone());
+    let parsed = match cached {
+        Some(schema) => Ok(schema),
+        None => Schema::from_cedarschema_str(&file.text).map(|(s, _)| s),
+    };
+    let schema = match parsed {
+        Ok(schema) => {
+            cache.schema = Some((key, schema.clone()));
+            schema
+        }
         Err(e) => {
             problems.extend(Problem::from_diagnostic(
                 &file.path,
@@ -173,9 +187,11 @@ struct PolicySource {
 
 fn parse_policies(
     files: &[SourceFile],
+    cache: &mut LoadCache,
     problems: &mut Vec<Problem>,
 ) -> (PolicySet, HashMap<String, PolicySource>, Vec<ParsedFile>) {
     let mut parsed_files = Vec::with_capacity(files.len());
+    let mut next_parsed = HashMap::with_capacity(files.len());
     let mut set = PolicySet::new();
     let mut sources: HashMap<String, PolicySource> = HashMap::new();
     for SourceFile { path, text } in files {
@@ -190,34 +206,19 @@ fn parse_policies(
             ));
             continue;
         }
-        let parsed: PolicySet = match text.parse() {
-            Ok(p) => p,
-            Err(e) => {
-                problems.extend(Problem::from_diagnostic(path, text, &e, Level::Error));
-                continue;
-            }
+        let key = file_key(path, text);
+        let renamed = match cache.parsed.get(&key).cloned() {
+            Some(policies) => policies,
+            None => match parse_file(path, text, problems) {
+                Some(policies) => Arc::new(policies),
+                None => continue,
+            },
         };
-        if parsed.templates().next().is_some() {
-            problems.push(Problem::in_file(
-                path,
-                "policy templates are not supported",
-                Some("write concrete policies; toolgate links no templates".to_owned()),
-            ));
-        }
+        next_parsed.insert(key, renamed.clone());
         let shared: Arc<str> = text.as_str().into();
         let mut in_file = Vec::new();
-        for policy in parsed.policies() {
-            // Cedar numbers unnamed policies `policy0`, `policy1`, … in source order.
-            let id = policy.annotation("id").map_or_else(
-                || {
-                    format!(
-                        "{}#{}",
-                        file_name(path),
-                        policy.id().to_string().trim_start_matches("policy")
-                    )
-                },
-                str::to_owned,
-            );
+        for policy in renamed.iter() {
+            let id = policy.id().to_string();
             if let Some(prev) = sources.get(&id) {
                 let message = format!(
                     "duplicate policy id `{id}` (also in {})",
@@ -231,12 +232,11 @@ fn parse_policies(
                 });
                 continue;
             }
-            let renamed = policy.new_id(PolicyId::new(&id));
-            if let Err(e) = set.add(renamed.clone()) {
+            if let Err(e) = set.add(policy.clone()) {
                 problems.push(Problem::in_file(path, e.to_string(), None));
                 continue;
             }
-            in_file.push(renamed);
+            in_file.push(policy.clone());
             sources.insert(id, PolicySource { file: path.clone() });
         }
         parsed_files.push(ParsedFile {
@@ -252,7 +252,54 @@ fn parse_policies(
             Some("add policies, or point `policies_dir` at the right directory".to_owned()),
         ));
     }
+    cache.parsed = next_parsed;
     (set, sources, parsed_files)
+}
+
+/// Parses one file and renames its policies to their final ids: the `@id` annotation, or
+/// `file.cedar#N` (Cedar numbers unnamed policies `policy0`, `policy1`, … in source order).
+fn parse_file(
+    path: &Path,
+    text: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<Vec<cedar_policy::Policy>> {
+    let parsed: PolicySet = match text.parse() {
+        Ok(p) => p,
+        Err(e) => {
+            problems.extend(Problem::from_diagnostic(path, text, &e, Level::Error));
+            return None;
+        }
+    };
+    if parsed.templates().next().is_some() {
+        problems.push(Problem::in_file(
+            path,
+            "policy templates are not supported",
+            Some("write concrete policies; toolgate links no templates".to_owned()),
+        ));
+        return None;
+    }
+    let mut out: Vec<cedar_policy::Policy> = parsed
+        .policies()
+        .map(|policy| {
+            let id = policy.annotation("id").map_or_else(
+                || {
+                    format!(
+                        "{}#{}",
+                        file_name(path),
+                        policy.id().to_string().trim_start_matches("policy")
+                    )
+                },
+                str::to_owned,
+            );
+            policy.new_id(PolicyId::new(id))
+        })
+        .collect();
+    // Source order, so a duplicate is reported at its later occurrence.
+    out.sort_by_key(|p| {
+        text.find(&format!("@id(\"{}\")", p.id()))
+            .unwrap_or(usize::MAX)
+    });
+    Some(out)
 }
 
 fn parse_entities(

@@ -19,7 +19,7 @@ pub use inputs::{ENTITIES_FILE, Inputs, SourceFile, read_inputs, read_stable};
 pub use load::{Loaded, Sources, build, build_with, load, load_tools};
 pub use slice::Slices;
 pub use store::{PolicyStore, ReloadOutcome, ReloadStats};
-pub use validate::ValidationCache;
+pub use validate::LoadCache;
 pub use watch::{PolicyWatcher, WatchOptions};
 
 use std::collections::BTreeMap;

@@ -33,6 +33,14 @@ type Approval = {
   granted: Bool,
 };
 
+// Facts about a normalized path argument, in `context.paths.<argument>`:
+// `a/b/c.txt` has segments {\"a\", \"b\", \"c.txt\"}, name \"c.txt\", ext \"txt\".
+type PathFacts = {
+  segments: Set<String>,
+  name: String,
+  ext: String,
+};
+
 // Action groups: every tool action is in the group of its classification.
 action \"read\", \"write\", \"destructive\";
 
@@ -65,6 +73,19 @@ pub fn generate<'a>(tools: impl IntoIterator<Item = &'a Tool>) -> String {
             quote(group.as_str()),
         );
         write_record(&mut out, &tool.args_type, 2);
+        if !tool.path_args.is_empty() {
+            out.push_str(",\n    paths: {\n");
+            for name in &tool.path_args {
+                let required = tool.args_type.iter().any(|a| &a.name == name && a.required);
+                let _ = writeln!(
+                    out,
+                    "      {}{}: PathFacts,",
+                    attr_name(name),
+                    if required { "" } else { "?" }
+                );
+            }
+            out.push_str("    }");
+        }
         out.push_str(
             ",\n    approval: Approval,\n    conv_id?: String,\n    trace_id?: String,\n    iter?: Long,\n  },\n};\n",
         );

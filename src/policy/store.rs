@@ -17,7 +17,7 @@ use super::Snapshot;
 use super::diag::LoadError;
 use super::inputs::read_stable;
 use super::load::{Sources, build_with};
-use super::validate::ValidationCache;
+use super::validate::LoadCache;
 
 /// What a reload did.
 #[derive(Debug, Clone)]
@@ -63,9 +63,20 @@ pub struct PolicyStore {
     failure: Mutex<Failure>,
     /// Serializes reloads (watcher, poll, SIGHUP) and holds what earlier reloads validated;
     /// never taken on the request path.
-    reloading: Mutex<ValidationCache>,
+    reloading: Mutex<LoadCache>,
     /// Counters.
     pub stats: ReloadStats,
+}
+
+/// Drops a replaced snapshot on this (reload) thread. Requests in flight hold it for
+/// microseconds; whoever drops the last reference frees every policy, which for a large set
+/// takes milliseconds that must not land on a request.
+fn release_here(old: Arc<Snapshot>) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while Arc::strong_count(&old) > 1 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(old);
 }
 
 impl PolicyStore {
@@ -75,7 +86,7 @@ impl PolicyStore {
             live: ArcSwap::from_pointee(snapshot),
             sources,
             failure: Mutex::new(Failure::default()),
-            reloading: Mutex::new(ValidationCache::new()),
+            reloading: Mutex::new(LoadCache::new()),
             stats: ReloadStats::default(),
         }
     }
@@ -122,13 +133,15 @@ impl PolicyStore {
                 for w in &loaded.warnings {
                     tracing::warn!(problem = %w, "policy warning");
                 }
-                {
+                let old = {
                     // Swap and clear under the failure lock: whoever sees the new revision and
                     // then asks for the last error sees it cleared.
                     let mut failure = self.failure.lock().unwrap_or_else(PoisonError::into_inner);
-                    self.live.store(Arc::new(loaded.snapshot));
+                    let old = self.live.swap(Arc::new(loaded.snapshot));
                     *failure = Failure::default();
-                }
+                    old
+                };
+                release_here(old);
                 self.stats.applied.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(from, to, "policy set reloaded");
                 ReloadOutcome::Applied { from, to }

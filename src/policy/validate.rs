@@ -1,9 +1,12 @@
-//! Validation of policies against the Cedar schema, one file at a time, remembered by content.
+//! What a reload can reuse from the previous load, by content hash: parsed policy files, the
+//! parsed schema, and which (schema, file) pairs validated. And validation itself, one file at a
+//! time.
 //!
 //! Cedar validates each policy on its own, so validating file by file reports exactly what
 //! validating the whole set would. Cedar's strict validator costs about half a millisecond per
 //! policy with hundreds of actions in the schema; remembering which (schema, file) pairs passed
-//! lets a reload re-validate only the files that changed.
+//! lets a reload re-validate only the files that changed. Each cache keeps only the entries of
+//! the latest load, so memory stays bounded by one policy set.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -22,27 +25,36 @@ pub(super) struct ParsedFile {
     pub policies: Vec<Policy>,
 }
 
-/// (schema, file) content hashes that validated without errors, with their warnings.
+/// What the previous load parsed and validated, by content hash.
 #[derive(Debug, Default)]
-pub struct ValidationCache {
+pub struct LoadCache {
+    /// (schema, file) hashes that validated without errors, with their warnings.
     passed: HashMap<[u8; 32], Vec<Problem>>,
+    /// File hash → its policies, renamed to their final ids.
+    pub(super) parsed: HashMap<[u8; 32], Arc<Vec<Policy>>>,
+    /// The last parsed schema and the hash of its text.
+    pub(super) schema: Option<([u8; 32], Schema)>,
 }
 
-impl ValidationCache {
+impl LoadCache {
     /// An empty cache (a cold load).
     pub fn new() -> Self {
-        ValidationCache::default()
+        LoadCache::default()
     }
 
-    /// Number of remembered files.
-    pub fn len(&self) -> usize {
+    /// Number of files whose validation is remembered.
+    pub fn validated_files(&self) -> usize {
         self.passed.len()
     }
+}
 
-    /// Whether nothing is remembered.
-    pub fn is_empty(&self) -> bool {
-        self.passed.is_empty()
-    }
+/// Hash of a file's path and contents.
+pub(super) fn file_key(path: &std::path::Path, text: &str) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(path.as_os_str().as_encoded_bytes());
+    h.update([0]);
+    h.update(text.as_bytes());
+    h.finalize().into()
 }
 
 /// Validates every file (strict mode), reusing `cache` for files seen before under the same
@@ -52,7 +64,7 @@ pub(super) fn validate_files(
     schema: &Schema,
     schema_text: &str,
     files: &[ParsedFile],
-    cache: &mut ValidationCache,
+    cache: &mut LoadCache,
     problems: &mut Vec<Problem>,
 ) {
     let schema_hash = Sha256::digest(schema_text.as_bytes());
@@ -62,9 +74,7 @@ pub(super) fn validate_files(
         let key: [u8; 32] = {
             let mut h = Sha256::new();
             h.update(schema_hash);
-            h.update(file.path.as_os_str().as_encoded_bytes());
-            h.update([0]);
-            h.update(file.text.as_bytes());
+            h.update(file_key(&file.path, &file.text));
             h.finalize().into()
         };
         if let Some(warnings) = cache.passed.remove(&key) {

@@ -12,7 +12,7 @@ pub mod strict_json;
 
 pub use args::{ArgError, CedarType, RecordAttr};
 pub use manifest::{Classification, Limits, ManifestError, Risk, compile_manifest};
-pub use paths::{PathError, normalize_path};
+pub use paths::{PathError, PathFacts, normalize_path, path_facts};
 
 use cedar_policy::{EntityUid, RestrictedExpression};
 use serde_json::Value;
@@ -99,6 +99,34 @@ impl Tool {
             ));
         }
         out
+    }
+
+    /// The `context.paths` record: facts about each path argument present in the (normalized)
+    /// `args`, or `None` for a tool without path arguments.
+    pub fn paths_to_cedar(&self, args: &Value) -> Result<Option<RestrictedExpression>, ArgError> {
+        if self.path_args.is_empty() {
+            return Ok(None);
+        }
+        let mut fields = Vec::with_capacity(self.path_args.len());
+        for name in &self.path_args {
+            let Some(path) = args.get(name).and_then(Value::as_str) else {
+                continue;
+            };
+            let f = path_facts(path);
+            let segments = RestrictedExpression::new_set(
+                f.segments.into_iter().map(RestrictedExpression::new_string),
+            );
+            let facts = RestrictedExpression::new_record([
+                ("segments".to_owned(), segments),
+                ("name".to_owned(), RestrictedExpression::new_string(f.name)),
+                ("ext".to_owned(), RestrictedExpression::new_string(f.ext)),
+            ])
+            .map_err(|_| ArgError::Cedar(format!("/{name}")))?;
+            fields.push((name.clone(), facts));
+        }
+        RestrictedExpression::new_record(fields)
+            .map(Some)
+            .map_err(|_| ArgError::Cedar("/".to_owned()))
     }
 
     /// Converts validated `args` into the Cedar `context.args` record.

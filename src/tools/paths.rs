@@ -56,6 +56,38 @@ pub fn normalize_path(raw: &str) -> Result<String, PathError> {
     }
 }
 
+/// What policies see about a normalized path: its segments, its last segment and that
+/// segment's extension. Lets a deny list match whole names (`.git`, `secrets`) with set
+/// operations instead of many `like` patterns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathFacts {
+    /// Every segment (`a/b/c.txt` → `a`, `b`, `c.txt`); empty for the root.
+    pub segments: Vec<String>,
+    /// The last segment (`.` for the root).
+    pub name: String,
+    /// Text after the last `.` of `name`, unless that `.` starts it (`.env` has none).
+    pub ext: String,
+}
+
+/// Facts about a path already returned by [`normalize_path`].
+pub fn path_facts(normalized: &str) -> PathFacts {
+    let segments: Vec<String> = normalized
+        .split('/')
+        .filter(|s| !s.is_empty() && *s != ".")
+        .map(str::to_owned)
+        .collect();
+    let name = segments.last().cloned().unwrap_or_else(|| ".".to_owned());
+    let ext = match name.rfind('.') {
+        Some(i) if i > 0 => name.get(i + 1..).unwrap_or_default().to_owned(),
+        _ => String::new(),
+    };
+    PathFacts {
+        segments,
+        name,
+        ext,
+    }
+}
+
 /// `C:` or `c:\`-style prefixes are absolute on Windows hosts and in many tools' eyes.
 fn has_drive_prefix(raw: &str) -> bool {
     let mut chars = raw.chars();
@@ -82,6 +114,18 @@ mod tests {
         for (raw, want) in cases {
             assert_eq!(normalize_path(raw).as_deref(), Ok(want), "{raw}");
         }
+    }
+
+    #[test]
+    fn facts_name_the_segments_the_name_and_the_extension() {
+        let f = path_facts("src/keys/server.pem");
+        assert_eq!(f.segments, ["src", "keys", "server.pem"]);
+        assert_eq!((f.name.as_str(), f.ext.as_str()), ("server.pem", "pem"));
+        assert_eq!(path_facts(".env").ext, "");
+        assert_eq!(path_facts("a.tar.gz").ext, "gz");
+        let root = path_facts(".");
+        assert!(root.segments.is_empty());
+        assert_eq!(root.name, ".");
     }
 
     #[test]
