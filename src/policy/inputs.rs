@@ -101,6 +101,51 @@ pub fn read_stable(sources: &Sources, attempts: usize, pause: Duration) -> Input
     last
 }
 
+/// A cheap summary of the inputs' metadata (path, size, modification time and inode of every
+/// input file, symlinks followed): equal fingerprints mean a poll can skip reading contents.
+pub fn fingerprint(sources: &Sources) -> [u8; 32] {
+    let mut h = Sha256::new();
+    let dirs = [
+        (sources.schemas_dir.join("tools"), "json"),
+        (sources.policies_dir.clone(), "cedar"),
+    ];
+    let singles = [
+        sources.schemas_dir.join(SCHEMA_FILE),
+        sources.policies_dir.join(ENTITIES_FILE),
+    ];
+    let mut paths: Vec<PathBuf> = singles.to_vec();
+    for (dir, ext) in &dirs {
+        match fs::read_dir(dir) {
+            Ok(entries) => paths.extend(
+                entries
+                    .filter_map(Result::ok)
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|e| e == *ext)),
+            ),
+            Err(e) => h.update(e.to_string().as_bytes()),
+        }
+    }
+    paths.sort();
+    for p in paths {
+        h.update(p.as_os_str().as_encoded_bytes());
+        match fs::metadata(&p) {
+            Ok(m) => {
+                h.update(m.len().to_le_bytes());
+                if let Ok(t) = m.modified().and_then(|t| {
+                    t.duration_since(std::time::UNIX_EPOCH)
+                        .map_err(std::io::Error::other)
+                }) {
+                    h.update(t.as_nanos().to_le_bytes());
+                }
+                #[cfg(unix)]
+                h.update(std::os::unix::fs::MetadataExt::ino(&m).to_le_bytes());
+            }
+            Err(_) => h.update([0xff]),
+        }
+    }
+    h.finalize().into()
+}
+
 /// Reads only the manifests (for `toolgate schema`).
 pub fn read_manifests(schemas_dir: &Path) -> (Vec<SourceFile>, Vec<Problem>) {
     let mut problems = Vec::new();

@@ -15,7 +15,7 @@ mod validate;
 mod watch;
 
 pub use diag::{Level, LoadError, Problem};
-pub use inputs::{ENTITIES_FILE, Inputs, SourceFile, read_inputs, read_stable};
+pub use inputs::{ENTITIES_FILE, Inputs, SourceFile, fingerprint, read_inputs, read_stable};
 pub use load::{Loaded, Sources, build, build_with, load, load_tools};
 pub use slice::Slices;
 pub use store::{PolicyStore, ReloadOutcome, ReloadStats};

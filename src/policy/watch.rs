@@ -16,6 +16,7 @@ use notify::{RecursiveMode, Watcher as _};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::inputs::fingerprint;
 use super::load::Sources;
 use super::store::PolicyStore;
 
@@ -43,8 +44,12 @@ impl Default for WatchOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Trigger {
     Event,
+    Poll,
     Force,
 }
+
+/// Contents are re-read at least this often even when metadata looks unchanged.
+const FULL_READ_EVERY: Duration = Duration::from_secs(30);
 
 /// A running watcher; dropping it stops watching.
 #[derive(Debug)]
@@ -92,11 +97,24 @@ async fn run(
         i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         i
     });
+    // Polls compare a metadata fingerprint first and read contents only when it changed, or
+    // when the last full read is older than FULL_READ_EVERY (same-size, same-mtime rewrites).
+    let mut last_fp: Option<[u8; 32]> = None;
+    let mut last_full = tokio::time::Instant::now();
     loop {
         let first = tokio::select! {
             t = rx.recv() => match t { Some(t) => t, None => return },
-            () = tick(poll.as_mut()) => Trigger::Event,
+            () = tick(poll.as_mut()) => {
+                let src = sources.clone();
+                let fp = tokio::task::spawn_blocking(move || fingerprint(&src)).await.ok();
+                let stale = last_full.elapsed() >= FULL_READ_EVERY;
+                if fp.is_some() && fp == last_fp && !stale {
+                    continue;
+                }
+                Trigger::Poll
+            }
         };
+
         let mut force = first == Trigger::Force;
         if first == Trigger::Event {
             // Debounce: wait for a quiet period, but not forever under a constant stream.
@@ -112,8 +130,18 @@ async fn run(
                 }
             }
         }
-        let s = store.clone();
-        let outcome = tokio::task::spawn_blocking(move || s.reload(force)).await;
+        // Fingerprint before reading: a change after this point shows up at the next poll.
+        let (s, src) = (store.clone(), sources.clone());
+        let outcome = tokio::task::spawn_blocking(move || {
+            let fp = fingerprint(&src);
+            (fp, s.reload(force))
+        })
+        .await
+        .map(|(fp, outcome)| {
+            last_fp = Some(fp);
+            outcome
+        });
+        last_full = tokio::time::Instant::now();
         // Targets move (symlink swaps, recreated directories): re-resolve after every attempt.
         if let Some(w) = fs_watch.as_mut() {
             w.refresh(&sources);

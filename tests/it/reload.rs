@@ -452,3 +452,23 @@ async fn unchanged_content_is_not_parsed_again() {
     assert_eq!(live.store.stats.applied.load(Ordering::Relaxed), before);
     assert!(live.store.stats.unchanged.load(Ordering::Relaxed) >= 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_polling_only_looks_at_metadata() {
+    let set = TempSet::new();
+    let live = start(
+        set.sources(),
+        WatchOptions {
+            events: false,
+            debounce: Duration::from_millis(10),
+            poll: Some(Duration::from_millis(20)),
+        },
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    // About 30 polls; only the first (no fingerprint yet) reads the files.
+    let reads = live.store.stats.unchanged.load(Ordering::Relaxed)
+        + live.store.stats.applied.load(Ordering::Relaxed);
+    assert!(reads <= 1, "{reads} content reads while nothing changed");
+    set.append("policies/tiers.cedar", NO_ECHO);
+    live.wait_for(&live.on_disk()).await;
+}
