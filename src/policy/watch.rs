@@ -60,10 +60,16 @@ pub struct PolicyWatcher {
 
 impl PolicyWatcher {
     /// Starts watching `store`'s sources. Must be called inside a tokio runtime.
+    /// Watches are in place when this returns, and one re-check follows at once, so a change
+    /// made between loading the snapshot and starting the watcher is not missed.
     pub fn spawn(store: Arc<PolicyStore>, opts: WatchOptions) -> Self {
         let (tx, rx) = mpsc::channel(64);
-        let events_tx = tx.clone();
-        let task = tokio::spawn(run(store, opts, events_tx, rx));
+        let mut fs_watch = opts.events.then(|| FsWatch::new(tx.clone())).flatten();
+        if let (Some(w), Some(sources)) = (fs_watch.as_mut(), store.sources()) {
+            w.refresh(sources);
+        }
+        let _ = tx.try_send(Trigger::Event);
+        let task = tokio::spawn(run(store, opts, fs_watch, rx));
         PolicyWatcher { trigger: tx, task }
     }
 
@@ -82,16 +88,12 @@ impl Drop for PolicyWatcher {
 async fn run(
     store: Arc<PolicyStore>,
     opts: WatchOptions,
-    tx: mpsc::Sender<Trigger>,
+    mut fs_watch: Option<FsWatch>,
     mut rx: mpsc::Receiver<Trigger>,
 ) {
     let Some(sources) = store.sources().cloned() else {
         return;
     };
-    let mut fs_watch = opts.events.then(|| FsWatch::new(tx)).flatten();
-    if let Some(w) = fs_watch.as_mut() {
-        w.refresh(&sources);
-    }
     let mut poll = opts.poll.map(|p| {
         let mut i = tokio::time::interval(p);
         i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -170,7 +172,9 @@ struct FsWatch {
 impl FsWatch {
     fn new(tx: mpsc::Sender<Trigger>) -> Option<Self> {
         let handler = move |res: notify::Result<notify::Event>| {
-            if res.is_ok() {
+            // Reading the files (our own reload) produces open and close-without-write events;
+            // reacting to them would reload forever.
+            if res.is_ok_and(|e| changes_content(&e.kind)) {
                 // A full channel already holds a pending trigger: dropping this one loses nothing.
                 let _ = tx.try_send(Trigger::Event);
             }
@@ -212,6 +216,17 @@ impl FsWatch {
             }
         }
         self.watched = now;
+    }
+}
+
+/// Whether an event can mean changed content: anything but reads (open, read, close after
+/// reading).
+fn changes_content(kind: &notify::EventKind) -> bool {
+    use notify::event::{AccessKind, AccessMode, EventKind};
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        _ => true,
     }
 }
 

@@ -472,3 +472,26 @@ async fn idle_polling_only_looks_at_metadata() {
     set.append("policies/tiers.cedar", NO_ECHO);
     live.wait_for(&live.on_disk()).await;
 }
+
+/// Regression: reading the policy files produced open/close events that triggered the next
+/// reload, forever (40 reloads in 10 s on an idle server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_the_files_does_not_trigger_another_reload() {
+    let set = TempSet::new();
+    let live = start(set.sources(), events_only());
+    // One real change, so the watcher reads the files at least once.
+    set.append("policies/tiers.cedar", NO_ECHO);
+    live.wait_for(&live.on_disk()).await;
+    settle().await;
+    let reads = || {
+        live.store.stats.unchanged.load(Ordering::Relaxed)
+            + live.store.stats.applied.load(Ordering::Relaxed)
+    };
+    let before = reads();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        reads(),
+        before,
+        "the watcher kept reloading an unchanged set"
+    );
+}
