@@ -82,6 +82,19 @@ fn start(set: &TempSet) -> Server {
     server
 }
 
+fn metrics(port: u16) -> String {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    let _ = write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    );
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
 fn revision(port: u16) -> String {
     request(port, "GET", "/readyz", None, None).unwrap()["revision"]
         .as_str()
@@ -93,6 +106,15 @@ fn revision(port: u16) -> String {
 fn sighup_forces_a_reload_and_deep_policies_evaluate_on_server_threads() {
     let set = TempSet::new();
     let server = start(&set);
+    // The watcher re-checks once at startup; wait for it, so only SIGHUP can reload from here.
+    let start = Instant::now();
+    while !metrics(server.port).contains("toolgate_policy_reloads_total{result=\"unchanged\"} 1") {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no startup re-check"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let before = revision(server.port);
 
     let terms: Vec<String> = (0..80)
