@@ -66,7 +66,7 @@ impl PolicyWatcher {
         let (tx, rx) = mpsc::channel(64);
         let mut fs_watch = opts.events.then(|| FsWatch::new(tx.clone())).flatten();
         if let (Some(w), Some(sources)) = (fs_watch.as_mut(), store.sources()) {
-            w.refresh(sources);
+            let _ = w.refresh(sources);
         }
         let _ = tx.try_send(Trigger::Event);
         let task = tokio::spawn(run(store, opts, fs_watch, rx));
@@ -103,17 +103,24 @@ async fn run(
     // when the last full read is older than FULL_READ_EVERY (same-size, same-mtime rewrites).
     let mut last_fp: Option<[u8; 32]> = None;
     let mut last_full = tokio::time::Instant::now();
+    // Set when new watches were added: whatever changed between the last read and the new
+    // watch existing must be read once more.
+    let mut recheck = false;
     loop {
-        let first = tokio::select! {
-            t = rx.recv() => match t { Some(t) => t, None => return },
-            () = tick(poll.as_mut()) => {
-                let src = sources.clone();
-                let fp = tokio::task::spawn_blocking(move || fingerprint(&src)).await.ok();
-                let stale = last_full.elapsed() >= FULL_READ_EVERY;
-                if fp.is_some() && fp == last_fp && !stale {
-                    continue;
+        let first = if std::mem::take(&mut recheck) {
+            Trigger::Event
+        } else {
+            tokio::select! {
+                t = rx.recv() => match t { Some(t) => t, None => return },
+                () = tick(poll.as_mut()) => {
+                    let src = sources.clone();
+                    let fp = tokio::task::spawn_blocking(move || fingerprint(&src)).await.ok();
+                    let stale = last_full.elapsed() >= FULL_READ_EVERY;
+                    if fp.is_some() && fp == last_fp && !stale {
+                        continue;
+                    }
+                    Trigger::Poll
                 }
-                Trigger::Poll
             }
         };
 
@@ -146,7 +153,7 @@ async fn run(
         last_full = tokio::time::Instant::now();
         // Targets move (symlink swaps, recreated directories): re-resolve after every attempt.
         if let Some(w) = fs_watch.as_mut() {
-            w.refresh(&sources);
+            recheck = w.refresh(&sources);
         }
         if outcome.is_err() {
             tracing::error!("policy reload task panicked; the last good set stays in force");
@@ -192,7 +199,9 @@ impl FsWatch {
     }
 
     /// Watches what the sources resolve to now, and stops watching what they no longer do.
-    fn refresh(&mut self, sources: &Sources) {
+    /// Returns whether a new watch was added.
+    fn refresh(&mut self, sources: &Sources) -> bool {
+        let before = self.watched.clone();
         let wanted = targets(sources);
         for (path, recursive) in self.watched.difference(&wanted) {
             let _ = self.watcher.unwatch(path);
@@ -215,7 +224,9 @@ impl FsWatch {
                 now.insert(key);
             }
         }
+        let added = now.difference(&before).next().is_some();
         self.watched = now;
+        added
     }
 }
 
