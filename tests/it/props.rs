@@ -58,7 +58,15 @@ fn call(tool: &str, args: Value) -> Call {
     }
 }
 
-fn with_forbid(tool: &str) -> Snapshot {
+/// The shipped set plus a forbid-all policy for `tool`, built once per tool.
+fn with_forbid(tool: &str) -> &'static Snapshot {
+    static SNAPS: std::sync::OnceLock<Vec<Snapshot>> = std::sync::OnceLock::new();
+    let snaps = SNAPS.get_or_init(|| TOOLS.iter().map(|t| build_with_forbid(t)).collect());
+    let i = TOOLS.iter().position(|t| *t == tool).unwrap();
+    &snaps[i]
+}
+
+fn build_with_forbid(tool: &str) -> Snapshot {
     let set = TempSet::new();
     set.write(
         "policies/zz-forbid.cedar",
@@ -75,7 +83,7 @@ proptest! {
         let tool = TOOLS[tool_i];
         let snap = with_forbid(tool);
         let agent = Principal::new(PrincipalKind::Agent, AGENTS[agent_i]);
-        let v = decide(&snap, &agent, &call(tool, valid_args(tool, &path, n, flag)));
+        let v = decide(snap, &agent, &call(tool, valid_args(tool, &path, n, flag)));
         prop_assert_eq!(v.decision, Outcome::Deny, "{:?}", v);
         // And the same call with everything else unchanged is never allowed via approval either.
         prop_assert!(v.decision != Outcome::PendingApproval);
@@ -107,7 +115,7 @@ proptest! {
         let shuffled = format!("{{\"args\":{{{}}},\"tool\":{}}}", pairs.join(","), json!(tool));
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
         let (a, b) = rt.block_on(async {
-            let app = app();
+            let app = shared_app();
             let (_, a) = send(&app, "POST", "/v1/authorize", Some(DEV), Some(&forward)).await;
             let (_, b) = send(&app, "POST", "/v1/authorize", Some(DEV), Some(&shuffled)).await;
             (a, b)
@@ -116,6 +124,11 @@ proptest! {
             prop_assert_eq!(&a[key], &b[key], "{} vs {}", forward, shuffled);
         }
     }
+}
+
+fn shared_app() -> axum::Router {
+    static APP: std::sync::OnceLock<axum::Router> = std::sync::OnceLock::new();
+    APP.get_or_init(app).clone()
 }
 
 fn shipped() -> &'static Snapshot {
