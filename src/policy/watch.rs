@@ -103,6 +103,13 @@ async fn run(
     // when the last full read is older than FULL_READ_EVERY (same-size, same-mtime rewrites).
     let mut last_fp: Option<[u8; 32]> = None;
     let mut last_full = tokio::time::Instant::now();
+    let reloader = match reload_thread(store.clone(), sources.clone()) {
+        Ok(tx) => tx,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the policy reload thread; reloads are off");
+            return;
+        }
+    };
     // Set when new watches were added: whatever changed between the last read and the new
     // watch existing must be read once more.
     let mut recheck = false;
@@ -139,17 +146,12 @@ async fn run(
                 }
             }
         }
-        // Fingerprint before reading: a change after this point shows up at the next poll.
-        let (s, src) = (store.clone(), sources.clone());
-        let outcome = tokio::task::spawn_blocking(move || {
-            let fp = fingerprint(&src);
-            (fp, s.reload(force))
-        })
-        .await
-        .map(|(fp, outcome)| {
-            last_fp = Some(fp);
-            outcome
-        });
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        if reloader.send((force, done_tx)).is_err() {
+            tracing::error!("the policy reload thread is gone; the last good set stays in force");
+            return;
+        }
+        let outcome = done_rx.await.map(|fp| last_fp = Some(fp));
         last_full = tokio::time::Instant::now();
         // Targets move (symlink swaps, recreated directories): re-resolve after every attempt.
         if let Some(w) = fs_watch.as_mut() {
@@ -158,6 +160,41 @@ async fn run(
         if outcome.is_err() {
             tracing::error!("policy reload task panicked; the last good set stays in force");
         }
+    }
+}
+
+/// A reload request: parse even unchanged content, and where to send the fingerprint taken
+/// before reading.
+type ReloadRequest = (bool, tokio::sync::oneshot::Sender<[u8; 32]>);
+
+/// Reloads run on one dedicated thread at the lowest scheduling priority: building a large
+/// policy set takes a core for hundreds of milliseconds, and requests must win that core.
+/// 8 MiB of stack, since Cedar's validator also refuses to recurse near the end of the stack.
+fn reload_thread(
+    store: Arc<PolicyStore>,
+    sources: Sources,
+) -> std::io::Result<std::sync::mpsc::Sender<ReloadRequest>> {
+    let (tx, rx) = std::sync::mpsc::channel::<ReloadRequest>();
+    std::thread::Builder::new()
+        .name("toolgate-reload".to_owned())
+        .stack_size(8 * 1024 * 1024)
+        .spawn(move || {
+            lower_priority();
+            while let Ok((force, done)) = rx.recv() {
+                // Fingerprint before reading: a change after this point shows up at the next poll.
+                let fp = fingerprint(&sources);
+                let _ = store.reload(force);
+                let _ = done.send(fp);
+            }
+        })?;
+    Ok(tx)
+}
+
+/// Best effort: nice 19 for this thread only (on Linux, `setpriority` on a thread id).
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19) {
+        tracing::debug!(error = %e, "could not lower the reload thread's priority");
     }
 }
 
