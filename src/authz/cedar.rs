@@ -20,8 +20,14 @@ pub(super) fn evaluate(
     args: &Value,
     ids: &Correlation,
 ) -> Verdict {
-    let args_expr = match tool.args_to_cedar(args) {
-        Ok(expr) => expr,
+    let converted = tool.args_to_cedar(args).and_then(|a| {
+        Ok(CallArgs {
+            args: a,
+            paths: tool.paths_to_cedar(args)?,
+        })
+    });
+    let args_expr = match converted {
+        Ok(call) => call,
         Err(e) => {
             return Verdict::deny(
                 Stage::Validation,
@@ -29,28 +35,10 @@ pub(super) fn evaluate(
                 Advice::new(
                     "invalid_argument",
                     e.to_string(),
-                    "send a value within the declared type's range",
+                    "send values within the declared types' ranges",
                 ),
             );
         }
-    };
-    let paths_expr = match tool.paths_to_cedar(args) {
-        Ok(expr) => expr,
-        Err(e) => {
-            return Verdict::deny(
-                Stage::Validation,
-                Some(tool),
-                Advice::new(
-                    "invalid_argument",
-                    e.to_string(),
-                    "send a path relative to the service root",
-                ),
-            );
-        }
-    };
-    let args_expr = CallArgs {
-        args: args_expr,
-        paths: paths_expr,
     };
     let entities = match request_entities(snap, principal, tool, &tool.action_uid) {
         Ok(e) => e,
