@@ -20,6 +20,20 @@ pub const RELEASE: &str = "demo-release-token";
 pub const PO: &str = "demo-po-token";
 pub const ALICE: &str = "demo-alice-token";
 
+/// Every shipped tool, in manifest order.
+pub const SHIPPED_TOOLS: [&str; 10] = [
+    "echo",
+    "read_file",
+    "list_files",
+    "search_code",
+    "git_log",
+    "git_diff",
+    "run_tests",
+    "http_fetch",
+    "write_file",
+    "git_push",
+];
+
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }

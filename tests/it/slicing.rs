@@ -11,21 +11,12 @@ use proptest::prelude::*;
 
 use toolgate::policy::{Slices, Snapshot};
 
-use crate::helpers::shipped_snapshot;
+use crate::helpers::{SHIPPED_TOOLS, shipped_snapshot};
 
-const ACTIONS: [&str; 11] = [
-    "echo",
-    "read_file",
-    "list_files",
-    "search_code",
-    "git_log",
-    "git_diff",
-    "run_tests",
-    "http_fetch",
-    "write_file",
-    "git_push",
-    "approve",
-];
+/// The shipped tools' actions, and `approve`.
+fn actions() -> Vec<&'static str> {
+    SHIPPED_TOOLS.iter().copied().chain(["approve"]).collect()
+}
 const GROUPS: [&str; 3] = ["read", "write", "destructive"];
 const PRINCIPALS: [&str; 6] = [
     r#"Agent::"dev-agent""#,
@@ -46,11 +37,11 @@ fn policy() -> impl Strategy<Value = String> {
     ]);
     let action = prop_oneof![
         Just("action".to_owned()),
-        prop::sample::select(ACTIONS.to_vec()).prop_map(|a| format!(r#"action == Action::"{a}""#)),
+        prop::sample::select(actions()).prop_map(|a| format!(r#"action == Action::"{a}""#)),
         prop::sample::select(GROUPS.to_vec()).prop_map(|g| format!(r#"action in Action::"{g}""#)),
         (
             prop::sample::select(GROUPS.to_vec()),
-            prop::sample::select(ACTIONS.to_vec())
+            prop::sample::select(actions())
         )
             .prop_map(|(g, a)| format!(r#"action in [Action::"{g}", Action::"{a}"]"#)),
     ];
@@ -117,20 +108,21 @@ proptest! {
     #[test]
     fn slicing_never_changes_a_decision(
         policies in prop::collection::vec(policy(), 1..16),
-        calls in prop::collection::vec((0..PRINCIPALS.len(), 0..ACTIONS.len(), 0..ACTIONS.len() - 1, any::<bool>(), prop::sample::select(vec!["a/.env", "src/x"])), 1..8),
+        calls in prop::collection::vec((0..PRINCIPALS.len(), 0..actions().len(), 0..SHIPPED_TOOLS.len(), any::<bool>(), prop::sample::select(vec!["a/.env", "src/x"])), 1..8),
     ) {
         let snap = snapshot();
         let whole: PolicySet = policies.join("\n").parse().unwrap();
-        let actions: Vec<EntityUid> = ACTIONS.iter().map(|a| uid(&format!(r#"Action::"{a}""#))).collect();
+        let action_names = actions();
+        let actions: Vec<EntityUid> = action_names.iter().map(|a| uid(&format!(r#"Action::"{a}""#))).collect();
         let slices = Slices::build(&whole, &snap.entities, actions.iter());
         let authorizer = Authorizer::new();
         for (p, a, t, granted, path) in calls {
-            let req = request(PRINCIPALS[p], ACTIONS[a], ACTIONS[t], path, granted);
+            let req = request(PRINCIPALS[p], action_names[a], SHIPPED_TOOLS[t], path, granted);
             let slice = slices.get(&actions[a]).unwrap();
             prop_assert!(slice.policies().count() <= whole.policies().count());
             let full = summary(&authorizer.is_authorized(&req, &whole, &snap.entities));
             let sliced = summary(&authorizer.is_authorized(&req, slice, &snap.entities));
-            prop_assert_eq!(&full, &sliced, "{} {} {}\n{}", PRINCIPALS[p], ACTIONS[a], ACTIONS[t], policies.join("\n"));
+            prop_assert_eq!(&full, &sliced, "{} {} {}\n{}", PRINCIPALS[p], action_names[a], SHIPPED_TOOLS[t], policies.join("\n"));
         }
     }
 }
