@@ -115,17 +115,11 @@ pub fn fingerprint(sources: &Sources) -> [u8; 32] {
     ];
     let mut paths: Vec<PathBuf> = singles.to_vec();
     for (dir, ext) in &dirs {
-        match fs::read_dir(dir) {
-            Ok(entries) => paths.extend(
-                entries
-                    .filter_map(Result::ok)
-                    .map(|e| e.path())
-                    .filter(|p| p.extension().is_some_and(|e| e == *ext)),
-            ),
+        match list(dir, ext) {
+            Ok(found) => paths.extend(found),
             Err(e) => h.update(e.to_string().as_bytes()),
         }
     }
-    paths.sort();
     for p in paths {
         h.update(p.as_os_str().as_encoded_bytes());
         match fs::metadata(&p) {
@@ -159,6 +153,19 @@ pub fn read_manifests(schemas_dir: &Path) -> (Vec<SourceFile>, Vec<Problem>) {
     (files, problems)
 }
 
+/// The input files in `dir`: extension `ext`, regular files after following symlinks
+/// (ConfigMap files are symlinks into `..data/`), sorted. The one listing that reads and
+/// fingerprints share, so a poll and a read always agree on what the inputs are.
+fn list(dir: &Path, ext: &str) -> std::io::Result<Vec<PathBuf>> {
+    let mut paths: Vec<PathBuf> = fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == ext) && p.is_file())
+        .collect();
+    paths.sort();
+    Ok(paths)
+}
+
 fn read_all(
     dir: &Path,
     ext: &str,
@@ -166,8 +173,8 @@ fn read_all(
     hasher: &mut Sha256,
     problems: &mut Vec<Problem>,
 ) -> Vec<SourceFile> {
-    let entries = match fs::read_dir(dir) {
-        Ok(entries) => entries,
+    let paths = match list(dir, ext) {
+        Ok(paths) => paths,
         Err(e) => {
             problems.push(Problem::in_file(
                 dir,
@@ -177,13 +184,6 @@ fn read_all(
             return Vec::new();
         }
     };
-    // `is_file` follows symlinks: ConfigMap files are symlinks into `..data/`.
-    let mut paths: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == ext) && p.is_file())
-        .collect();
-    paths.sort();
     paths
         .into_iter()
         .filter_map(|p| read_one(&p, role, hasher, problems))
