@@ -142,7 +142,7 @@ fn scale(c: &mut Criterion) {
     });
     // What a reload after an edit costs: one of the ten policy files changed, the others
     // already validated under the same schema.
-    let store = toolgate::policy::PolicyStore::new(load(&src).unwrap().snapshot, Some(src.clone()));
+    let store = toolgate::policy::PolicyStore::open(src.clone()).unwrap().0;
     let file = big_dir.path().join("policies/tools-0000.cedar");
     let original = std::fs::read_to_string(&file).unwrap();
     let mut flip = false;

@@ -10,23 +10,23 @@ use std::sync::Arc;
 use super::{Common, render, report_load_error};
 use crate::api::{AppState, router};
 use crate::auth::Authenticator;
-use crate::policy::{PolicyStore, PolicyWatcher, load};
+use crate::policy::{PolicyStore, PolicyWatcher};
 
 /// Runs the subcommand.
 pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
     let cfg = common.config()?;
-    let loaded = match load(&cfg.sources) {
-        Ok(l) => l,
+    let (store, warnings) = match PolicyStore::open(cfg.sources.clone()) {
+        Ok(opened) => opened,
         Err(e) => {
             report_load_error(&e);
             return Ok(ExitCode::from(1));
         }
     };
-    for w in &loaded.warnings {
+    for w in &warnings {
         tracing::warn!(problem = %w, "policy warning");
     }
     let auth = Authenticator::from_config(&cfg.auth).map_err(|e| anyhow::anyhow!(render(&e)))?;
-    let snap = loaded.snapshot;
+    let snap = store.current();
     for p in auth.token_principals() {
         if snap.entities.get(&p.uid).is_none() {
             anyhow::bail!(
@@ -45,7 +45,8 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
         tools = snap.tools.len(),
         "policy set loaded"
     );
-    let store = Arc::new(PolicyStore::new(snap, Some(cfg.sources.clone())));
+    drop(snap);
+    let store = Arc::new(store);
     let state = AppState::with_store(store.clone(), auth, cfg.max_body_bytes);
     // Cedar denies (fail closed) when under 100 KiB of stack remain; long `||` chains in a
     // policy recurse deeply, so runtime threads get 8 MiB instead of the default 2 MiB.

@@ -14,7 +14,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 
 use super::Snapshot;
-use super::diag::LoadError;
+use super::diag::{LoadError, Problem};
 use super::inputs::read_stable;
 use super::load::{Sources, build_with};
 use super::validate::LoadCache;
@@ -89,6 +89,25 @@ impl PolicyStore {
             reloading: Mutex::new(LoadCache::new()),
             stats: ReloadStats::default(),
         }
+    }
+
+    /// Loads `sources` and serves the result, keeping what the load parsed and validated, so
+    /// the first reload after an edit re-validates only the files that changed. Returns the
+    /// load's warnings alongside.
+    pub fn open(sources: Sources) -> Result<(Self, Vec<Problem>), LoadError> {
+        let mut cache = LoadCache::new();
+        let loaded = build_with(
+            read_stable(&sources, 5, Duration::from_millis(20)),
+            &mut cache,
+        )?;
+        let store = PolicyStore {
+            live: ArcSwap::from_pointee(loaded.snapshot),
+            sources: Some(sources),
+            failure: Mutex::new(Failure::default()),
+            reloading: Mutex::new(cache),
+            stats: ReloadStats::default(),
+        };
+        Ok((store, loaded.warnings))
     }
 
     /// The live snapshot. Load it once per request.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use toolgate::api::{AppState, router};
-use toolgate::policy::{PolicyStore, PolicyWatcher, Sources, WatchOptions, load, read_inputs};
+use toolgate::policy::{PolicyStore, PolicyWatcher, Sources, WatchOptions, read_inputs};
 
 use crate::helpers::*;
 
@@ -33,8 +33,7 @@ fn events_only() -> WatchOptions {
 }
 
 fn start(sources: Sources, opts: WatchOptions) -> Live {
-    let snap = load(&sources).unwrap().snapshot;
-    let store = Arc::new(PolicyStore::new(snap, Some(sources.clone())));
+    let store = Arc::new(PolicyStore::open(sources.clone()).unwrap().0);
     let app = router(AppState::with_store(store.clone(), demo_auth(), 64 * 1024));
     let watcher = PolicyWatcher::spawn(store.clone(), opts);
     Live {
