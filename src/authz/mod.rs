@@ -11,6 +11,8 @@ mod types;
 
 pub use types::{Advice, Call, Correlation, Outcome, Principal, PrincipalKind, Stage, Verdict};
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
 use crate::policy::Snapshot;
@@ -50,11 +52,15 @@ pub fn decide(snap: &Snapshot, principal: &Principal, call: &Call) -> Verdict {
 /// Normalizes path arguments, then validates the result against the JSON Schema, so a
 /// schema `pattern` judges the same path Cedar and the tool see (`docs/../x` is `x`). Returns
 /// the arguments Cedar sees, or every problem found.
-fn checked_args(tool: &Tool, args: &Value) -> Result<Value, Vec<Advice>> {
-    let mut normalized = args.clone();
+/// Arguments are copied only when a path argument is present to normalize.
+fn checked_args<'a>(tool: &Tool, args: &'a Value) -> Result<Cow<'a, Value>, Vec<Advice>> {
+    let mut normalized = Cow::Borrowed(args);
     let mut errors = Vec::new();
     for name in &tool.path_args {
-        let Some(slot) = normalized.get_mut(name.as_str()) else {
+        if !args.get(name.as_str()).is_some_and(Value::is_string) {
+            continue;
+        }
+        let Some(slot) = normalized.to_mut().get_mut(name.as_str()) else {
             continue;
         };
         // A non-string is left for the schema to refuse.
