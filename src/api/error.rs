@@ -47,6 +47,21 @@ struct ErrorBody<'a> {
     suggestion: &'a str,
 }
 
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ApiError::BadRequest { code, message, .. } => write!(f, "{code}: {message}"),
+            ApiError::PayloadTooLarge => f.write_str("body_too_large"),
+            ApiError::UnsupportedMediaType => f.write_str("unsupported_media_type"),
+            ApiError::Unauthenticated(_) => f.write_str("unauthenticated"),
+            ApiError::NotFound => f.write_str("not_found"),
+            ApiError::MethodNotAllowed => f.write_str("method_not_allowed"),
+            ApiError::NotReady => f.write_str("not_ready"),
+            ApiError::Forbidden(m) => write!(f, "forbidden: {m}"),
+        }
+    }
+}
+
 impl ApiError {
     /// A 400 with a code and message.
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {

@@ -7,6 +7,7 @@ mod error;
 mod handlers;
 mod metrics;
 
+pub use body::RawCall;
 pub use error::ApiError;
 pub use metrics::DecisionStats;
 

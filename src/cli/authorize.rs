@@ -6,11 +6,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::{Common, report_load_error};
-use crate::authz::{self, Call, Correlation, Principal, PrincipalKind};
+use crate::api::RawCall;
+use crate::authz::{self, Principal, PrincipalKind};
 use crate::policy::load;
 
 /// Arguments of `toolgate authorize`.
@@ -37,28 +37,6 @@ pub struct AuthorizeArgs {
     /// The call as sent to `POST /v1/authorize` (`-` for stdin).
     #[arg(required_unless_present = "approver")]
     file: Option<PathBuf>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileCall {
-    tool: String,
-    #[serde(default, deserialize_with = "unique_args")]
-    args: Option<Value>,
-    #[serde(default)]
-    context: Option<FileContext>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct FileContext {
-    conv_id: Option<String>,
-    trace_id: Option<String>,
-    iter: Option<i64>,
-}
-
-fn unique_args<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    crate::tools::strict_json::unique_keys(d).map(Some)
 }
 
 /// Runs the subcommand.
@@ -88,20 +66,12 @@ pub fn run(args: &AuthorizeArgs) -> anyhow::Result<ExitCode> {
             who = who.with_token_roles(roles.clone());
         }
         let text = read_input(args.file.as_ref())?;
-        let raw: FileCall =
+        // The server's own body type and envelope checks.
+        let raw: RawCall =
             serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("invalid call file: {e}"))?;
-        let ctx = raw.context.unwrap_or_default();
-        let call = Call {
-            tool: raw.tool,
-            args: raw
-                .args
-                .unwrap_or_else(|| Value::Object(serde_json::Map::new())),
-            correlation: Correlation {
-                conv_id: ctx.conv_id,
-                trace_id: ctx.trace_id,
-                iter: ctx.iter,
-            },
-        };
+        let call = raw
+            .into_call()
+            .map_err(|e| anyhow::anyhow!("invalid call file: {e}"))?;
         authz::decide(&snap, &who, &call)
     };
     let mut out = serde_json::to_value(&verdict)?;
