@@ -49,6 +49,7 @@ pub(super) fn evaluate(
     let as_is = match authorize(
         snap,
         principal,
+        &tool.action_uid,
         tool,
         entities,
         call_context(&args_expr, false, ids),
@@ -69,6 +70,7 @@ pub(super) fn evaluate(
     let approved = match authorize(
         snap,
         principal,
+        &tool.action_uid,
         tool,
         entities,
         call_context(&args_expr, true, ids),
@@ -163,53 +165,37 @@ pub(super) fn evaluate_approve(
         Err(advice) => return Verdict::deny(Stage::Auth, Some(tool), advice),
     };
     let entities = entities.as_ref().unwrap_or(&snap.entities);
-    let response = Context::from_pairs(pairs)
-        .map_err(|e| e.to_string())
-        .and_then(|ctx| {
-            Request::new(
-                approver.uid.clone(),
-                action.clone(),
-                tool.resource_uid.clone(),
-                ctx,
-                None,
-            )
-            .map_err(|e| e.to_string())
-        })
-        .map(|req| {
-            snap.authorizer
-                .is_authorized(&req, snap.policies_for(&action), entities)
-        });
-    match response {
-        Err(e) => internal_deny(tool, &e),
-        Ok(r) => match policy_errors(&r) {
-            Some(deny) => deny.verdict(tool),
-            None if r.decision() == Decision::Allow => Verdict::new(
-                Outcome::Allow,
-                Stage::Policy,
-                Some(tool),
-                reasons(&r),
-                Vec::new(),
-            ),
-            None => {
-                let blocking = reasons(&r);
-                Verdict::new(
-                    Outcome::Deny,
-                    Stage::Policy,
-                    Some(tool),
-                    blocking.clone(),
-                    vec![Advice::new(
-                        if blocking.is_empty() {
-                            "not_permitted"
-                        } else {
-                            "forbidden"
-                        },
-                        format!("this human may not approve calls to `{}`", tool.name),
-                        "ask an approver that the policies make eligible for this tool's risk tier",
-                    )],
-                )
-            }
-        },
+    let context = Context::from_pairs(pairs).map_err(|e| e.to_string());
+    let r = match authorize(snap, approver, &action, tool, entities, context) {
+        Ok(r) => r,
+        Err(deny) => return deny,
+    };
+    let determining = reasons(&r);
+    if r.decision() == Decision::Allow {
+        return Verdict::new(
+            Outcome::Allow,
+            Stage::Policy,
+            Some(tool),
+            determining,
+            Vec::new(),
+        );
     }
+    let advice = Advice::new(
+        if determining.is_empty() {
+            "not_permitted"
+        } else {
+            "forbidden"
+        },
+        format!("this human may not approve calls to `{}`", tool.name),
+        "ask an approver that the policies make eligible for this tool's risk tier",
+    );
+    Verdict::new(
+        Outcome::Deny,
+        Stage::Policy,
+        Some(tool),
+        determining,
+        vec![advice],
+    )
 }
 
 /// Could any context make this call allowed? Context is left unknown; only a definite deny
@@ -232,9 +218,12 @@ pub(super) fn may_ever_allow(snap: &Snapshot, principal: &Principal, tool: &Tool
     partial.decision() != Some(Decision::Deny)
 }
 
+/// One Cedar evaluation of `action` on `tool` over the action's slice; fails closed on any
+/// policy error and on a request that cannot be built.
 fn authorize(
     snap: &Snapshot,
     principal: &Principal,
+    action: &EntityUid,
     tool: &Tool,
     entities: &Entities,
     context: Result<Context, String>,
@@ -243,7 +232,7 @@ fn authorize(
         .and_then(|ctx| {
             Request::new(
                 principal.uid.clone(),
-                tool.action_uid.clone(),
+                action.clone(),
                 tool.resource_uid.clone(),
                 ctx,
                 None,
@@ -251,9 +240,9 @@ fn authorize(
             .map_err(|e| e.to_string())
         })
         .map_err(|e| internal_deny(tool, &e))?;
-    let response =
-        snap.authorizer
-            .is_authorized(&request, snap.policies_for(&tool.action_uid), entities);
+    let response = snap
+        .authorizer
+        .is_authorized(&request, snap.policies_for(action), entities);
     match policy_errors(&response) {
         Some(deny) => Err(deny.verdict(tool)),
         None => Ok(response),
