@@ -44,58 +44,65 @@ pub async fn render(State(state): State<AppState>) -> impl IntoResponse {
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
     let mut out = String::with_capacity(1024);
-    let _ = writeln!(
-        out,
-        "# HELP toolgate_decisions_total Tool-call decisions answered, by outcome."
+    family(
+        &mut out,
+        "toolgate_decisions_total",
+        "counter",
+        "Tool-call decisions answered, by outcome.",
+        &[
+            ("decision=\"allow\"", get(&d.allow).to_string()),
+            ("decision=\"deny\"", get(&d.deny).to_string()),
+            ("decision=\"pending_approval\"", get(&d.pending).to_string()),
+        ],
     );
-    let _ = writeln!(out, "# TYPE toolgate_decisions_total counter");
-    for (label, v) in [
-        ("allow", get(&d.allow)),
-        ("deny", get(&d.deny)),
-        ("pending_approval", get(&d.pending)),
-    ] {
-        let _ = writeln!(out, "toolgate_decisions_total{{decision=\"{label}\"}} {v}");
-    }
-    let _ = writeln!(
-        out,
-        "# HELP toolgate_policy_reloads_total Policy reload attempts, by result."
+    family(
+        &mut out,
+        "toolgate_policy_reloads_total",
+        "counter",
+        "Policy reload attempts, by result.",
+        &[
+            ("result=\"applied\"", get(&r.applied).to_string()),
+            ("result=\"failed\"", get(&r.failed).to_string()),
+            ("result=\"unchanged\"", get(&r.unchanged).to_string()),
+        ],
     );
-    let _ = writeln!(out, "# TYPE toolgate_policy_reloads_total counter");
-    for (label, v) in [
-        ("applied", get(&r.applied)),
-        ("failed", get(&r.failed)),
-        ("unchanged", get(&r.unchanged)),
-    ] {
-        let _ = writeln!(
-            out,
-            "toolgate_policy_reloads_total{{result=\"{label}\"}} {v}"
-        );
-    }
-    let _ = writeln!(
-        out,
-        "# HELP toolgate_policy_reload_failing 1 while the files on disk do not load and the last good set is serving."
+    family(
+        &mut out,
+        "toolgate_policy_reload_failing",
+        "gauge",
+        "1 while the files on disk do not load and the last good set is serving.",
+        &[(
+            "",
+            u8::from(state.policy.last_error().is_some()).to_string(),
+        )],
     );
-    let _ = writeln!(out, "# TYPE toolgate_policy_reload_failing gauge");
-    let _ = writeln!(
-        out,
-        "toolgate_policy_reload_failing {}",
-        u8::from(state.policy.last_error().is_some())
+    let revision = format!("revision=\"{}\"", snap.revision);
+    family(
+        &mut out,
+        "toolgate_policy_info",
+        "gauge",
+        "The policy revision in force.",
+        &[(&revision, "1".to_owned())],
     );
-    let _ = writeln!(
-        out,
-        "# HELP toolgate_policy_info The policy revision in force."
+    family(
+        &mut out,
+        "toolgate_policy_loaded_timestamp_seconds",
+        "gauge",
+        "When the policy set in force was loaded.",
+        &[("", format!("{loaded:.3}"))],
     );
-    let _ = writeln!(out, "# TYPE toolgate_policy_info gauge");
-    let _ = writeln!(
-        out,
-        "toolgate_policy_info{{revision=\"{}\"}} 1",
-        snap.revision
-    );
-    let _ = writeln!(
-        out,
-        "# HELP toolgate_policy_loaded_timestamp_seconds When the policy set in force was loaded."
-    );
-    let _ = writeln!(out, "# TYPE toolgate_policy_loaded_timestamp_seconds gauge");
-    let _ = writeln!(out, "toolgate_policy_loaded_timestamp_seconds {loaded:.3}");
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
+}
+
+/// One metric family: HELP and TYPE lines, then one sample per (labels, value).
+fn family(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(&str, String)]) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+    for (labels, value) in samples {
+        if labels.is_empty() {
+            let _ = writeln!(out, "{name} {value}");
+        } else {
+            let _ = writeln!(out, "{name}{{{labels}}} {value}");
+        }
+    }
 }
