@@ -13,14 +13,19 @@ fn toolgate() -> Command {
     c
 }
 
-fn validate(set: &TempSet) -> (i32, String) {
-    let out = toolgate()
-        .args(["validate", "--policies"])
+/// `toolgate SUBCOMMAND --policies … --schemas …` over a temp set.
+fn on(set: &TempSet, subcommand: &str) -> Command {
+    let mut c = toolgate();
+    c.arg(subcommand)
+        .arg("--policies")
         .arg(set.policies())
         .arg("--schemas")
-        .arg(set.dir.path().join("schemas"))
-        .output()
-        .unwrap();
+        .arg(set.dir.path().join("schemas"));
+    c
+}
+
+fn validate(set: &TempSet) -> (i32, String) {
+    let out = on(set, "validate").output().unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -242,13 +247,7 @@ fn serve_refuses_a_broken_set_before_binding_and_a_config_without_auth() {
         "policies/tiers.cedar",
         "\nforbid (principal, action, resource) when { context.nope };\n",
     );
-    let out = toolgate()
-        .args(["serve", "--policies"])
-        .arg(set.policies())
-        .arg("--schemas")
-        .arg(set.dir.path().join("schemas"))
-        .output()
-        .unwrap();
+    let out = on(&set, "serve").output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("tiers.cedar:"));
 

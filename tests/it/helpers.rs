@@ -113,6 +113,18 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// A policy `long-chain` forbidding `echo` when `message` is one of `m0`…`m{n-1}`, written as
+/// one `||` chain: deep enough to exhaust a 2 MiB stack in Cedar's evaluator.
+pub fn long_or_chain_policy(n: usize) -> String {
+    let terms: Vec<String> = (0..n)
+        .map(|i| format!("context.args.message == \"m{i}\""))
+        .collect();
+    format!(
+        "@id(\"long-chain\")\nforbid (principal, action == Action::\"echo\", resource)\nwhen {{ {} }};\n",
+        terms.join(" || ")
+    )
+}
+
 /// Sends one request; returns status and JSON body (Null when not JSON).
 pub async fn send(
     app: &Router,

@@ -234,13 +234,7 @@ fn manifests_whose_arguments_policies_cannot_see_load_with_a_warning() {
 #[tokio::test]
 async fn a_long_or_chain_in_a_policy_evaluates_instead_of_failing_closed() {
     let set = TempSet::new();
-    let terms: Vec<String> = (0..80)
-        .map(|i| format!("context.args.message == \"m{i}\""))
-        .collect();
-    set.write(
-        "policies/chain.cedar",
-        &format!("@id(\"long-chain\")\nforbid (principal, action == Action::\"echo\", resource)\nwhen {{ {} }};\n", terms.join(" || ")),
-    );
+    set.write("policies/chain.cedar", &long_or_chain_policy(80));
     let app = app_with(
         toolgate::policy::load(&set.sources()).unwrap().snapshot,
         demo_auth(),

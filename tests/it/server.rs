@@ -117,13 +117,7 @@ fn sighup_forces_a_reload_and_deep_policies_evaluate_on_server_threads() {
     }
     let before = revision(server.port);
 
-    let terms: Vec<String> = (0..80)
-        .map(|i| format!("context.args.message == \"m{i}\""))
-        .collect();
-    set.write(
-        "policies/chain.cedar",
-        &format!("@id(\"long-chain\")\nforbid (principal, action == Action::\"echo\", resource)\nwhen {{ {} }};\n", terms.join(" || ")),
-    );
+    set.write("policies/chain.cedar", &long_or_chain_policy(80));
     // Watching and polling are off: nothing changes until SIGHUP.
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(revision(server.port), before);
