@@ -10,14 +10,14 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use cedar_policy::{
-    Authorizer, Entities, Entity, PolicyId, PolicySet, RestrictedExpression, Schema,
+    Authorizer, Entities, Entity, Policy, PolicyId, PolicySet, RestrictedExpression, Schema,
 };
 
 use super::Snapshot;
 use super::diag::{Level, LoadError, Problem};
 use super::inputs::{Inputs, SourceFile, read_manifests, read_stable};
 use super::schema_gen;
-use super::slice::Slices;
+use super::slice::{Slices, without_action_scope};
 use super::validate::{LoadCache, ParsedFile, file_key, validate_files};
 use crate::tools::{Tool, compile_manifest};
 
@@ -76,7 +76,12 @@ pub fn build_with(inputs: Inputs, cache: &mut LoadCache) -> Result<Loaded, LoadE
     let tools = compile_manifests(&manifests, &mut problems);
     let schema_text = schema.as_ref().map(|f| f.text.clone()).unwrap_or_default();
     let schema = schema.and_then(|f| parse_schema(&f, &tools, cache, &mut problems));
-    let (set, sources, files) = parse_policies(&policies, cache, &mut problems);
+    let ParsedSet {
+        set,
+        sources,
+        files,
+        in_slice,
+    } = parse_policies(&policies, cache, &mut problems);
     if let Some(schema) = &schema {
         validate_files(schema, &schema_text, &files, cache, &mut problems);
     }
@@ -87,7 +92,12 @@ pub fn build_with(inputs: Inputs, cache: &mut LoadCache) -> Result<Loaded, LoadE
     let blocked = problems.iter().any(|p| p.level == Level::Error);
     match (schema, entities) {
         (Some(schema), Some(entities)) if !blocked => {
-            let slices = Slices::build(&set, &entities, tools.values().map(|t| &t.action_uid));
+            let slices = Slices::build_prepared(
+                &set,
+                &in_slice,
+                &entities,
+                tools.values().map(|t| &t.action_uid),
+            );
             Ok(Loaded {
                 snapshot: Snapshot {
                     revision,
@@ -189,7 +199,8 @@ fn parse_policies(
     files: &[SourceFile],
     cache: &mut LoadCache,
     problems: &mut Vec<Problem>,
-) -> (PolicySet, HashMap<String, PolicySource>, Vec<ParsedFile>) {
+) -> ParsedSet {
+    let mut prepared = HashMap::new();
     let mut parsed_files = Vec::with_capacity(files.len());
     let mut next_parsed = HashMap::with_capacity(files.len());
     let mut set = PolicySet::new();
@@ -210,14 +221,22 @@ fn parse_policies(
         let renamed = match cache.parsed.get(&key).cloned() {
             Some(policies) => policies,
             None => match parse_file(path, text, problems) {
-                Some(policies) => Arc::new(policies),
+                Some(policies) => Arc::new(
+                    policies
+                        .into_iter()
+                        .map(|p| {
+                            let in_slice = without_action_scope(&p);
+                            (p, in_slice)
+                        })
+                        .collect(),
+                ),
                 None => continue,
             },
         };
         next_parsed.insert(key, renamed.clone());
         let shared: Arc<str> = text.as_str().into();
         let mut in_file = Vec::new();
-        for policy in renamed.iter() {
+        for (policy, in_slice) in renamed.iter() {
             let id = policy.id().to_string();
             if let Some(prev) = sources.get(&id) {
                 let message = format!(
@@ -237,6 +256,7 @@ fn parse_policies(
                 continue;
             }
             in_file.push(policy.clone());
+            prepared.insert(policy.id().clone(), in_slice.clone());
             sources.insert(id, PolicySource { file: path.clone() });
         }
         parsed_files.push(ParsedFile {
@@ -253,7 +273,21 @@ fn parse_policies(
         ));
     }
     cache.parsed = next_parsed;
-    (set, sources, parsed_files)
+    ParsedSet {
+        set,
+        sources,
+        files: parsed_files,
+        in_slice: prepared,
+    }
+}
+
+/// The policy files of one load, parsed.
+struct ParsedSet {
+    set: PolicySet,
+    sources: HashMap<String, PolicySource>,
+    files: Vec<ParsedFile>,
+    /// Each policy's copy for its action slices (action scope removed).
+    in_slice: HashMap<PolicyId, Policy>,
 }
 
 /// Parses one file and renames its policies to their final ids: the `@id` annotation, or

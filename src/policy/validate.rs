@@ -30,8 +30,9 @@ pub(super) struct ParsedFile {
 pub struct LoadCache {
     /// (schema, file) hashes that validated without errors, with their warnings.
     passed: HashMap<[u8; 32], Vec<Problem>>,
-    /// File hash → its policies, renamed to their final ids.
-    pub(super) parsed: HashMap<[u8; 32], Arc<Vec<Policy>>>,
+    /// File hash → its policies, renamed to their final ids, each with the copy evaluated
+    /// inside its action's slice (see `slice`).
+    pub(super) parsed: HashMap<[u8; 32], Arc<Vec<(Policy, Policy)>>>,
     /// The last parsed schema and the hash of its text.
     pub(super) schema: Option<([u8; 32], Schema)>,
 }

@@ -141,4 +141,19 @@ fn a_slice_holds_only_the_policies_that_can_apply() {
     // approve: only the 3 approval policies.
     assert_eq!(count("approve"), 3);
     assert!(count("git_push") < snap.policy_count());
+    // Inside a slice the action scope is known to match, so it is not evaluated again.
+    let slice = snap.policies_for(&uid(r#"Action::"read_file""#));
+    assert!(
+        slice
+            .policies()
+            .all(|p| matches!(p.action_constraint(), cedar_policy::ActionConstraint::Any))
+    );
+    let original = snap
+        .policies
+        .policy(&cedar_policy::PolicyId::new("developers-read-write"))
+        .unwrap();
+    assert!(!matches!(
+        original.action_constraint(),
+        cedar_policy::ActionConstraint::Any
+    ));
 }
