@@ -11,9 +11,12 @@
 //! - [`cli`]: the `toolgate` subcommands (`serve`, `validate`, `authorize`, `schema`).
 
 pub mod api;
+pub mod approvals;
+pub mod audit;
 pub mod auth;
 pub mod authz;
 pub mod cli;
 pub mod config;
 pub mod policy;
+pub mod storage;
 pub mod tools;

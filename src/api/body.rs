@@ -23,6 +23,9 @@ pub struct RawCall {
     args: Value,
     #[serde(default)]
     context: RawCorrelation,
+    /// Set when re-sending a call a human approved.
+    #[serde(default)]
+    approval_id: Option<String>,
 }
 
 fn empty_object() -> Value {
@@ -38,8 +41,22 @@ struct RawCorrelation {
 }
 
 impl RawCall {
-    /// Validates the envelope (not the arguments: those are the tool schema's job).
-    pub fn into_call(self) -> Result<Call, ApiError> {
+    /// Validates the envelope (not the arguments: those are the tool schema's job). Returns
+    /// the call and the approval id it claims, if any.
+    pub fn into_call(self) -> Result<(Call, Option<String>), ApiError> {
+        if let Some(id) = &self.approval_id
+            && (id.is_empty() || id.len() > 64 || id.chars().any(|c| !c.is_ascii_graphic()))
+        {
+            return Err(ApiError::bad_request(
+                "invalid_approval_id",
+                "`approval_id` must be the id from a pending_approval decision",
+            ));
+        }
+        let approval_id = self.approval_id.clone();
+        self.into_plain_call().map(|c| (c, approval_id))
+    }
+
+    fn into_plain_call(self) -> Result<Call, ApiError> {
         let RawCorrelation {
             conv_id,
             trace_id,
@@ -102,6 +119,10 @@ pub struct DecisionBody {
     pub errors: Vec<Advice>,
     /// The tool's limits, when registered.
     pub limits: Option<Limits>,
+    /// For pending_approval: the approval to wait for, then to send back with the call.
+    /// For an allow through an approval: the approval used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
 }
 
 impl DecisionBody {
@@ -117,6 +138,7 @@ impl DecisionBody {
             reasons: v.reasons,
             errors: v.errors,
             limits: v.limits,
+            approval_id: None,
         }
     }
 }

@@ -38,6 +38,21 @@ pub enum ApiError {
     NotReady,
     /// Authenticated, but this route is for another kind of principal.
     Forbidden(&'static str),
+    /// The decision could not be recorded, so it is a deny and nothing else is claimed.
+    AuditUnavailable(Box<DecisionBody>),
+    /// The data store failed outside the decision path.
+    StoreUnavailable,
+    /// No approval with this id (or not visible to this caller).
+    ApprovalNotFound,
+    /// The approval cannot make this transition.
+    ApprovalConflict {
+        /// Stable code.
+        code: &'static str,
+        /// Why.
+        message: String,
+    },
+    /// Cedar says this human may not approve (or deny) this call.
+    NotEligible(String),
 }
 
 #[derive(Serialize)]
@@ -58,6 +73,11 @@ impl std::fmt::Display for ApiError {
             ApiError::MethodNotAllowed => f.write_str("method_not_allowed"),
             ApiError::NotReady => f.write_str("not_ready"),
             ApiError::Forbidden(m) => write!(f, "forbidden: {m}"),
+            ApiError::AuditUnavailable(_) => f.write_str("audit_unavailable"),
+            ApiError::StoreUnavailable => f.write_str("store_unavailable"),
+            ApiError::ApprovalNotFound => f.write_str("approval_not_found"),
+            ApiError::ApprovalConflict { code, .. } => f.write_str(code),
+            ApiError::NotEligible(m) => write!(f, "not_eligible: {m}"),
         }
     }
 }
@@ -202,6 +222,33 @@ impl IntoResponse for ApiError {
                 "forbidden",
                 message,
                 "use an operator's (human) credential",
+            ),
+            ApiError::AuditUnavailable(body) => {
+                (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+            }
+            ApiError::StoreUnavailable => plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                "the data store failed; nothing was changed",
+                "retry later; operators: see /readyz and the logs",
+            ),
+            ApiError::ApprovalNotFound => plain(
+                StatusCode::NOT_FOUND,
+                "approval_not_found",
+                "no approval with this id is visible to you",
+                "use the `approval_id` from a pending_approval decision",
+            ),
+            ApiError::ApprovalConflict { code, message } => plain(
+                StatusCode::CONFLICT,
+                code,
+                &message,
+                "ask the agent to send the call again for a new approval",
+            ),
+            ApiError::NotEligible(message) => plain(
+                StatusCode::FORBIDDEN,
+                "not_eligible",
+                &message,
+                "ask an approver that the policies make eligible for this tool's risk tier",
             ),
             ApiError::NotReady => plain(
                 StatusCode::SERVICE_UNAVAILABLE,

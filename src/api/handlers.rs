@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::body::{DecisionBody, RawCall};
-use super::{ApiError, AppState};
+use super::{ApiError, AppState, approvals};
+use crate::audit::{Entry, EntryKind, args_digest, args_preview};
 use crate::authz::{self, Advice, Principal, Stage, Verdict};
 use crate::policy::{Problem, Snapshot};
 use crate::tools::Risk;
@@ -48,18 +49,45 @@ fn principal(
     })
 }
 
-/// `POST /v1/authorize`.
+/// Authenticates against the live snapshot (routes that decide nothing themselves).
+pub(super) fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Principal, ApiError> {
+    let snap = state.policy.current();
+    principal(state, headers, &snap)
+}
+
+/// `POST /v1/authorize`: decide, settle any approval, record, answer. Nothing is answered
+/// without its audit record (a failed write turns the answer into a 503 deny).
 pub async fn authorize(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Result<Json<RawCall>, JsonRejection>,
 ) -> Result<Json<DecisionBody>, ApiError> {
+    let started = std::time::Instant::now();
     let snap: Arc<Snapshot> = state.policy.current();
-    let who = principal(&state, &headers, &snap)?;
-    let call = body?.0.into_call()?;
+    let who = match principal(&state, &headers, &snap) {
+        Ok(who) => who,
+        Err(ApiError::Unauthenticated(body)) => {
+            let entry = audit_entry(&body, None, None, started);
+            return match state.audit.record(entry).await {
+                Ok(_) => Err(ApiError::Unauthenticated(body)),
+                Err(e) => Err(audit_failed(*body, &e)),
+            };
+        }
+        Err(other) => return Err(other),
+    };
+    let (call, approval_id) = body?.0.into_call()?;
     let verdict = authz::decide(&snap, &who, &call);
     state.decisions.count(verdict.decision);
     let decision_id = new_decision_id();
+    let (verdict, approval) = approvals::settle(
+        &state,
+        &snap,
+        &who,
+        &call,
+        approval_id,
+        verdict,
+        &decision_id,
+    )?;
     tracing::info!(
         decision_id,
         principal = %who.uid,
@@ -69,11 +97,75 @@ pub async fn authorize(
         revision = snap.revision,
         "decision"
     );
-    Ok(Json(DecisionBody::new(
-        verdict,
-        decision_id,
-        snap.revision.clone(),
-    )))
+    let mut body = DecisionBody::new(verdict, decision_id, snap.revision.clone());
+    body.approval_id = approval;
+    let entry = audit_entry(&body, Some(&who), Some(&call), started);
+    match state.audit.record(entry).await {
+        Ok(_) => Ok(Json(body)),
+        Err(e) => Err(audit_failed(body, &e)),
+    }
+}
+
+/// The audit entry for an answered decision.
+fn audit_entry(
+    body: &DecisionBody,
+    who: Option<&Principal>,
+    call: Option<&crate::authz::Call>,
+    started: std::time::Instant,
+) -> Entry {
+    Entry {
+        kind: EntryKind::Decision,
+        id: body.decision_id.clone(),
+        at_ms: now_ms(),
+        principal: who.map(|w| w.uid.to_string()),
+        tool: call.map(|c| c.tool.chars().take(128).collect()),
+        risk: body.risk.map(|r| r.as_str().to_owned()),
+        decision: word(&body.decision),
+        stage: Some(word(&body.stage)),
+        reasons: if body.reasons.is_empty() {
+            body.errors.iter().map(|e| e.code.to_owned()).collect()
+        } else {
+            body.reasons.clone()
+        },
+        policy_revision: Some(body.policy_revision.clone()),
+        args_sha256: call.map(|c| args_digest(&c.args)),
+        args_preview: call.map(|c| args_preview(&c.args)),
+        conv_id: call.and_then(|c| c.correlation.conv_id.clone()),
+        trace_id: call.and_then(|c| c.correlation.trace_id.clone()),
+        iter: call.and_then(|c| c.correlation.iter),
+        duration_us: Some(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX)),
+        detail: body.approval_id.as_ref().map(|id| format!("approval {id}")),
+    }
+}
+
+/// The answer when a decision could not be recorded: a deny, whatever was decided.
+fn audit_failed(mut body: DecisionBody, error: &crate::audit::StoreError) -> ApiError {
+    tracing::error!(error = %error, decision_id = body.decision_id, "decision not recorded; denying");
+    body.decision = crate::authz::Outcome::Deny;
+    body.stage = Stage::Audit;
+    body.approval_id = None;
+    body.errors = vec![Advice::new(
+        "audit_unavailable",
+        "the decision could not be recorded in the audit log; denied (fail closed)",
+        "retry later; operators: see /readyz and the logs",
+    )];
+    ApiError::AuditUnavailable(Box::new(body))
+}
+
+/// Milliseconds since the Unix epoch.
+pub(super) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// The snake_case word a unit enum serializes to.
+pub(super) fn word<T: Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(Value::String(s)) => s,
+        _ => String::new(),
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -207,13 +299,20 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) 
         .policy
         .last_error()
         .and_then(|e| e.first().map(Problem::location));
+    // Decisions cannot be recorded, so every one would be denied: not ready.
+    let audit_failure = state.audit.failure();
     (
-        StatusCode::OK,
+        if audit_failure.is_some() {
+            StatusCode::SERVICE_UNAVAILABLE
+        } else {
+            StatusCode::OK
+        },
         Json(json!({
-            "ready": true,
+            "ready": audit_failure.is_none(),
             "revision": snap.revision,
             "degraded": failing.is_some(),
             "last_reload_error_at": failing,
+            "audit_error": audit_failure,
         })),
     )
 }

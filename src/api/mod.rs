@@ -2,6 +2,8 @@
 //! without a socket. Handlers live in `handlers`; `error` is the only place that picks status
 //! codes.
 
+mod approvals;
+mod audit;
 mod body;
 mod error;
 mod handlers;
@@ -17,8 +19,13 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 
+pub use approvals::expire_due;
+
+use crate::approvals::{Approvals, Ttl};
+use crate::audit::{Audit, Chain, Durability, StoreError};
 use crate::auth::Authenticator;
 use crate::policy::{PolicyStore, Snapshot};
+use crate::storage::Stores;
 
 /// Every route, as documented in `docs/openapi.json` (a test keeps the two in step).
 pub const ROUTES: &[(&str, &str)] = &[
@@ -28,6 +35,12 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),
+    ("GET", "/v1/approvals"),
+    ("GET", "/v1/approvals/{id}"),
+    ("POST", "/v1/approvals/{id}/approve"),
+    ("POST", "/v1/approvals/{id}/deny"),
+    ("GET", "/v1/audit"),
+    ("GET", "/v1/audit/head"),
 ];
 
 /// Shared state: cheap to clone, every field an `Arc`.
@@ -41,11 +54,19 @@ pub struct AppState {
     pub decisions: Arc<DecisionStats>,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
+    /// The audit trail; every decision is recorded before it is answered.
+    pub audit: Arc<Audit>,
+    /// The approval queue.
+    pub approvals: Arc<Approvals>,
 }
 
 impl AppState {
-    /// State serving a fixed `snapshot` (no reloading).
-    pub fn new(snapshot: Snapshot, auth: Authenticator, max_body_bytes: usize) -> Self {
+    /// State serving a fixed `snapshot` (no reloading), with temporary stores.
+    pub fn new(
+        snapshot: Snapshot,
+        auth: Authenticator,
+        max_body_bytes: usize,
+    ) -> Result<Self, StoreError> {
         AppState::with_store(
             Arc::new(PolicyStore::new(snapshot, None)),
             auth,
@@ -53,17 +74,38 @@ impl AppState {
         )
     }
 
-    /// State serving a reloadable store.
+    /// State serving a reloadable store, with temporary stores (tests).
     pub fn with_store(
         policy: Arc<PolicyStore>,
         auth: Authenticator,
         max_body_bytes: usize,
+    ) -> Result<Self, StoreError> {
+        let stores = Stores::temporary()?;
+        let audit = Audit::start(stores.audit, Chain::plain(), Durability::Group)?;
+        Ok(AppState::with_services(
+            policy,
+            auth,
+            max_body_bytes,
+            Arc::new(audit),
+            Arc::new(Approvals::new(stores.approvals, Ttl::default())),
+        ))
+    }
+
+    /// State over the given services.
+    pub fn with_services(
+        policy: Arc<PolicyStore>,
+        auth: Authenticator,
+        max_body_bytes: usize,
+        audit: Arc<Audit>,
+        approvals: Arc<Approvals>,
     ) -> Self {
         AppState {
             policy,
             auth: Arc::new(auth),
             decisions: Arc::new(DecisionStats::default()),
             max_body_bytes,
+            audit,
+            approvals,
         }
     }
 }
@@ -78,6 +120,12 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(handlers::healthz))
         .route("/readyz", get(handlers::readyz))
         .route("/metrics", get(metrics::render))
+        .route("/v1/approvals", get(approvals::list))
+        .route("/v1/approvals/{id}", get(approvals::show))
+        .route("/v1/approvals/{id}/approve", post(approvals::approve))
+        .route("/v1/approvals/{id}/deny", post(approvals::deny))
+        .route("/v1/audit", get(audit::query))
+        .route("/v1/audit/head", get(audit::head))
         .fallback(handlers::not_found)
         .method_not_allowed_fallback(handlers::method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))

@@ -121,8 +121,10 @@ pub enum Stage {
     Validation,
     /// Cedar.
     Policy,
-    /// Cedar would allow the call once approved.
+    /// Cedar would allow the call once approved (or: an approval was used or refused).
     Approval,
+    /// The decision could not be recorded in the audit log, so it is a deny (fail closed).
+    Audit,
 }
 
 /// An error an agent can act on.

@@ -69,9 +69,14 @@ pub fn run(args: &AuthorizeArgs) -> anyhow::Result<ExitCode> {
         // The server's own body type and envelope checks.
         let raw: RawCall =
             serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("invalid call file: {e}"))?;
-        let call = raw
+        let (call, approval_id) = raw
             .into_call()
             .map_err(|e| anyhow::anyhow!("invalid call file: {e}"))?;
+        if approval_id.is_some() {
+            anyhow::bail!(
+                "`approval_id` needs the running sidecar's approval store; send the call to POST /v1/authorize"
+            );
+        }
         authz::decide(&snap, &who, &call)
     };
     let mut out = serde_json::to_value(&verdict)?;

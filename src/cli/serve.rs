@@ -8,9 +8,12 @@ use anyhow::Context as _;
 use std::sync::Arc;
 
 use super::{Common, render, report_load_error};
-use crate::api::{AppState, router};
+use crate::api::{AppState, expire_due, router};
+use crate::approvals::Approvals;
+use crate::audit::{Audit, Chain};
 use crate::auth::Authenticator;
 use crate::policy::{PolicyStore, PolicyWatcher};
+use crate::storage::Stores;
 
 /// Runs the subcommand.
 pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
@@ -47,7 +50,27 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
     );
     drop(snap);
     let store = Arc::new(store);
-    let state = AppState::with_store(store.clone(), auth, cfg.max_body_bytes);
+    let stores = Stores::open(&cfg.data_dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let chain = match &cfg.audit_hmac_key_file {
+        Some(path) => Chain::keyed(
+            std::fs::read(path)
+                .with_context(|| format!("cannot read audit.hmac_key_file {}", path.display()))?,
+        ),
+        None => Chain::plain(),
+    };
+    let audit = Arc::new(
+        Audit::start(stores.audit, chain, cfg.audit_durability)
+            .map_err(|e| anyhow::anyhow!("{e}"))?,
+    );
+    let approvals = Arc::new(Approvals::new(stores.approvals, cfg.approval_ttl.clone()));
+    tracing::info!(data_dir = %cfg.data_dir.display(), head = audit.head().seq, "audit log open");
+    let state = AppState::with_services(
+        store.clone(),
+        auth,
+        cfg.max_body_bytes,
+        audit.clone(),
+        approvals,
+    );
     // Cedar denies (fail closed) when under 100 KiB of stack remain; long `||` chains in a
     // policy recurse deeply, so runtime threads get 8 MiB instead of the default 2 MiB.
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -59,12 +82,29 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
             .await
             .with_context(|| format!("cannot listen on {}", cfg.listen))?;
         tracing::info!(addr = %cfg.listen, "toolgate listening");
-        let watcher = Arc::new(PolicyWatcher::spawn(store, cfg.reload));
+        let watcher = Arc::new(PolicyWatcher::spawn_audited(
+            store,
+            cfg.reload,
+            Some(audit.clone()),
+        ));
         reload_on_sighup(watcher.clone());
+        let expiry = {
+            let state = state.clone();
+            tokio::spawn(async move {
+                let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
+                loop {
+                    every.tick().await;
+                    expire_due(&state).await;
+                }
+            })
+        };
         axum::serve(listener, router(state))
             .with_graceful_shutdown(shutdown())
             .await?;
         drop(watcher);
+        expiry.abort();
+        // Everything queued is stored before the process exits.
+        audit.close();
         tracing::info!("toolgate stopped");
         Ok(ExitCode::SUCCESS)
     })

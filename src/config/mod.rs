@@ -7,6 +7,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::approvals::Ttl;
+use crate::audit::Durability;
+
 use std::time::Duration;
 
 use crate::policy::{Sources, WatchOptions};
@@ -60,6 +63,26 @@ struct RawConfig {
     auth: RawAuth,
     #[serde(default)]
     reload: RawReload,
+    data_dir: Option<PathBuf>,
+    #[serde(default)]
+    audit: RawAudit,
+    #[serde(default)]
+    approvals: RawApprovals,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAudit {
+    sync: Option<String>,
+    hmac_key_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawApprovals {
+    ttl_secs: Option<u64>,
+    #[serde(default)]
+    ttl_secs_by_risk: std::collections::BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -122,6 +145,14 @@ pub struct Config {
     pub auth: AuthConfig,
     /// How policy changes are noticed.
     pub reload: WatchOptions,
+    /// Where the audit log and approvals are stored (default `./data`).
+    pub data_dir: PathBuf,
+    /// Whether each audit batch is flushed before decisions are answered.
+    pub audit_durability: Durability,
+    /// Key for HMAC chain links (plain SHA-256 links without one).
+    pub audit_hmac_key_file: Option<PathBuf>,
+    /// How long approvals stay open.
+    pub approval_ttl: Ttl,
 }
 
 /// How callers authenticate. At least one method is needed to serve.
@@ -186,6 +217,10 @@ impl Config {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             auth: AuthConfig::default(),
             reload: WatchOptions::default(),
+            data_dir: PathBuf::from("data"),
+            audit_durability: Durability::Group,
+            audit_hmac_key_file: None,
+            approval_ttl: Ttl::default(),
         })
     }
 
@@ -285,7 +320,45 @@ impl Config {
         if let Some(p) = raw.schemas_dir {
             sources.schemas_dir = base.join(p);
         }
+        let audit_durability = match raw.audit.sync.as_deref() {
+            None | Some("group") => Durability::Group,
+            Some("buffered") => Durability::Buffered,
+            Some(other) => {
+                return Err(invalid(
+                    format!("`audit.sync` = `{other}` is not a mode"),
+                    "use `group` (flushed before answering) or `buffered`",
+                ));
+            }
+        };
+        let risks = ["low", "medium", "high", "critical"];
+        if let Some(bad) = raw
+            .approvals
+            .ttl_secs_by_risk
+            .keys()
+            .find(|k| !risks.contains(&k.as_str()))
+        {
+            return Err(invalid(
+                format!("`approvals.ttl_secs_by_risk` names `{bad}`, which is not a risk tier"),
+                "use low, medium, high or critical",
+            ));
+        }
+        let approval_ttl = Ttl {
+            default_secs: raw.approvals.ttl_secs.unwrap_or(300),
+            by_risk: raw.approvals.ttl_secs_by_risk,
+        };
+        if approval_ttl.default_secs == 0 || approval_ttl.by_risk.values().any(|v| *v == 0) {
+            return Err(invalid(
+                "approval lifetimes must be at least 1 second".to_owned(),
+                "set `approvals.ttl_secs` (and `ttl_secs_by_risk`) to 1 or more",
+            ));
+        }
         Ok(Config {
+            data_dir: raw
+                .data_dir
+                .map_or_else(|| PathBuf::from("data"), |p| base.join(p)),
+            audit_durability,
+            audit_hmac_key_file: raw.audit.hmac_key_file.map(|p| base.join(p)),
+            approval_ttl,
             listen,
             sources,
             max_body_bytes,

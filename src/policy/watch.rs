@@ -18,7 +18,8 @@ use tokio::task::JoinHandle;
 
 use super::inputs::fingerprint;
 use super::load::Sources;
-use super::store::PolicyStore;
+use super::store::{PolicyStore, ReloadOutcome};
+use crate::audit::{Audit, Entry, EntryKind};
 
 /// How changes are noticed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,13 +64,22 @@ impl PolicyWatcher {
     /// Watches are in place when this returns, and one re-check follows at once, so a change
     /// made between loading the snapshot and starting the watcher is not missed.
     pub fn spawn(store: Arc<PolicyStore>, opts: WatchOptions) -> Self {
+        Self::spawn_audited(store, opts, None)
+    }
+
+    /// [`PolicyWatcher::spawn`], recording every applied or failed reload in `audit`.
+    pub fn spawn_audited(
+        store: Arc<PolicyStore>,
+        opts: WatchOptions,
+        audit: Option<Arc<Audit>>,
+    ) -> Self {
         let (tx, rx) = mpsc::channel(64);
         let mut fs_watch = opts.events.then(|| FsWatch::new(tx.clone())).flatten();
         if let (Some(w), Some(sources)) = (fs_watch.as_mut(), store.sources()) {
             let _ = w.refresh(sources);
         }
         let _ = tx.try_send(Trigger::Event);
-        let task = tokio::spawn(run(store, opts, fs_watch, rx));
+        let task = tokio::spawn(run(store, opts, fs_watch, rx, audit));
         PolicyWatcher { trigger: tx, task }
     }
 
@@ -90,6 +100,7 @@ async fn run(
     opts: WatchOptions,
     mut fs_watch: Option<FsWatch>,
     mut rx: mpsc::Receiver<Trigger>,
+    audit: Option<Arc<Audit>>,
 ) {
     let Some(sources) = store.sources().cloned() else {
         return;
@@ -103,7 +114,7 @@ async fn run(
     // when the last full read is older than FULL_READ_EVERY (same-size, same-mtime rewrites).
     let mut last_fp: Option<[u8; 32]> = None;
     let mut last_full = tokio::time::Instant::now();
-    let reloader = match reload_thread(store.clone(), sources.clone()) {
+    let reloader = match reload_thread(store.clone(), sources.clone(), audit) {
         Ok(tx) => tx,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the policy reload thread; reloads are off");
@@ -173,6 +184,7 @@ type ReloadRequest = (bool, tokio::sync::oneshot::Sender<[u8; 32]>);
 fn reload_thread(
     store: Arc<PolicyStore>,
     sources: Sources,
+    audit: Option<Arc<Audit>>,
 ) -> std::io::Result<std::sync::mpsc::Sender<ReloadRequest>> {
     let (tx, rx) = std::sync::mpsc::channel::<ReloadRequest>();
     std::thread::Builder::new()
@@ -183,11 +195,44 @@ fn reload_thread(
             while let Ok((force, done)) = rx.recv() {
                 // Fingerprint before reading: a change after this point shows up at the next poll.
                 let fp = fingerprint(&sources);
-                let _ = store.reload(force);
+                let outcome = store.reload(force);
+                if let (Some(audit), Some(entry)) = (&audit, reload_entry(&outcome)) {
+                    audit.record_detached(entry);
+                }
                 let _ = done.send(fp);
             }
         })?;
     Ok(tx)
+}
+
+/// The audit entry for a reload that applied or failed (unchanged ones are not recorded).
+fn reload_entry(outcome: &ReloadOutcome) -> Option<Entry> {
+    let at_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0);
+    let base = Entry {
+        kind: EntryKind::Reload,
+        id: uuid::Uuid::now_v7().to_string(),
+        at_ms,
+        stage: Some("reload".to_owned()),
+        ..Entry::default()
+    };
+    match outcome {
+        ReloadOutcome::Applied { from, to } => Some(Entry {
+            decision: "applied".to_owned(),
+            policy_revision: Some(to.clone()),
+            detail: Some(format!("from {from} to {to}")),
+            ..base
+        }),
+        ReloadOutcome::Failed(e) => Some(Entry {
+            decision: "failed".to_owned(),
+            reasons: e.problems.iter().take(5).map(|p| p.location()).collect(),
+            detail: e.problems.first().map(ToString::to_string),
+            ..base
+        }),
+        ReloadOutcome::Unchanged | ReloadOutcome::NoSources => None,
+    }
 }
 
 /// Best effort: nice 19 for this thread only (on Linux, `setpriority` on a thread id).

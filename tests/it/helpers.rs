@@ -65,7 +65,7 @@ pub fn app() -> Router {
 }
 
 pub fn app_with(snapshot: Snapshot, auth: Authenticator) -> Router {
-    router(AppState::new(snapshot, auth, 64 * 1024))
+    router(AppState::new(snapshot, auth, 64 * 1024).unwrap())
 }
 
 /// A temp copy of the shipped policies and schemas, to break or extend.

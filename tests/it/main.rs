@@ -9,6 +9,7 @@
 #![allow(missing_docs)]
 
 mod approvals;
+mod audit;
 mod auth;
 mod cli;
 mod decisions;

@@ -34,7 +34,7 @@ fn events_only() -> WatchOptions {
 
 fn start(sources: Sources, opts: WatchOptions) -> Live {
     let store = Arc::new(PolicyStore::open(sources.clone()).unwrap().0);
-    let app = router(AppState::with_store(store.clone(), demo_auth(), 64 * 1024));
+    let app = router(AppState::with_store(store.clone(), demo_auth(), 64 * 1024).unwrap());
     let watcher = PolicyWatcher::spawn(store.clone(), opts);
     Live {
         store,

@@ -57,7 +57,7 @@ fn start(set: &TempSet) -> Server {
     std::fs::write(
         &config,
         format!(
-            "listen = \"127.0.0.1:{port}\"\npolicies_dir = \"policies\"\nschemas_dir = \"schemas\"\n[auth]\ntokens_file = \"{}\"\n[reload]\nwatch = false\npoll_ms = 0\n",
+            "listen = \"127.0.0.1:{port}\"\ndata_dir = \"data\"\npolicies_dir = \"policies\"\nschemas_dir = \"schemas\"\n[auth]\ntokens_file = \"{}\"\n[reload]\nwatch = false\npoll_ms = 0\n",
             repo().join("examples/demo-tokens.json").display()
         ),
     )

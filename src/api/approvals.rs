@@ -1,0 +1,352 @@
+//! Approval routes, and the approval half of `POST /v1/authorize`: a pending decision opens
+//! (or reuses) an approval; a call re-sent with an approved `approval_id` uses it once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::handlers::{authenticate, now_ms, word};
+use super::{ApiError, AppState};
+use crate::approvals::{Approval, ApprovalError, Status};
+use crate::audit::{Entry, EntryKind, args_digest, args_preview};
+use crate::authz::{self, Advice, Call, Outcome, Principal, PrincipalKind, Stage, Verdict};
+use crate::policy::Snapshot;
+
+/// Longest long-poll.
+const MAX_WAIT: Duration = Duration::from_secs(60);
+
+fn store_failed(e: &impl std::fmt::Display) -> ApiError {
+    tracing::error!(error = %e, "approval store failed");
+    ApiError::StoreUnavailable
+}
+
+fn refused(e: ApprovalError) -> ApiError {
+    match e {
+        ApprovalError::Refused(crate::approvals::Refusal::NotFound) => ApiError::ApprovalNotFound,
+        ApprovalError::Refused(r) => ApiError::ApprovalConflict {
+            code: r.code(),
+            message: r.to_string(),
+        },
+        ApprovalError::Store(e) => store_failed(&e),
+    }
+}
+
+/// Applies the approval rules to a fresh verdict. Returns the final verdict and the approval
+/// id to report.
+pub(super) fn settle(
+    state: &AppState,
+    snap: &Snapshot,
+    who: &Principal,
+    call: &Call,
+    approval_id: Option<String>,
+    verdict: Verdict,
+    decision_id: &str,
+) -> Result<(Verdict, Option<String>), ApiError> {
+    if verdict.decision != Outcome::PendingApproval {
+        // Allowed without it or denied anyway: an approval is neither needed nor used.
+        return Ok((verdict, None));
+    }
+    let now = now_ms();
+    let principal = who.uid.to_string();
+    let digest = args_digest(&call.args);
+    let tool = snap.tools.get(&call.tool);
+    if let Some(id) = approval_id {
+        return match state
+            .approvals
+            .transition(&id, |a| a.redeemed(&principal, &call.tool, &digest, now))
+        {
+            Ok(used) => {
+                let mut v = verdict;
+                v.decision = Outcome::Allow;
+                v.stage = Stage::Approval;
+                v.errors.clear();
+                Ok((v, Some(used.id)))
+            }
+            Err(ApprovalError::Refused(r)) => Ok((
+                Verdict::deny(
+                    Stage::Approval,
+                    tool,
+                    Advice::new(
+                        r.code(),
+                        r.to_string(),
+                        "send the call without `approval_id` to ask for a new approval",
+                    ),
+                ),
+                None,
+            )),
+            Err(ApprovalError::Store(e)) => Err(store_failed(&e)),
+        };
+    }
+    let existing = state
+        .approvals
+        .open_for(&principal, &call.tool, &digest, now)
+        .map_err(|e| store_failed(&e))?;
+    let approval = match existing {
+        Some(a) => a,
+        None => {
+            let risk = verdict
+                .risk
+                .map(|r| r.as_str().to_owned())
+                .unwrap_or_default();
+            let a = Approval {
+                id: uuid::Uuid::now_v7().to_string(),
+                principal,
+                tool: call.tool.clone(),
+                expires_ms: now + state.approvals.ttl.for_risk_ms(&risk),
+                risk,
+                args_sha256: digest,
+                args_preview: args_preview(&call.args),
+                policy_revision: snap.revision.clone(),
+                decision_id: decision_id.to_owned(),
+                created_ms: now,
+                status: Status::Pending,
+                decided_by: None,
+                reason: None,
+                decided_ms: None,
+                used_ms: None,
+            };
+            state.approvals.create(&a).map_err(|e| store_failed(&e))?;
+            a
+        }
+    };
+    Ok((verdict, Some(approval.id)))
+}
+
+/// An approval as shown over HTTP: stored fields plus the effective status.
+fn view(a: &Approval, now: u64) -> Value {
+    let mut v = serde_json::to_value(a).unwrap_or(Value::Null);
+    if let Some(obj) = v.as_object_mut() {
+        obj.insert("status".to_owned(), json!(a.status_at(now)));
+    }
+    v
+}
+
+/// Agents see only their own approvals; humans see all.
+fn visible(who: &Principal, a: &Approval) -> bool {
+    who.kind == PrincipalKind::Human || a.principal == who.uid.to_string()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    status: Option<String>,
+    limit: Option<usize>,
+}
+
+/// `GET /v1/approvals?status=pending`.
+pub async fn list(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let who = authenticate(&state, &headers)?;
+    let Query(q) = query?;
+    let status = match q.status.as_deref() {
+        None | Some("all") => None,
+        Some(s) => Some(Status::parse(s).ok_or_else(|| {
+            ApiError::bad_request(
+                "invalid_query",
+                "`status` must be pending, approved, denied, expired, used or all",
+            )
+        })?),
+    };
+    let now = now_ms();
+    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    let found = state
+        .approvals
+        .list(status, now, usize::MAX)
+        .map_err(|e| store_failed(&e))?;
+    let approvals: Vec<Value> = found
+        .iter()
+        .filter(|a| visible(&who, a))
+        .take(limit)
+        .map(|a| view(a, now))
+        .collect();
+    Ok(Json(json!({ "approvals": approvals })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShowQuery {
+    /// Long-poll: `30s`, `500ms` or seconds.
+    wait: Option<String>,
+}
+
+fn parse_wait(text: &str) -> Option<Duration> {
+    let (num, unit) = match text.strip_suffix("ms") {
+        Some(n) => (n, 1),
+        None => (text.strip_suffix('s').unwrap_or(text), 1000),
+    };
+    let n: u64 = num.parse().ok()?;
+    Some(Duration::from_millis(n.saturating_mul(unit)).min(MAX_WAIT))
+}
+
+/// `GET /v1/approvals/{id}` (`?wait=30s` waits until it is no longer pending).
+pub async fn show(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    query: Result<Query<ShowQuery>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let who = authenticate(&state, &headers)?;
+    let Query(q) = query?;
+    let wait = match q.wait.as_deref() {
+        None => Duration::ZERO,
+        Some(w) => parse_wait(w).ok_or_else(|| {
+            ApiError::bad_request("invalid_query", "`wait` must look like `30s` or `500ms`")
+        })?,
+    };
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let mut changes = state.approvals.subscribe();
+        let now = now_ms();
+        let a = state
+            .approvals
+            .get(&id)
+            .map_err(|e| store_failed(&e))?
+            .filter(|a| visible(&who, a))
+            .ok_or(ApiError::ApprovalNotFound)?;
+        if a.status_at(now) != Status::Pending || tokio::time::Instant::now() >= deadline {
+            return Ok(Json(view(&a, now)));
+        }
+        // Wake at the next change, at expiry, or at the deadline.
+        let until_expiry = Duration::from_millis(a.expires_ms.saturating_sub(now));
+        let _ = tokio::time::timeout(
+            until_expiry.min(deadline - tokio::time::Instant::now()),
+            changes.changed(),
+        )
+        .await;
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecideBody {
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// `POST /v1/approvals/{id}/approve`.
+pub async fn approve(
+    state: State<AppState>,
+    headers: HeaderMap,
+    id: Path<String>,
+    body: Result<Json<DecideBody>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    decide(state, headers, id, body, true).await
+}
+
+/// `POST /v1/approvals/{id}/deny`.
+pub async fn deny(
+    state: State<AppState>,
+    headers: HeaderMap,
+    id: Path<String>,
+    body: Result<Json<DecideBody>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    decide(state, headers, id, body, false).await
+}
+
+async fn decide(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Result<Json<DecideBody>, JsonRejection>,
+    approve: bool,
+) -> Result<Json<Value>, ApiError> {
+    let who = authenticate(&state, &headers)?;
+    if who.kind != PrincipalKind::Human {
+        return Err(ApiError::Forbidden(
+            "only humans approve or deny; agents cannot decide approvals",
+        ));
+    }
+    let Json(body) = body?;
+    let reason = body.reason.map(|r| r.chars().take(500).collect::<String>());
+    let snap: Arc<Snapshot> = state.policy.current();
+    let current = state
+        .approvals
+        .get(&id)
+        .map_err(|e| store_failed(&e))?
+        .ok_or(ApiError::ApprovalNotFound)?;
+    // Eligibility is a Cedar decision under the live policies.
+    let requester = requester_of(&current);
+    let eligible = authz::may_approve(&snap, &who, &current.tool, &requester);
+    if eligible.decision != Outcome::Allow {
+        let why = eligible
+            .errors
+            .first()
+            .map_or_else(|| "not eligible".to_owned(), |e| e.message.clone());
+        return Err(ApiError::NotEligible(why));
+    }
+    let approver = who.uid.to_string();
+    let now = now_ms();
+    let decided = state
+        .approvals
+        .transition(&id, |a| a.decided(&approver, approve, reason.clone(), now))
+        .map_err(refused)?;
+    let entry = Entry {
+        kind: EntryKind::Approval,
+        id: decided.id.clone(),
+        at_ms: now,
+        principal: Some(approver),
+        tool: Some(decided.tool.clone()),
+        risk: Some(decided.risk.clone()),
+        decision: word(&decided.status),
+        stage: Some("approval".to_owned()),
+        reasons: eligible.reasons,
+        policy_revision: Some(snap.revision.clone()),
+        args_sha256: Some(decided.args_sha256.clone()),
+        args_preview: Some(decided.args_preview.clone()),
+        detail: Some(format!(
+            "requester {}; reason: {}",
+            decided.principal,
+            decided.reason.as_deref().unwrap_or("-")
+        )),
+        ..Entry::default()
+    };
+    state.audit.record(entry).await.map_err(|e| {
+        tracing::error!(error = %e, "approval decided but not recorded");
+        ApiError::StoreUnavailable
+    })?;
+    Ok(Json(view(&decided, now)))
+}
+
+/// The requesting agent as a principal (its stored uid is `Agent::"name"`).
+fn requester_of(a: &Approval) -> Principal {
+    let name = a
+        .principal
+        .strip_prefix("Agent::\"")
+        .and_then(|s| s.strip_suffix('"'))
+        .unwrap_or(&a.principal);
+    Principal::new(PrincipalKind::Agent, name)
+}
+
+/// Marks overdue approvals expired and records each as denied by timeout. Run periodically.
+pub async fn expire_due(state: &AppState) {
+    let now = now_ms();
+    match state.approvals.expire_due(now) {
+        Ok(expired) => {
+            for a in expired {
+                state.audit.record_detached(Entry {
+                    kind: EntryKind::Approval,
+                    id: a.id.clone(),
+                    at_ms: now,
+                    principal: Some(a.principal.clone()),
+                    tool: Some(a.tool.clone()),
+                    risk: Some(a.risk.clone()),
+                    decision: "expired".to_owned(),
+                    stage: Some("approval".to_owned()),
+                    reasons: vec!["approval_timeout".to_owned()],
+                    args_sha256: Some(a.args_sha256.clone()),
+                    ..Entry::default()
+                });
+            }
+        }
+        Err(e) => tracing::error!(error = %e, "could not expire approvals"),
+    }
+}

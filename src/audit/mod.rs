@@ -1,0 +1,16 @@
+//! The audit trail: every decision, approval event and policy reload as a hash-chained record
+//! ([`record`]), stored behind the [`AuditStore`] trait ([`store`], sled inside), written by one
+//! group-commit writer ([`Audit`]), and checked by [`verify`].
+
+mod record;
+mod store;
+mod verify;
+mod writer;
+
+pub use record::{
+    Chain, Entry, EntryKind, GENESIS, Record, args_digest, args_preview, canonical_json,
+};
+pub(crate) use store::SledAudit;
+pub use store::{AuditStore, Query, StoreError, Stored};
+pub use verify::{Verdict as ChainVerdict, verify};
+pub use writer::{Audit, Durability, Head};

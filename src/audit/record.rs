@@ -1,0 +1,285 @@
+//! Audit records: what one entry says, its canonical bytes, and the chain hash that binds it
+//! to the entry before it. Also the argument digest and the preview that stand in for
+//! arguments, which are never stored in clear.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// What an entry is about.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryKind {
+    /// A decision on a tool call, at any stage.
+    #[default]
+    Decision,
+    /// An approval created, approved, denied, expired or used.
+    Approval,
+    /// A policy reload attempt.
+    Reload,
+    /// An administrative action.
+    Admin,
+}
+
+/// One audit entry as the sidecar submits it. The writer adds the sequence number and hashes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Entry {
+    /// What the entry is about.
+    pub kind: EntryKind,
+    /// Decision id, approval id or event id.
+    pub id: String,
+    /// Unix time in milliseconds.
+    pub at_ms: u64,
+    /// The principal (`Agent::"x"`, `Human::"y"`), when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+    /// The tool named in the call, when any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// The tool's risk tier, when registered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub risk: Option<String>,
+    /// allow | deny | pending_approval; for approvals the event (created, approved, denied,
+    /// expired, used); for reloads applied | failed.
+    pub decision: String,
+    /// The stage that decided.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stage: Option<String>,
+    /// Determining policy ids, or error codes.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub reasons: Vec<String>,
+    /// The policy revision in force.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy_revision: Option<String>,
+    /// SHA-256 of the canonical JSON of the arguments.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub args_sha256: Option<String>,
+    /// The arguments' shape: numbers and booleans as sent, strings as `<str:N>`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub args_preview: Option<String>,
+    /// Conversation id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conv_id: Option<String>,
+    /// Trace id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+    /// Agent loop iteration.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iter: Option<i64>,
+    /// Time spent deciding, in microseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration_us: Option<u64>,
+    /// Free-form detail: the approval id of a decision, the approver's reason, reload revisions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// A stored entry: its place in the chain and the hashes that bind it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Record {
+    /// Position in the log, from 1, without gaps.
+    pub seq: u64,
+    /// Hash of the previous record (64 zeros before the first).
+    pub prev: String,
+    /// `H(prev ‖ canonical(seq, entry))`, hex.
+    pub hash: String,
+    /// The entry.
+    pub entry: Entry,
+}
+
+/// The hash before the first record.
+pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// How links are computed: plain SHA-256, or HMAC-SHA-256 with a secret key (then a forger
+/// who can write the store still cannot produce valid links).
+#[derive(Clone)]
+pub struct Chain {
+    key: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Chain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Chain")
+            .field("hmac", &self.key.is_some())
+            .finish()
+    }
+}
+
+impl Chain {
+    /// SHA-256 links.
+    pub fn plain() -> Self {
+        Chain { key: None }
+    }
+
+    /// HMAC-SHA-256 links under `key`.
+    pub fn keyed(key: Vec<u8>) -> Self {
+        Chain { key: Some(key) }
+    }
+
+    /// The link for `entry` at `seq` after `prev`.
+    pub fn link(&self, prev: &str, seq: u64, entry: &Entry) -> String {
+        let body = canonical_entry(seq, entry);
+        match &self.key {
+            None => {
+                let mut h = Sha256::new();
+                h.update(prev.as_bytes());
+                h.update([0]);
+                h.update(&body);
+                hex::encode(h.finalize())
+            }
+            Some(key) => {
+                use hmac::{Mac, SimpleHmac};
+                // HMAC accepts keys of any length, so `new_from_slice` cannot fail here.
+                match <SimpleHmac<Sha256> as Mac>::new_from_slice(key) {
+                    Ok(mut mac) => {
+                        mac.update(prev.as_bytes());
+                        mac.update(&[0]);
+                        mac.update(&body);
+                        hex::encode(mac.finalize().into_bytes())
+                    }
+                    Err(_) => String::new(),
+                }
+            }
+        }
+    }
+
+    /// Seals `entry` as record `seq` after `prev`.
+    pub fn seal(&self, prev: &str, seq: u64, entry: Entry) -> Record {
+        let hash = self.link(prev, seq, &entry);
+        Record {
+            seq,
+            prev: prev.to_owned(),
+            hash,
+            entry,
+        }
+    }
+}
+
+/// The bytes a link covers: the sequence number and the entry, as canonical JSON.
+fn canonical_entry(seq: u64, entry: &Entry) -> Vec<u8> {
+    let value = serde_json::to_value(entry).unwrap_or(Value::Null);
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(seq.to_string().as_bytes());
+    out.push(b'|');
+    canonical_json(&value, &mut out);
+    out
+}
+
+/// Canonical JSON: object keys sorted by their UTF-8 bytes, no insignificant white space,
+/// strings and numbers as serde_json writes them.
+pub fn canonical_json(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push(b'{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_scalar(&Value::String(k.clone()), out);
+                out.push(b':');
+                if let Some(v) = map.get(k) {
+                    canonical_json(v, out);
+                }
+            }
+            out.push(b'}');
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                canonical_json(v, out);
+            }
+            out.push(b']');
+        }
+        scalar => write_scalar(scalar, out),
+    }
+}
+
+fn write_scalar(value: &Value, out: &mut Vec<u8>) {
+    // Writing a scalar to a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, value);
+}
+
+/// SHA-256 of the arguments' canonical JSON, hex: the same arguments in any key order give the
+/// same digest. Approvals are bound to it.
+pub fn args_digest(args: &Value) -> String {
+    let mut bytes = Vec::with_capacity(128);
+    canonical_json(args, &mut bytes);
+    hex::encode(Sha256::digest(&bytes))
+}
+
+/// Longest preview kept.
+const PREVIEW_MAX: usize = 512;
+
+/// The arguments' shape with every string replaced by its length (`<str:11>`): enough to see
+/// what kind of call it was, with no argument text stored (secrets cannot leak from here).
+/// Truncated to 512 bytes.
+pub fn args_preview(args: &Value) -> String {
+    fn shape(v: &Value) -> Value {
+        match v {
+            Value::String(s) => Value::String(format!("<str:{}>", s.chars().count())),
+            Value::Array(items) => Value::Array(items.iter().map(shape).collect()),
+            Value::Object(map) => {
+                Value::Object(map.iter().map(|(k, v)| (k.clone(), shape(v))).collect())
+            }
+            other => other.clone(),
+        }
+    }
+    let mut bytes = Vec::new();
+    canonical_json(&shape(args), &mut bytes);
+    let mut text = String::from_utf8_lossy(&bytes).into_owned();
+    if text.len() > PREVIEW_MAX {
+        let mut cut = PREVIEW_MAX;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push('…');
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn digest_ignores_key_order_and_preview_hides_text() {
+        let a = json!({"path": "src/main.rs", "opts": {"b": 1, "a": [true, "x"]}});
+        let b: Value =
+            serde_json::from_str(r#"{"opts":{"a":[true,"x"],"b":1},"path":"src/main.rs"}"#)
+                .unwrap();
+        assert_eq!(args_digest(&a), args_digest(&b));
+        assert_ne!(
+            args_digest(&a),
+            args_digest(&json!({"path": "src/main.rS"}))
+        );
+        let p = args_preview(&json!({"token": "sk-live-123456", "n": 5}));
+        assert_eq!(p, r#"{"n":5,"token":"<str:14>"}"#);
+    }
+
+    #[test]
+    fn a_link_covers_every_field_and_the_key() {
+        let e = Entry {
+            kind: EntryKind::Decision,
+            id: "d1".into(),
+            decision: "allow".into(),
+            ..Entry::default()
+        };
+        let plain = Chain::plain();
+        let h = plain.link(GENESIS, 1, &e);
+        assert_eq!(h, plain.link(GENESIS, 1, &e));
+        assert_ne!(h, plain.link(GENESIS, 2, &e));
+        let mut changed = e.clone();
+        changed.decision = "deny".into();
+        assert_ne!(h, plain.link(GENESIS, 1, &changed));
+        assert_ne!(h, Chain::keyed(b"k".to_vec()).link(GENESIS, 1, &e));
+    }
+}

@@ -1,0 +1,51 @@
+//! The data directory: one sled database holding the audit log and the approvals, opened once
+//! and handed out only as the store traits (no sled type leaves this module).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::approvals::{ApprovalStore, SledApprovals};
+use crate::audit::{AuditStore, SledAudit, StoreError};
+
+/// The stores of one data directory.
+pub struct Stores {
+    /// The audit log.
+    pub audit: Arc<dyn AuditStore>,
+    /// The approvals.
+    pub approvals: Arc<dyn ApprovalStore>,
+}
+
+impl Stores {
+    /// Opens (creating if needed) the data directory `dir`. Only one process may hold it.
+    pub fn open(dir: &Path) -> Result<Stores, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            StoreError(format!(
+                "cannot create data directory {}: {e}",
+                dir.display()
+            ))
+        })?;
+        let db = sled::Config::new().path(dir).open().map_err(|e| {
+            StoreError(format!(
+                "cannot open data directory {} ({e}); is another toolgate using it?",
+                dir.display()
+            ))
+        })?;
+        Self::from_db(db)
+    }
+
+    /// Stores in a temporary directory removed on drop (tests, `toolgate authorize`).
+    pub fn temporary() -> Result<Stores, StoreError> {
+        let db = sled::Config::new()
+            .temporary(true)
+            .open()
+            .map_err(|e| StoreError(format!("cannot open a temporary store: {e}")))?;
+        Self::from_db(db)
+    }
+
+    fn from_db(db: sled::Db) -> Result<Stores, StoreError> {
+        Ok(Stores {
+            approvals: Arc::new(SledApprovals::new(&db)?),
+            audit: Arc::new(SledAudit::new(db)?),
+        })
+    }
+}
