@@ -65,6 +65,15 @@ pub fn read_inputs(sources: &Sources) -> Inputs {
         &mut hasher,
         &mut problems,
     );
+    // Judged here, where the listing is known to have succeeded: an empty but readable
+    // directory is an error whatever else was found (warnings included).
+    if policies.is_empty() && sources.policies_dir.is_dir() {
+        problems.push(Problem::in_file(
+            &sources.policies_dir,
+            "no `.cedar` files: every call would be denied",
+            Some("add policies, or point `policies_dir` at the right directory".to_owned()),
+        ));
+    }
     let entities = read_one(
         &sources.policies_dir.join(ENTITIES_FILE),
         "entities",

@@ -265,13 +265,6 @@ fn parse_policies(
             policies: in_file,
         });
     }
-    if files.is_empty() && problems.is_empty() {
-        problems.push(Problem::in_file(
-            Path::new("policies"),
-            "no `.cedar` files: every call would be denied",
-            Some("add policies, or point `policies_dir` at the right directory".to_owned()),
-        ));
-    }
     cache.parsed = next_parsed;
     ParsedSet {
         set,

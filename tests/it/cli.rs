@@ -170,12 +170,10 @@ fn schema_check_passes_on_the_shipped_set_and_fails_when_a_manifest_changes() {
     );
 
     let set = TempSet::new();
-    let path = set.dir.path().join("schemas/tools/echo.json");
-    let mut manifest: Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    manifest["inputSchema"]["properties"]["loud"] = serde_json::json!({"type": "boolean"});
-    std::fs::write(&path, manifest.to_string()).unwrap();
-    let schemas = set.dir.path().join("schemas");
+    set.edit_manifest("echo", |m| {
+        m["inputSchema"]["properties"]["loud"] = serde_json::json!({"type": "boolean"});
+    });
+    let schemas = set.sources().schemas_dir;
     let out = toolgate()
         .args(["schema", "--check", "--schemas"])
         .arg(&schemas)

@@ -92,6 +92,24 @@ impl TempSet {
     pub fn write(&self, rel: &str, text: &str) {
         std::fs::write(self.dir.path().join(rel), text).unwrap();
     }
+    /// Edits the manifest of `tool` in place (the Cedar schema is left as it was).
+    pub fn edit_manifest(&self, tool: &str, change: impl FnOnce(&mut Value)) {
+        let path = self
+            .sources()
+            .schemas_dir
+            .join(format!("tools/{tool}.json"));
+        let mut m: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        change(&mut m);
+        std::fs::write(&path, m.to_string()).unwrap();
+    }
+    /// Regenerates the Cedar schema from the manifests, as `toolgate schema` does.
+    pub fn regenerate_schema(&self) {
+        let schemas = self.sources().schemas_dir;
+        let text = toolgate::policy::schema_gen::generate(
+            toolgate::policy::load_tools(&schemas).unwrap().values(),
+        );
+        std::fs::write(schemas.join("toolgate.cedarschema"), text).unwrap();
+    }
     pub fn append(&self, rel: &str, text: &str) {
         let path = self.dir.path().join(rel);
         let mut old = std::fs::read_to_string(&path).unwrap_or_default();

@@ -190,26 +190,7 @@ async fn policy_status_is_for_operators_not_agents() {
 
 #[test]
 fn manifests_whose_arguments_policies_cannot_see_load_with_a_warning() {
-    let set = TempSet::new();
-    let path = set.dir.path().join("schemas/tools/echo.json");
-    let mut m: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    m["inputSchema"]["properties"]["ratio"] = json!({"type": "number"});
-    m["inputSchema"]
-        .as_object_mut()
-        .unwrap()
-        .remove("additionalProperties");
-    std::fs::write(&path, m.to_string()).unwrap();
-    let schemas = set.dir.path().join("schemas");
-    toolgate::policy::schema_gen::generate(
-        toolgate::policy::load_tools(&schemas).unwrap().values(),
-    );
-    std::fs::write(
-        schemas.join("toolgate.cedarschema"),
-        toolgate::policy::schema_gen::generate(
-            toolgate::policy::load_tools(&schemas).unwrap().values(),
-        ),
-    )
-    .unwrap();
+    let set = with_blind_spots();
     let loaded = toolgate::policy::load(&set.sources()).unwrap();
     let text: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
     assert!(
@@ -228,6 +209,38 @@ fn manifests_whose_arguments_policies_cannot_see_load_with_a_warning() {
             .unwrap()
             .warnings
             .is_empty()
+    );
+}
+
+/// The shipped set with `echo` taking an argument policies cannot see and undeclared ones.
+fn with_blind_spots() -> TempSet {
+    let set = TempSet::new();
+    set.edit_manifest("echo", |m| {
+        m["inputSchema"]["properties"]["ratio"] = json!({"type": "number"});
+        m["inputSchema"]
+            .as_object_mut()
+            .unwrap()
+            .remove("additionalProperties");
+    });
+    set.regenerate_schema();
+    set
+}
+
+#[test]
+fn an_empty_policy_directory_is_an_error_even_next_to_warnings() {
+    let set = with_blind_spots();
+    for entry in std::fs::read_dir(set.policies()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "cedar") {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    let err = toolgate::policy::load(&set.sources()).unwrap_err();
+    let text: Vec<String> = err.problems.iter().map(ToString::to_string).collect();
+    assert!(
+        text.iter().any(|p| p.contains("no `.cedar` files")
+            && p.contains(&set.policies().display().to_string())),
+        "{text:?}"
     );
 }
 
