@@ -8,13 +8,14 @@ use axum::Json;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
+use cedar_policy::EntityUid;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::handlers::{authenticate, now_ms, word};
+use super::handlers::{authenticate, word};
 use super::{ApiError, AppState};
 use crate::approvals::{Approval, ApprovalError, Status};
-use crate::audit::{Entry, EntryKind, args_digest, args_preview};
+use crate::audit::{Entry, EntryKind, args_preview, now_ms};
 use crate::authz::{self, Advice, Call, Outcome, Principal, PrincipalKind, Stage, Verdict};
 use crate::policy::Snapshot;
 
@@ -43,7 +44,7 @@ pub(super) fn settle(
     state: &AppState,
     snap: &Snapshot,
     who: &Principal,
-    call: &Call,
+    (call, digest): (&Call, &str),
     approval_id: Option<String>,
     verdict: Verdict,
     decision_id: &str,
@@ -54,12 +55,11 @@ pub(super) fn settle(
     }
     let now = now_ms();
     let principal = who.uid.to_string();
-    let digest = args_digest(&call.args);
     let tool = snap.tools.get(&call.tool);
     if let Some(id) = approval_id {
         return match state
             .approvals
-            .transition(&id, |a| a.redeemed(&principal, &call.tool, &digest, now))
+            .transition(&id, |a| a.redeemed(&principal, &call.tool, digest, now))
         {
             Ok(used) => {
                 let mut v = verdict;
@@ -85,7 +85,7 @@ pub(super) fn settle(
     }
     let existing = state
         .approvals
-        .open_for(&principal, &call.tool, &digest, now)
+        .open_for(&principal, &call.tool, digest, now)
         .map_err(|e| store_failed(&e))?;
     let approval = match existing {
         Some(a) => a,
@@ -100,7 +100,7 @@ pub(super) fn settle(
                 tool: call.tool.clone(),
                 expires_ms: now + state.approvals.ttl.for_risk_ms(&risk),
                 risk,
-                args_sha256: digest,
+                args_sha256: digest.to_owned(),
                 args_preview: args_preview(&call.args),
                 policy_revision: snap.revision.clone(),
                 decision_id: decision_id.to_owned(),
@@ -160,7 +160,7 @@ pub async fn list(
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
     let found = state
         .approvals
-        .list(status, now, usize::MAX)
+        .list(status, now)
         .map_err(|e| store_failed(&e))?;
     let approvals: Vec<Value> = found
         .iter()
@@ -274,7 +274,8 @@ async fn decide(
         .map_err(|e| store_failed(&e))?
         .ok_or(ApiError::ApprovalNotFound)?;
     // Eligibility is a Cedar decision under the live policies.
-    let requester = requester_of(&current);
+    let requester = requester_of(&current)
+        .ok_or_else(|| ApiError::NotEligible("the requester is not an agent".to_owned()))?;
     let eligible = authz::may_approve(&snap, &who, &current.tool, &requester);
     if eligible.decision != Outcome::Allow {
         let why = eligible
@@ -290,24 +291,16 @@ async fn decide(
         .transition(&id, |a| a.decided(&approver, approve, reason.clone(), now))
         .map_err(refused)?;
     let entry = Entry {
-        kind: EntryKind::Approval,
-        id: decided.id.clone(),
-        at_ms: now,
         principal: Some(approver),
-        tool: Some(decided.tool.clone()),
-        risk: Some(decided.risk.clone()),
-        decision: word(&decided.status),
-        stage: Some("approval".to_owned()),
         reasons: eligible.reasons,
         policy_revision: Some(snap.revision.clone()),
-        args_sha256: Some(decided.args_sha256.clone()),
         args_preview: Some(decided.args_preview.clone()),
         detail: Some(format!(
             "requester {}; reason: {}",
             decided.principal,
             decided.reason.as_deref().unwrap_or("-")
         )),
-        ..Entry::default()
+        ..approval_entry(&decided, now, word(&decided.status))
     };
     state.audit.record(entry).await.map_err(|e| {
         tracing::error!(error = %e, "approval decided but not recorded");
@@ -316,14 +309,27 @@ async fn decide(
     Ok(Json(view(&decided, now)))
 }
 
-/// The requesting agent as a principal (its stored uid is `Agent::"name"`).
-fn requester_of(a: &Approval) -> Principal {
-    let name = a
-        .principal
-        .strip_prefix("Agent::\"")
-        .and_then(|s| s.strip_suffix('"'))
-        .unwrap_or(&a.principal);
-    Principal::new(PrincipalKind::Agent, name)
+/// The requesting agent as a principal, from its stored uid (`Agent::"name"`, Cedar escapes
+/// included).
+fn requester_of(a: &Approval) -> Option<Principal> {
+    let uid: EntityUid = a.principal.parse().ok()?;
+    (uid.type_name().to_string() == PrincipalKind::Agent.type_name())
+        .then(|| Principal::new(PrincipalKind::Agent, uid.id().unescaped()))
+}
+
+/// What every audit entry about approval `a` says: which approval, call and event.
+fn approval_entry(a: &Approval, at_ms: u64, event: String) -> Entry {
+    Entry {
+        kind: EntryKind::Approval,
+        id: a.id.clone(),
+        at_ms,
+        tool: Some(a.tool.clone()),
+        risk: Some(a.risk.clone()),
+        decision: event,
+        stage: Some("approval".to_owned()),
+        args_sha256: Some(a.args_sha256.clone()),
+        ..Entry::default()
+    }
 }
 
 /// Marks overdue approvals expired and records each as denied by timeout. Run periodically.
@@ -333,17 +339,9 @@ pub async fn expire_due(state: &AppState) {
         Ok(expired) => {
             for a in expired {
                 state.audit.record_detached(Entry {
-                    kind: EntryKind::Approval,
-                    id: a.id.clone(),
-                    at_ms: now,
                     principal: Some(a.principal.clone()),
-                    tool: Some(a.tool.clone()),
-                    risk: Some(a.risk.clone()),
-                    decision: "expired".to_owned(),
-                    stage: Some("approval".to_owned()),
                     reasons: vec!["approval_timeout".to_owned()],
-                    args_sha256: Some(a.args_sha256.clone()),
-                    ..Entry::default()
+                    ..approval_entry(&a, now, "expired".to_owned())
                 });
             }
         }

@@ -64,25 +64,35 @@ struct ErrorBody<'a> {
 
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let code = self.code();
         match self {
-            ApiError::BadRequest { code, message, .. } => write!(f, "{code}: {message}"),
-            ApiError::PayloadTooLarge => f.write_str("body_too_large"),
-            ApiError::UnsupportedMediaType => f.write_str("unsupported_media_type"),
-            ApiError::Unauthenticated(_) => f.write_str("unauthenticated"),
-            ApiError::NotFound => f.write_str("not_found"),
-            ApiError::MethodNotAllowed => f.write_str("method_not_allowed"),
-            ApiError::NotReady => f.write_str("not_ready"),
-            ApiError::Forbidden(m) => write!(f, "forbidden: {m}"),
-            ApiError::AuditUnavailable(_) => f.write_str("audit_unavailable"),
-            ApiError::StoreUnavailable => f.write_str("store_unavailable"),
-            ApiError::ApprovalNotFound => f.write_str("approval_not_found"),
-            ApiError::ApprovalConflict { code, .. } => f.write_str(code),
-            ApiError::NotEligible(m) => write!(f, "not_eligible: {m}"),
+            ApiError::BadRequest { message, .. } => write!(f, "{code}: {message}"),
+            ApiError::Forbidden(m) => write!(f, "{code}: {m}"),
+            ApiError::NotEligible(m) => write!(f, "{code}: {m}"),
+            _ => f.write_str(code),
         }
     }
 }
 
 impl ApiError {
+    /// The stable code callers see in `error` (and in logs).
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest { code, .. } | ApiError::ApprovalConflict { code, .. } => code,
+            ApiError::PayloadTooLarge => "body_too_large",
+            ApiError::UnsupportedMediaType => "unsupported_media_type",
+            ApiError::Unauthenticated(_) => "unauthenticated",
+            ApiError::NotFound => "not_found",
+            ApiError::MethodNotAllowed => "method_not_allowed",
+            ApiError::NotReady => "not_ready",
+            ApiError::Forbidden(_) => "forbidden",
+            ApiError::AuditUnavailable(_) => "audit_unavailable",
+            ApiError::StoreUnavailable => "store_unavailable",
+            ApiError::ApprovalNotFound => "approval_not_found",
+            ApiError::NotEligible(_) => "not_eligible",
+        }
+    }
+
     /// A 400 with a code and message.
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
         ApiError::BadRequest {
@@ -181,21 +191,22 @@ impl IntoResponse for ApiError {
             )
                 .into_response()
         };
+        let code = self.code();
         match self {
             ApiError::BadRequest {
-                code,
                 message,
                 suggestion,
+                ..
             } => plain(StatusCode::BAD_REQUEST, code, &message, suggestion),
             ApiError::PayloadTooLarge => plain(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
+                code,
                 "the request body is larger than the configured limit",
                 "send smaller arguments; the limit is `max_body_bytes` in the config",
             ),
             ApiError::UnsupportedMediaType => plain(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
+                code,
                 "the body must be JSON",
                 "send `Content-Type: application/json`",
             ),
@@ -207,19 +218,19 @@ impl IntoResponse for ApiError {
             }
             ApiError::NotFound => plain(
                 StatusCode::NOT_FOUND,
-                "not_found",
+                code,
                 "no such route",
                 "see docs/openapi.json for the routes",
             ),
             ApiError::MethodNotAllowed => plain(
                 StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
+                code,
                 "this route does not accept that method",
                 "see docs/openapi.json for the routes",
             ),
             ApiError::Forbidden(message) => plain(
                 StatusCode::FORBIDDEN,
-                "forbidden",
+                code,
                 message,
                 "use an operator's (human) credential",
             ),
@@ -228,17 +239,17 @@ impl IntoResponse for ApiError {
             }
             ApiError::StoreUnavailable => plain(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "store_unavailable",
+                code,
                 "the data store failed; nothing was changed",
                 "retry later; operators: see /readyz and the logs",
             ),
             ApiError::ApprovalNotFound => plain(
                 StatusCode::NOT_FOUND,
-                "approval_not_found",
+                code,
                 "no approval with this id is visible to you",
                 "use the `approval_id` from a pending_approval decision",
             ),
-            ApiError::ApprovalConflict { code, message } => plain(
+            ApiError::ApprovalConflict { message, .. } => plain(
                 StatusCode::CONFLICT,
                 code,
                 &message,
@@ -246,13 +257,13 @@ impl IntoResponse for ApiError {
             ),
             ApiError::NotEligible(message) => plain(
                 StatusCode::FORBIDDEN,
-                "not_eligible",
+                code,
                 &message,
                 "ask an approver that the policies make eligible for this tool's risk tier",
             ),
             ApiError::NotReady => plain(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "not_ready",
+                code,
                 "no valid policy set is loaded",
                 "fix the policies (run `toolgate validate`)",
             ),

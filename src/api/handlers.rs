@@ -2,7 +2,6 @@
 //! and its response name the same revision.
 
 use std::sync::Arc;
-use std::time::UNIX_EPOCH;
 
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
@@ -13,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::body::{DecisionBody, RawCall};
 use super::{ApiError, AppState, approvals};
-use crate::audit::{Entry, EntryKind, args_digest, args_preview};
+use crate::audit::{Entry, EntryKind, args_digest, args_preview, now_ms, unix_ms};
 use crate::authz::{self, Advice, Principal, Stage, Verdict};
 use crate::policy::{Problem, Snapshot};
 use crate::tools::Risk;
@@ -77,17 +76,19 @@ pub async fn authorize(
     };
     let (call, approval_id) = body?.0.into_call()?;
     let verdict = authz::decide(&snap, &who, &call);
-    state.decisions.count(verdict.decision);
+    // Approvals and the audit record are bound to this one digest of the arguments.
+    let digest = args_digest(&call.args);
     let decision_id = new_decision_id();
     let (verdict, approval) = approvals::settle(
         &state,
         &snap,
         &who,
-        &call,
+        (&call, &digest),
         approval_id,
         verdict,
         &decision_id,
     )?;
+    state.decisions.count(verdict.decision);
     tracing::info!(
         decision_id,
         principal = %who.uid,
@@ -99,7 +100,7 @@ pub async fn authorize(
     );
     let mut body = DecisionBody::new(verdict, decision_id, snap.revision.clone());
     body.approval_id = approval;
-    let entry = audit_entry(&body, Some(&who), Some(&call), started);
+    let entry = audit_entry(&body, Some(&who), Some((&call, &digest)), started);
     match state.audit.record(entry).await {
         Ok(_) => Ok(Json(body)),
         Err(e) => Err(audit_failed(body, &e)),
@@ -110,9 +111,10 @@ pub async fn authorize(
 fn audit_entry(
     body: &DecisionBody,
     who: Option<&Principal>,
-    call: Option<&crate::authz::Call>,
+    call: Option<(&crate::authz::Call, &str)>,
     started: std::time::Instant,
 ) -> Entry {
+    let (call, digest) = (call.map(|c| c.0), call.map(|c| c.1));
     Entry {
         kind: EntryKind::Decision,
         id: body.decision_id.clone(),
@@ -128,7 +130,7 @@ fn audit_entry(
             body.reasons.clone()
         },
         policy_revision: Some(body.policy_revision.clone()),
-        args_sha256: call.map(|c| args_digest(&c.args)),
+        args_sha256: digest.map(str::to_owned),
         args_preview: call.map(|c| args_preview(&c.args)),
         conv_id: call.and_then(|c| c.correlation.conv_id.clone()),
         trace_id: call.and_then(|c| c.correlation.trace_id.clone()),
@@ -150,14 +152,6 @@ fn audit_failed(mut body: DecisionBody, error: &crate::audit::StoreError) -> Api
         "retry later; operators: see /readyz and the logs",
     )];
     ApiError::AuditUnavailable(Box::new(body))
-}
-
-/// Milliseconds since the Unix epoch.
-pub(super) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 /// The snake_case word a unit enum serializes to.
@@ -241,7 +235,7 @@ fn summary(tools: &[&crate::tools::Tool]) -> String {
 #[derive(Serialize)]
 struct PoliciesBody {
     revision: String,
-    loaded_at_unix_ms: u128,
+    loaded_at_unix_ms: u64,
     policies: usize,
     tools: usize,
     policy_ids: Vec<String>,
@@ -272,11 +266,7 @@ pub async fn policies(
     });
     let body = PoliciesBody {
         revision: snap.revision.clone(),
-        loaded_at_unix_ms: snap
-            .loaded_at
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis())
-            .unwrap_or(0),
+        loaded_at_unix_ms: unix_ms(snap.loaded_at),
         policies: snap.policy_count(),
         tools: snap.tools.len(),
         policy_ids: snap.policy_files.keys().cloned().collect(),

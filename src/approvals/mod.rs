@@ -268,16 +268,10 @@ impl Approvals {
     }
 
     /// Approvals whose effective status is `status` (all when `None`), newest first.
-    pub fn list(
-        &self,
-        status: Option<Status>,
-        now_ms: u64,
-        limit: usize,
-    ) -> Result<Vec<Approval>, StoreError> {
+    pub fn list(&self, status: Option<Status>, now_ms: u64) -> Result<Vec<Approval>, StoreError> {
         let mut all = self.store.all()?;
         all.retain(|a| status.is_none_or(|s| a.status_at(now_ms) == s));
         all.sort_by(|a, b| b.id.cmp(&a.id));
-        all.truncate(limit);
         Ok(all)
     }
 
@@ -334,12 +328,6 @@ impl Approvals {
             self.notify();
         }
         Ok(expired)
-    }
-
-    /// Waits until any approval changes (or `timeout` passes).
-    pub async fn changed(&self, timeout: std::time::Duration) {
-        let mut rx = self.changed.subscribe();
-        let _ = tokio::time::timeout(timeout, rx.changed()).await;
     }
 
     /// A receiver that sees every later change (subscribe before reading, then wait).

@@ -8,7 +8,8 @@ mod verify;
 mod writer;
 
 pub use record::{
-    Chain, Entry, EntryKind, GENESIS, Record, args_digest, args_preview, canonical_json,
+    Chain, Entry, EntryKind, GENESIS, Record, args_digest, args_preview, canonical_json, now_ms,
+    unix_ms,
 };
 pub(crate) use store::SledAudit;
 pub use store::{AuditStore, Query, StoreError, Stored};

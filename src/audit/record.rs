@@ -89,6 +89,18 @@ pub struct Record {
     pub entry: Entry,
 }
 
+/// `t` in milliseconds since the Unix epoch (0 before it), as records store times.
+pub fn unix_ms(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// Now, in milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    unix_ms(std::time::SystemTime::now())
+}
+
 /// The hash before the first record.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -179,7 +191,7 @@ pub fn canonical_json(value: &Value, out: &mut Vec<u8>) {
                 if i > 0 {
                     out.push(b',');
                 }
-                write_scalar(&Value::String(k.clone()), out);
+                write_scalar(k, out);
                 out.push(b':');
                 if let Some(v) = map.get(k) {
                     canonical_json(v, out);
@@ -201,7 +213,7 @@ pub fn canonical_json(value: &Value, out: &mut Vec<u8>) {
     }
 }
 
-fn write_scalar(value: &Value, out: &mut Vec<u8>) {
+fn write_scalar<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) {
     // Writing a scalar to a Vec cannot fail.
     let _ = serde_json::to_writer(&mut *out, value);
 }

@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use super::record::Record;
+use super::record::{Entry, Record};
 
 /// A storage failure. The message says what failed; the sidecar denies while it lasts.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -93,21 +93,40 @@ fn seq_of(key: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(tail))
 }
 
-fn indexed(r: &Record) -> Vec<(&'static str, &str)> {
-    let e = &r.entry;
-    let mut out = vec![("decision", e.decision.as_str())];
-    for (field, value) in [
-        ("principal", &e.principal),
-        ("tool", &e.tool),
-        ("stage", &e.stage),
-        ("conv_id", &e.conv_id),
-        ("trace_id", &e.trace_id),
-    ] {
-        if let Some(v) = value {
-            out.push((field, v.as_str()));
-        }
+/// The indexed fields, most selective first (a query walks the first one it constrains).
+const INDEXED: [&str; 6] = [
+    "conv_id",
+    "trace_id",
+    "principal",
+    "tool",
+    "stage",
+    "decision",
+];
+
+/// An entry's values for [`INDEXED`], in that order.
+fn indexed(e: &Entry) -> [Option<&str>; 6] {
+    [
+        e.conv_id.as_deref(),
+        e.trace_id.as_deref(),
+        e.principal.as_deref(),
+        e.tool.as_deref(),
+        e.stage.as_deref(),
+        Some(e.decision.as_str()),
+    ]
+}
+
+impl Query {
+    /// The wanted values for [`INDEXED`], in that order.
+    fn wanted(&self) -> [Option<&str>; 6] {
+        [
+            self.conv_id.as_deref(),
+            self.trace_id.as_deref(),
+            self.principal.as_deref(),
+            self.tool.as_deref(),
+            self.stage.as_deref(),
+            self.decision.as_deref(),
+        ]
     }
-    out
 }
 
 /// The sled implementation.
@@ -142,7 +161,8 @@ impl AuditStore for SledAudit {
         for r in batch {
             let bytes = serde_json::to_vec(r).map_err(|e| StoreError(e.to_string()))?;
             b.insert(&log_key(r.seq), bytes);
-            for (field, value) in indexed(r) {
+            for (field, value) in INDEXED.iter().zip(indexed(&r.entry)) {
+                let Some(value) = value else { continue };
                 let mut k = index_prefix(field, value);
                 k.extend_from_slice(&r.seq.to_be_bytes());
                 b.insert(k, &[] as &[u8]);
@@ -186,31 +206,21 @@ impl AuditStore for SledAudit {
     fn query(&self, q: &Query) -> Result<Vec<Record>, StoreError> {
         let limit = q.limit.max(1);
         let upper = q.before_seq.unwrap_or(u64::MAX);
+        let wanted = q.wanted();
         let keep = |r: &Record| {
             let e = &r.entry;
-            let eq = |want: &Option<String>, have: Option<&str>| {
-                want.as_deref().is_none_or(|w| Some(w) == have)
-            };
-            eq(&q.principal, e.principal.as_deref())
-                && eq(&q.tool, e.tool.as_deref())
-                && eq(&q.decision, Some(e.decision.as_str()))
-                && eq(&q.stage, e.stage.as_deref())
-                && eq(&q.conv_id, e.conv_id.as_deref())
-                && eq(&q.trace_id, e.trace_id.as_deref())
+            wanted
+                .iter()
+                .zip(indexed(e))
+                .all(|(want, have)| want.is_none_or(|w| Some(w) == have))
                 && q.since_ms.is_none_or(|s| e.at_ms >= s)
                 && q.until_ms.is_none_or(|u| e.at_ms < u)
         };
         // Walk the first index that applies (newest first); without one, the log itself.
-        let index = [
-            ("conv_id", &q.conv_id),
-            ("trace_id", &q.trace_id),
-            ("principal", &q.principal),
-            ("tool", &q.tool),
-            ("stage", &q.stage),
-            ("decision", &q.decision),
-        ]
-        .into_iter()
-        .find_map(|(f, v)| v.as_deref().map(|v| index_prefix(f, v)));
+        let index = INDEXED
+            .iter()
+            .zip(wanted)
+            .find_map(|(f, v)| v.map(|v| index_prefix(f, v)));
         let mut out = Vec::new();
         match index {
             Some(prefix) => {

@@ -52,21 +52,22 @@ pub fn decide(snap: &Snapshot, principal: &Principal, call: &Call) -> Verdict {
 /// Normalizes path arguments, then validates the result against the JSON Schema, so a
 /// schema `pattern` judges the same path Cedar and the tool see (`docs/../x` is `x`). Returns
 /// the arguments Cedar sees, or every problem found.
-/// Arguments are copied only when a path argument is present to normalize.
+/// Arguments are copied only when normalizing changes a path.
 fn checked_args<'a>(tool: &Tool, args: &'a Value) -> Result<Cow<'a, Value>, Vec<Advice>> {
     let mut normalized = Cow::Borrowed(args);
     let mut errors = Vec::new();
     for name in &tool.path_args {
-        if !args.get(name.as_str()).is_some_and(Value::is_string) {
-            continue;
-        }
-        let Some(slot) = normalized.to_mut().get_mut(name.as_str()) else {
+        // A non-string is left for the schema to refuse.
+        let Some(raw) = args.get(name.as_str()).and_then(Value::as_str) else {
             continue;
         };
-        // A non-string is left for the schema to refuse.
-        let Some(raw) = slot.as_str() else { continue };
         match normalize_path(raw) {
-            Ok(clean) => *slot = Value::String(clean),
+            Ok(clean) if clean == raw => {}
+            Ok(clean) => {
+                if let Some(slot) = normalized.to_mut().get_mut(name.as_str()) {
+                    *slot = Value::String(clean);
+                }
+            }
             Err(e) => errors.push(Advice::new(
                 "path_outside_root",
                 format!("argument `/{name}`: {e}"),

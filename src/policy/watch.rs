@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use super::inputs::fingerprint;
 use super::load::Sources;
 use super::store::{PolicyStore, ReloadOutcome};
-use crate::audit::{Audit, Entry, EntryKind};
+use crate::audit::{Audit, Entry, EntryKind, now_ms};
 
 /// How changes are noticed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,14 +207,10 @@ fn reload_thread(
 
 /// The audit entry for a reload that applied or failed (unchanged ones are not recorded).
 fn reload_entry(outcome: &ReloadOutcome) -> Option<Entry> {
-    let at_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0);
     let base = Entry {
         kind: EntryKind::Reload,
         id: uuid::Uuid::now_v7().to_string(),
-        at_ms,
+        at_ms: now_ms(),
         stage: Some("reload".to_owned()),
         ..Entry::default()
     };
