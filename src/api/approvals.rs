@@ -12,7 +12,7 @@ use cedar_policy::EntityUid;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::handlers::{authenticate, word};
+use super::handlers::{authenticate, human, word};
 use super::{ApiError, AppState};
 use crate::approvals::{Approval, ApprovalError, Status};
 use crate::audit::{Entry, EntryKind, args_preview, now_ms};
@@ -259,12 +259,11 @@ async fn decide(
     body: Result<Json<DecideBody>, JsonRejection>,
     approve: bool,
 ) -> Result<Json<Value>, ApiError> {
-    let who = authenticate(&state, &headers)?;
-    if who.kind != PrincipalKind::Human {
-        return Err(ApiError::Forbidden(
-            "only humans approve or deny; agents cannot decide approvals",
-        ));
-    }
+    let who = human(
+        &state,
+        &headers,
+        "only humans approve or deny; agents cannot decide approvals",
+    )?;
     let Json(body) = body?;
     let reason = body.reason.map(|r| r.chars().take(500).collect::<String>());
     let snap: Arc<Snapshot> = state.policy.current();

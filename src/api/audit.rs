@@ -8,10 +8,9 @@ use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::handlers::authenticate;
+use super::handlers::human;
 use super::{ApiError, AppState};
 use crate::audit::Query as AuditQuery;
-use crate::authz::PrincipalKind;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -31,15 +30,7 @@ pub struct RawAuditQuery {
     cursor: Option<u64>,
 }
 
-fn human(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    let who = authenticate(state, headers)?;
-    if who.kind != PrincipalKind::Human {
-        return Err(ApiError::Forbidden(
-            "the audit log is for humans; agents cannot read it",
-        ));
-    }
-    Ok(())
-}
+const HUMANS_ONLY: &str = "the audit log is for humans; agents cannot read it";
 
 /// `GET /v1/audit`.
 pub async fn query(
@@ -47,7 +38,7 @@ pub async fn query(
     headers: HeaderMap,
     query: Result<Query<RawAuditQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    human(&state, &headers)?;
+    human(&state, &headers, HUMANS_ONLY)?;
     let Query(q) = query?;
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
     let query = AuditQuery {
@@ -81,6 +72,6 @@ pub async fn head(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    human(&state, &headers)?;
+    human(&state, &headers, HUMANS_ONLY)?;
     Ok(Json(json!(state.audit.head())))
 }

@@ -54,6 +54,19 @@ pub(super) fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Prin
     principal(state, headers, &snap)
 }
 
+/// Authenticates a human; agents get a 403 saying `why` the route is not theirs.
+pub(super) fn human(
+    state: &AppState,
+    headers: &HeaderMap,
+    why: &'static str,
+) -> Result<Principal, ApiError> {
+    let who = authenticate(state, headers)?;
+    if who.kind != crate::authz::PrincipalKind::Human {
+        return Err(ApiError::Forbidden(why));
+    }
+    Ok(who)
+}
+
 /// `POST /v1/authorize`: decide, settle any approval, record, answer. Nothing is answered
 /// without its audit record (a failed write turns the answer into a 503 deny).
 pub async fn authorize(
@@ -253,13 +266,12 @@ pub async fn policies(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
+    human(
+        &state,
+        &headers,
+        "policy status is for operators, not agents",
+    )?;
     let snap = state.policy.current();
-    let who = principal(&state, &headers, &snap)?;
-    if who.kind != crate::authz::PrincipalKind::Human {
-        return Err(ApiError::Forbidden(
-            "policy status is for operators, not agents",
-        ));
-    }
     let last_reload_error = state.policy.last_error().map(|e| ReloadError {
         message: e.to_string(),
         problems: e.problems.clone(),
