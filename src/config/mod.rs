@@ -290,13 +290,16 @@ impl Config {
             ));
         }
         let defaults = WatchOptions::default();
-        let debounce_ms = raw.reload.debounce_ms.unwrap_or(150);
-        if !(10..=10_000).contains(&debounce_ms) {
-            return Err(invalid(
-                format!("`reload.debounce_ms` = {debounce_ms} is out of range"),
-                "use a value from 10 to 10000",
-            ));
-        }
+        let debounce = match raw.reload.debounce_ms {
+            Some(ms) if !(10..=10_000).contains(&ms) => {
+                return Err(invalid(
+                    format!("`reload.debounce_ms` = {ms} is out of range"),
+                    "use a value from 10 to 10000",
+                ));
+            }
+            Some(ms) => Duration::from_millis(ms),
+            None => defaults.debounce,
+        };
         let poll = match raw.reload.poll_ms {
             Some(0) => None,
             Some(ms) if ms < 100 => {
@@ -310,7 +313,7 @@ impl Config {
         };
         let reload = WatchOptions {
             events: raw.reload.watch.unwrap_or(defaults.events),
-            debounce: Duration::from_millis(debounce_ms),
+            debounce,
             poll,
         };
         let mut sources = default_sources(base);

@@ -94,17 +94,22 @@ pub fn read_inputs(sources: &Sources) -> Inputs {
     }
 }
 
-/// Reads until two consecutive reads agree (at most `attempts` reads, `pause` apart), so a set
-/// swapped while it was being read (a ConfigMap `..data` flip between two files) is not taken
-/// as a mix of old and new files.
-pub fn read_stable(sources: &Sources, attempts: usize, pause: Duration) -> Inputs {
+/// Reads at most this many times waiting for two reads to agree.
+const STABLE_ATTEMPTS: usize = 5;
+/// Pause between those reads.
+const STABLE_PAUSE: Duration = Duration::from_millis(20);
+
+/// Reads until two consecutive reads agree (at most 5 reads, 20 ms apart), so a set swapped
+/// while it was being read (a ConfigMap `..data` flip between two files) is not taken as a mix
+/// of old and new files.
+pub fn read_stable(sources: &Sources) -> Inputs {
     let mut last = read_inputs(sources);
-    for _ in 1..attempts.max(1) {
+    for _ in 1..STABLE_ATTEMPTS {
         let next = read_inputs(sources);
         if next.revision == last.revision {
             return next;
         }
-        std::thread::sleep(pause);
+        std::thread::sleep(STABLE_PAUSE);
         last = next;
     }
     last

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use cedar_policy::{
     Authorizer, Entities, Entity, Policy, PolicyId, PolicySet, RestrictedExpression, Schema,
@@ -41,7 +41,7 @@ pub struct Loaded {
 
 /// Reads (until two reads agree) and builds.
 pub fn load(sources: &Sources) -> Result<Loaded, LoadError> {
-    build(read_stable(sources, 5, Duration::from_millis(20)))
+    build(read_stable(sources))
 }
 
 /// Compiles only the tool manifests (what `toolgate schema` needs: the policies may not match
@@ -74,7 +74,6 @@ pub fn build_with(inputs: Inputs, cache: &mut LoadCache) -> Result<Loaded, LoadE
         revision,
     } = inputs;
     let tools = compile_manifests(&manifests, &mut problems);
-    let schema_text = schema.as_ref().map(|f| f.text.clone()).unwrap_or_default();
     let schema = schema.and_then(|f| parse_schema(&f, &tools, cache, &mut problems));
     let ParsedSet {
         set,
@@ -82,9 +81,10 @@ pub fn build_with(inputs: Inputs, cache: &mut LoadCache) -> Result<Loaded, LoadE
         files,
         in_slice,
     } = parse_policies(&policies, cache, &mut problems);
-    if let Some(schema) = &schema {
-        validate_files(schema, &schema_text, &files, cache, &mut problems);
+    if let Some((schema, key)) = &schema {
+        validate_files(schema, *key, &files, cache, &mut problems);
     }
+    let schema = schema.map(|(s, _)| s);
     let entities = match (&schema, entities) {
         (Some(schema), Some(file)) => parse_entities(&file, schema, &tools, &mut problems),
         _ => None,
@@ -92,12 +92,7 @@ pub fn build_with(inputs: Inputs, cache: &mut LoadCache) -> Result<Loaded, LoadE
     let blocked = problems.iter().any(|p| p.level == Level::Error);
     match (schema, entities) {
         (Some(schema), Some(entities)) if !blocked => {
-            let slices = Slices::build_prepared(
-                &set,
-                &in_slice,
-                &entities,
-                tools.values().map(|t| &t.action_uid),
-            );
+            let slices = Slices::build_prepared(&set, &in_slice, &entities, schema.actions());
             Ok(Loaded {
                 snapshot: Snapshot {
                     revision,
@@ -151,7 +146,7 @@ fn parse_schema(
     tools: &BTreeMap<String, Tool>,
     cache: &mut LoadCache,
     problems: &mut Vec<Problem>,
-) -> Option<Schema> {
+) -> Option<(Schema, [u8; 32])> {
     let key = file_key(&file.path, &file.text);
     let cached = cache
         .schema
@@ -187,7 +182,7 @@ fn parse_schema(
             ),
         ));
     }
-    Some(schema)
+    Some((schema, key))
 }
 
 /// Where a policy came from.
@@ -195,11 +190,11 @@ struct PolicySource {
     file: PathBuf,
 }
 
-fn parse_policies(
-    files: &[SourceFile],
+fn parse_policies<'a>(
+    files: &'a [SourceFile],
     cache: &mut LoadCache,
     problems: &mut Vec<Problem>,
-) -> ParsedSet {
+) -> ParsedSet<'a> {
     let mut prepared = HashMap::new();
     let mut parsed_files = Vec::with_capacity(files.len());
     let mut next_parsed = HashMap::with_capacity(files.len());
@@ -234,7 +229,6 @@ fn parse_policies(
             },
         };
         next_parsed.insert(key, renamed.clone());
-        let shared: Arc<str> = text.as_str().into();
         let mut in_file = Vec::new();
         for (policy, in_slice) in renamed.iter() {
             let id = policy.id().to_string();
@@ -260,8 +254,9 @@ fn parse_policies(
             sources.insert(id, PolicySource { file: path.clone() });
         }
         parsed_files.push(ParsedFile {
-            path: path.clone(),
-            text: shared,
+            path,
+            text,
+            key,
             policies: in_file,
         });
     }
@@ -275,10 +270,10 @@ fn parse_policies(
 }
 
 /// The policy files of one load, parsed.
-struct ParsedSet {
+struct ParsedSet<'a> {
     set: PolicySet,
     sources: HashMap<String, PolicySource>,
-    files: Vec<ParsedFile>,
+    files: Vec<ParsedFile<'a>>,
     /// Each policy's copy for its action slices (action scope removed).
     in_slice: HashMap<PolicyId, Policy>,
 }

@@ -21,7 +21,8 @@ pub struct Slices {
 }
 
 impl Slices {
-    /// Slices `set` for each of `actions` (plus `Action::"approve"`), using the action hierarchy
+    /// Slices `set` for each of `actions` (a load passes every action of the schema, tools,
+    /// groups and `approve` alike), using the action hierarchy
     /// in `entities` (which holds the schema's action entities). One pass over the policies:
     /// each goes to the actions its scope names, directly or through a group.
     pub fn build<'a>(
@@ -40,8 +41,9 @@ impl Slices {
         entities: &Entities,
         actions: impl IntoIterator<Item = &'a EntityUid>,
     ) -> Self {
-        let mut all: Vec<EntityUid> = actions.into_iter().cloned().collect();
-        all.extend(r#"Action::"approve""#.parse::<EntityUid>().ok());
+        let all: Vec<EntityUid> = actions.into_iter().cloned().collect();
+        let index: HashMap<&EntityUid, usize> =
+            all.iter().enumerate().map(|(i, a)| (a, i)).collect();
         // Each action and group → the actions it covers (itself, or its members).
         let mut covers: HashMap<EntityUid, Vec<usize>> = HashMap::new();
         for (i, action) in all.iter().enumerate() {
@@ -58,13 +60,7 @@ impl Slices {
                 .unwrap_or_else(|| without_action_scope(original));
             let targets: HashSet<usize> = match original.action_constraint() {
                 ActionConstraint::Any => (0..all.len()).collect(),
-                ActionConstraint::Eq(a) => covers
-                    .get(&a)
-                    .into_iter()
-                    .flatten()
-                    .copied()
-                    .filter(|&i| all.get(i) == Some(&a))
-                    .collect(),
+                ActionConstraint::Eq(a) => index.get(&a).copied().into_iter().collect(),
                 ActionConstraint::In(list) => list
                     .iter()
                     .filter_map(|a| covers.get(a))

@@ -96,16 +96,10 @@ impl PolicyStore {
     /// load's warnings alongside.
     pub fn open(sources: Sources) -> Result<(Self, Vec<Problem>), LoadError> {
         let mut cache = LoadCache::new();
-        let loaded = build_with(
-            read_stable(&sources, 5, Duration::from_millis(20)),
-            &mut cache,
-        )?;
+        let loaded = build_with(read_stable(&sources), &mut cache)?;
         let store = PolicyStore {
-            live: ArcSwap::from_pointee(loaded.snapshot),
-            sources: Some(sources),
-            failure: Mutex::new(Failure::default()),
             reloading: Mutex::new(cache),
-            stats: ReloadStats::default(),
+            ..PolicyStore::new(loaded.snapshot, Some(sources))
         };
         Ok((store, loaded.warnings))
     }
@@ -135,7 +129,7 @@ impl PolicyStore {
             .reloading
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let inputs = read_stable(sources, 5, Duration::from_millis(20));
+        let inputs = read_stable(sources);
         let from = self.live.load().revision.clone();
         if !force && inputs.problems.is_empty() && inputs.revision == from {
             self.clear_failure();

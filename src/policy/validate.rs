@@ -9,7 +9,7 @@
 //! the latest load, so memory stays bounded by one policy set.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 
 use cedar_policy::{Policy, PolicySet, Schema, ValidationMode, Validator};
@@ -17,10 +17,12 @@ use sha2::{Digest, Sha256};
 
 use super::diag::{Level, Problem};
 
-/// One parsed policy file.
-pub(super) struct ParsedFile {
-    pub path: PathBuf,
-    pub text: Arc<str>,
+/// One parsed policy file, borrowing the text that was read.
+pub(super) struct ParsedFile<'a> {
+    pub path: &'a Path,
+    pub text: &'a str,
+    /// [`file_key`] of path and text.
+    pub key: [u8; 32],
     /// Its policies, already renamed to their final ids.
     pub policies: Vec<Policy>,
 }
@@ -63,19 +65,18 @@ pub(super) fn file_key(path: &std::path::Path, text: &str) -> [u8; 32] {
 /// grows beyond one policy set.
 pub(super) fn validate_files(
     schema: &Schema,
-    schema_text: &str,
-    files: &[ParsedFile],
+    schema_key: [u8; 32],
+    files: &[ParsedFile<'_>],
     cache: &mut LoadCache,
     problems: &mut Vec<Problem>,
 ) {
-    let schema_hash = Sha256::digest(schema_text.as_bytes());
     let validator = Validator::new(schema.clone());
     let mut next = HashMap::with_capacity(files.len());
     for file in files {
         let key: [u8; 32] = {
             let mut h = Sha256::new();
-            h.update(schema_hash);
-            h.update(file_key(&file.path, &file.text));
+            h.update(schema_key);
+            h.update(file.key);
             h.finalize().into()
         };
         if let Some(warnings) = cache.passed.remove(&key) {
@@ -92,16 +93,16 @@ pub(super) fn validate_files(
         let mut found = Vec::new();
         for e in result.validation_errors() {
             found.extend(Problem::from_diagnostic(
-                &file.path,
-                &file.text,
+                file.path,
+                file.text,
                 e,
                 Level::Error,
             ));
         }
         for w in result.validation_warnings() {
             found.extend(Problem::from_diagnostic(
-                &file.path,
-                &file.text,
+                file.path,
+                file.text,
                 w,
                 Level::Warning,
             ));

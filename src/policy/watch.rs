@@ -125,6 +125,8 @@ async fn run(
     // watch existing must be read once more.
     let mut recheck = false;
     loop {
+        // A poll's fingerprint, taken before anything is read, serves the reload it triggers.
+        let mut polled = None;
         let first = if std::mem::take(&mut recheck) {
             Trigger::Event
         } else {
@@ -137,6 +139,7 @@ async fn run(
                     if fp.is_some() && fp == last_fp && !stale {
                         continue;
                     }
+                    polled = fp;
                     Trigger::Poll
                 }
             }
@@ -158,7 +161,7 @@ async fn run(
             }
         }
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-        if reloader.send((force, done_tx)).is_err() {
+        if reloader.send((force, polled, done_tx)).is_err() {
             tracing::error!("the policy reload thread is gone; the last good set stays in force");
             return;
         }
@@ -174,9 +177,13 @@ async fn run(
     }
 }
 
-/// A reload request: parse even unchanged content, and where to send the fingerprint taken
-/// before reading.
-type ReloadRequest = (bool, tokio::sync::oneshot::Sender<[u8; 32]>);
+/// A reload request: parse even unchanged content; the fingerprint a poll already took (else
+/// the thread takes one before reading); where to send the fingerprint used.
+type ReloadRequest = (
+    bool,
+    Option<[u8; 32]>,
+    tokio::sync::oneshot::Sender<[u8; 32]>,
+);
 
 /// Reloads run on one dedicated thread at the lowest scheduling priority: building a large
 /// policy set takes a core for hundreds of milliseconds, and requests must win that core.
@@ -192,9 +199,9 @@ fn reload_thread(
         .stack_size(8 * 1024 * 1024)
         .spawn(move || {
             lower_priority();
-            while let Ok((force, done)) = rx.recv() {
+            while let Ok((force, polled, done)) = rx.recv() {
                 // Fingerprint before reading: a change after this point shows up at the next poll.
-                let fp = fingerprint(&sources);
+                let fp = polled.unwrap_or_else(|| fingerprint(&sources));
                 let outcome = store.reload(force);
                 if let (Some(audit), Some(entry)) = (&audit, reload_entry(&outcome)) {
                     audit.record_detached(entry);
@@ -279,7 +286,6 @@ impl FsWatch {
     /// Watches what the sources resolve to now, and stops watching what they no longer do.
     /// Returns whether a new watch was added.
     fn refresh(&mut self, sources: &Sources) -> bool {
-        let before = self.watched.clone();
         let wanted = targets(sources);
         for (path, recursive) in self.watched.difference(&wanted) {
             let _ = self.watcher.unwatch(path);
@@ -302,7 +308,7 @@ impl FsWatch {
                 now.insert(key);
             }
         }
-        let added = now.difference(&before).next().is_some();
+        let added = now.difference(&self.watched).next().is_some();
         self.watched = now;
         added
     }
