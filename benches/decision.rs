@@ -35,48 +35,30 @@ fn call(tool: &str, args: serde_json::Value) -> Call {
     }
 }
 
-fn bare_request(tool: &str, path: &str) -> Request {
-    let uid = |s: String| -> EntityUid { s.parse().unwrap() };
-    let args = RestrictedExpression::new_record([
-        (
-            "path".to_owned(),
-            RestrictedExpression::new_string(path.to_owned()),
-        ),
-        ("max_bytes".to_owned(), RestrictedExpression::new_long(4096)),
-    ])
-    .unwrap();
+/// The request toolgate builds for `args` (arguments, path facts, approval not granted), built
+/// once with the tool's own converters, so the floor evaluates the same context.
+fn bare_request(snap: &Snapshot, tool: &str, args: &serde_json::Value) -> Request {
+    let t = snap.tools.get(tool).unwrap();
     let approval = RestrictedExpression::new_record([(
         "granted".to_owned(),
         RestrictedExpression::new_bool(false),
     )])
     .unwrap();
-    // The same context toolgate builds: arguments, path facts, approval.
-    let segments = RestrictedExpression::new_set(
-        path.split('/')
-            .map(|s| RestrictedExpression::new_string(s.to_owned())),
-    );
-    let name = path.rsplit('/').next().unwrap_or(path).to_owned();
-    let ext = name
-        .rsplit_once('.')
-        .map(|(_, e)| e.to_owned())
-        .unwrap_or_default();
-    let facts = RestrictedExpression::new_record([
-        ("segments".to_owned(), segments),
-        ("name".to_owned(), RestrictedExpression::new_string(name)),
-        ("ext".to_owned(), RestrictedExpression::new_string(ext)),
-    ])
-    .unwrap();
-    let paths = RestrictedExpression::new_record([("path".to_owned(), facts)]).unwrap();
-    let ctx = Context::from_pairs([
-        ("args".to_owned(), args),
-        ("paths".to_owned(), paths),
+    let mut pairs = vec![
+        ("args".to_owned(), t.args_to_cedar(args).unwrap()),
         ("approval".to_owned(), approval),
-    ])
-    .unwrap();
+    ];
+    pairs.extend(
+        t.paths_to_cedar(args)
+            .unwrap()
+            .map(|p| ("paths".to_owned(), p)),
+    );
+    let ctx = Context::from_pairs(pairs).unwrap();
+    let agent: EntityUid = r#"Agent::"dev-agent""#.parse().unwrap();
     Request::new(
-        uid(r#"Agent::"dev-agent""#.to_owned()),
-        uid(format!(r#"Action::"{tool}""#)),
-        uid(format!(r#"Tool::"{tool}""#)),
+        agent,
+        t.action_uid.clone(),
+        t.resource_uid.clone(),
         ctx,
         None,
     )
@@ -87,12 +69,10 @@ fn decisions(c: &mut Criterion) {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let snap = load(&sources(&root)).unwrap().snapshot;
     let agent = Principal::new(PrincipalKind::Agent, "dev-agent");
-    let allow = call(
-        "read_file",
-        json!({"path": "src/main.rs", "max_bytes": 4096}),
-    );
+    let read_args = json!({"path": "src/main.rs", "max_bytes": 4096});
+    let allow = call("read_file", read_args.clone());
     let pending = call("write_file", json!({"path": "src/lib.rs", "content": "x"}));
-    let request = bare_request("read_file", "src/main.rs");
+    let request = bare_request(&snap, "read_file", &read_args);
 
     let mut g = c.benchmark_group("decision");
     g.bench_function("bare_cedar_is_authorized", |b| {
