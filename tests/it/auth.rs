@@ -56,17 +56,6 @@ fn hs(claims: &Value) -> String {
     .unwrap()
 }
 
-async fn decide(app: &axum::Router, token: &str, body: &Value) -> (StatusCode, Value) {
-    send(
-        app,
-        "POST",
-        "/v1/authorize",
-        Some(token),
-        Some(&body.to_string()),
-    )
-    .await
-}
-
 fn echo() -> Value {
     json!({"tool": "echo", "args": {"message": "x"}})
 }

@@ -13,6 +13,20 @@ fn toolgate() -> Command {
     c
 }
 
+/// `toolgate ARGS…` run from the repository root (the shipped set).
+fn in_repo(args: &[&str]) -> std::process::Output {
+    toolgate().current_dir(repo()).args(args).output().unwrap()
+}
+
+/// Asserts the command succeeded, showing its stderr otherwise.
+fn assert_ok(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// `toolgate SUBCOMMAND --policies … --schemas …` over a temp set.
 fn on(set: &TempSet, subcommand: &str) -> Command {
     let mut c = toolgate();
@@ -34,16 +48,8 @@ fn validate(set: &TempSet) -> (i32, String) {
 
 #[test]
 fn validate_accepts_the_shipped_policies() {
-    let out = toolgate()
-        .current_dir(repo())
-        .arg("validate")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = in_repo(&["validate"]);
+    assert_ok(&out);
     assert!(String::from_utf8_lossy(&out.stdout).contains("ok: 16 policies, 10 tools"));
 }
 
@@ -158,16 +164,8 @@ fn validate_reports_every_problem_at_once_and_refuses_empty_files() {
 
 #[test]
 fn schema_check_passes_on_the_shipped_set_and_fails_when_a_manifest_changes() {
-    let out = toolgate()
-        .current_dir(repo())
-        .args(["schema", "--check"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = in_repo(&["schema", "--check"]);
+    assert_ok(&out);
 
     let set = TempSet::new();
     set.edit_manifest("echo", |m| {
@@ -199,38 +197,26 @@ fn schema_check_passes_on_the_shipped_set_and_fails_when_a_manifest_changes() {
 
 #[test]
 fn authorize_decides_offline_like_the_server() {
-    let out = toolgate()
-        .current_dir(repo())
-        .args([
-            "authorize",
-            "--agent",
-            "dev-agent",
-            "examples/requests/write-file-pending.json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = in_repo(&[
+        "authorize",
+        "--agent",
+        "dev-agent",
+        "examples/requests/write-file-pending.json",
+    ]);
+    assert_ok(&out);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["decision"], "pending_approval");
     assert_eq!(v["reasons"][0], "tier-high-needs-approval");
 
-    let out = toolgate()
-        .current_dir(repo())
-        .args([
-            "authorize",
-            "--approver",
-            "bob",
-            "--requester",
-            "release-agent",
-            "--tool",
-            "git_push",
-        ])
-        .output()
-        .unwrap();
+    let out = in_repo(&[
+        "authorize",
+        "--approver",
+        "bob",
+        "--requester",
+        "release-agent",
+        "--tool",
+        "git_push",
+    ]);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         v["decision"], "deny",
@@ -249,11 +235,7 @@ fn serve_refuses_a_broken_set_before_binding_and_a_config_without_auth() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("tiers.cedar:"));
 
-    let out = toolgate()
-        .current_dir(repo())
-        .arg("serve")
-        .output()
-        .unwrap();
+    let out = in_repo(&["serve"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no authentication is configured"));
 }

@@ -51,6 +51,12 @@ pub fn shipped_snapshot() -> Snapshot {
         .snapshot
 }
 
+/// The shipped snapshot, loaded once per test binary (for property tests' many cases).
+pub fn shared_snapshot() -> &'static Snapshot {
+    static SNAP: std::sync::OnceLock<Snapshot> = std::sync::OnceLock::new();
+    SNAP.get_or_init(shipped_snapshot)
+}
+
 pub fn demo_auth() -> Authenticator {
     Authenticator::from_config(&AuthConfig {
         tokens_file: Some(repo().join("examples/demo-tokens.json")),
@@ -118,7 +124,7 @@ impl TempSet {
     }
 }
 
-fn copy_dir(from: &Path, to: &Path) {
+pub fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();
@@ -170,16 +176,21 @@ pub async fn send(
     )
 }
 
-/// `POST /v1/authorize` as `token`; asserts 200 and returns the decision body.
-pub async fn authorize(app: &Router, token: &str, body: &Value) -> Value {
-    let (status, json) = send(
+/// `POST /v1/authorize` as `token`: status and body.
+pub async fn decide(app: &Router, token: &str, body: &Value) -> (StatusCode, Value) {
+    send(
         app,
         "POST",
         "/v1/authorize",
         Some(token),
         Some(&body.to_string()),
     )
-    .await;
+    .await
+}
+
+/// `POST /v1/authorize` as `token`; asserts 200 and returns the decision body.
+pub async fn authorize(app: &Router, token: &str, body: &Value) -> Value {
+    let (status, json) = decide(app, token, body).await;
     assert_eq!(status, StatusCode::OK, "{json}");
     json
 }

@@ -46,27 +46,13 @@ async fn a_body_claiming_another_principal_is_refused_and_never_used() {
     let app = app();
     for field in ["principal", "agent", "user"] {
         let body = json!({"tool": "git_push", "args": {"remote": "origin", "branch": "x"}, field: "release-agent"});
-        let (status, json) = send(
-            &app,
-            "POST",
-            "/v1/authorize",
-            Some(DEV),
-            Some(&body.to_string()),
-        )
-        .await;
+        let (status, json) = decide(&app, DEV, &body).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{json}");
         assert_eq!(json["error"], "identity_in_body");
     }
     // Claiming it inside the context object is refused too.
     let body = json!({"tool": "echo", "args": {"message": "x"}, "context": {"principal": "Agent::\"release-agent\""}});
-    let (status, _) = send(
-        &app,
-        "POST",
-        "/v1/authorize",
-        Some(DEV),
-        Some(&body.to_string()),
-    )
-    .await;
+    let (status, _) = decide(&app, DEV, &body).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     // And an argument named like a principal is just an argument: the caller is still dev-agent.
     let got = authorize(

@@ -81,7 +81,7 @@ proptest! {
     #[test]
     fn an_unknown_tool_always_denies(name in "[a-zA-Z0-9_-]{1,40}", agent_i in 0..AGENTS.len(), args in prop::collection::btree_map("[a-z]{1,8}", any::<i64>(), 0..5)) {
         prop_assume!(!TOOLS.contains(&name.as_str()));
-        let snap = shipped();
+        let snap = shared_snapshot();
         let agent = Principal::new(PrincipalKind::Agent, AGENTS[agent_i]);
         let v = decide(snap, &agent, &call(&name, json!(args)));
         prop_assert_eq!(v.decision, Outcome::Deny);
@@ -118,9 +118,4 @@ proptest! {
 fn shared_app() -> axum::Router {
     static APP: std::sync::OnceLock<axum::Router> = std::sync::OnceLock::new();
     APP.get_or_init(app).clone()
-}
-
-fn shipped() -> &'static Snapshot {
-    static SNAP: std::sync::OnceLock<Snapshot> = std::sync::OnceLock::new();
-    SNAP.get_or_init(shipped_snapshot)
 }

@@ -45,6 +45,11 @@ fn start(sources: Sources, opts: WatchOptions) -> Live {
 }
 
 impl Live {
+    /// Reloads that read the files' contents (unchanged or applied).
+    fn reads(&self) -> u64 {
+        self.store.stats.unchanged.load(Ordering::Relaxed)
+            + self.store.stats.applied.load(Ordering::Relaxed)
+    }
     fn revision(&self) -> String {
         self.store.current().revision.clone()
     }
@@ -295,11 +300,7 @@ async fn a_symlink_retargeted_to_a_directory_not_watched_before() {
     assert_eq!(live.echo().await["decision"], "allow");
 
     // v2 is created after the watcher started: nothing watches it yet.
-    std::fs::create_dir(root.join("v2")).unwrap();
-    for e in std::fs::read_dir(root.join("v1")).unwrap() {
-        let e = e.unwrap();
-        std::fs::copy(e.path(), root.join("v2").join(e.file_name())).unwrap();
-    }
+    copy_dir(&root.join("v1"), &root.join("v2"));
     let mut t = std::fs::read_to_string(root.join("v2/tiers.cedar")).unwrap();
     t.push_str(NO_ECHO);
     std::fs::write(root.join("v2/tiers.cedar"), t).unwrap();
@@ -463,17 +464,13 @@ async fn idle_polling_only_looks_at_metadata() {
             poll: Some(Duration::from_millis(20)),
         },
     );
-    let reads = || {
-        live.store.stats.unchanged.load(Ordering::Relaxed)
-            + live.store.stats.applied.load(Ordering::Relaxed)
-    };
     // Startup reads the files (the re-check, and possibly the first poll tick); then idle.
     settle().await;
-    let after_startup = reads();
+    let after_startup = live.reads();
     tokio::time::sleep(Duration::from_millis(600)).await;
     // About 30 polls, none of which may read contents.
     assert_eq!(
-        reads(),
+        live.reads(),
         after_startup,
         "content reads while nothing changed"
     );
@@ -491,14 +488,10 @@ async fn reading_the_files_does_not_trigger_another_reload() {
     set.append("policies/tiers.cedar", NO_ECHO);
     live.wait_for(&live.on_disk()).await;
     settle().await;
-    let reads = || {
-        live.store.stats.unchanged.load(Ordering::Relaxed)
-            + live.store.stats.applied.load(Ordering::Relaxed)
-    };
-    let before = reads();
+    let before = live.reads();
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(
-        reads(),
+        live.reads(),
         before,
         "the watcher kept reloading an unchanged set"
     );

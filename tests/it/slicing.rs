@@ -9,9 +9,9 @@ use cedar_policy::{
 };
 use proptest::prelude::*;
 
-use toolgate::policy::{Slices, Snapshot};
+use toolgate::policy::Slices;
 
-use crate::helpers::{SHIPPED_TOOLS, shipped_snapshot};
+use crate::helpers::{SHIPPED_TOOLS, shared_snapshot};
 
 /// The shipped tools' actions, and `approve`.
 fn actions() -> Vec<&'static str> {
@@ -97,11 +97,6 @@ fn summary(r: &Response) -> (cedar_policy::Decision, BTreeSet<String>, BTreeSet<
     (r.decision(), reasons, errors)
 }
 
-fn snapshot() -> &'static Snapshot {
-    static SNAP: std::sync::OnceLock<Snapshot> = std::sync::OnceLock::new();
-    SNAP.get_or_init(shipped_snapshot)
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
 
@@ -110,7 +105,7 @@ proptest! {
         policies in prop::collection::vec(policy(), 1..16),
         calls in prop::collection::vec((0..PRINCIPALS.len(), 0..actions().len(), 0..SHIPPED_TOOLS.len(), any::<bool>(), prop::sample::select(vec!["a/.env", "src/x"])), 1..8),
     ) {
-        let snap = snapshot();
+        let snap = shared_snapshot();
         let whole: PolicySet = policies.join("\n").parse().unwrap();
         let action_names = actions();
         let actions: Vec<EntityUid> = action_names.iter().map(|a| uid(&format!(r#"Action::"{a}""#))).collect();
@@ -129,7 +124,7 @@ proptest! {
 
 #[test]
 fn a_slice_holds_only_the_policies_that_can_apply() {
-    let snap = snapshot();
+    let snap = shared_snapshot();
     let count = |a: &str| {
         snap.policies_for(&uid(&format!(r#"Action::"{a}""#)))
             .policies()
