@@ -1,6 +1,6 @@
-//! The audit trail: every decision, approval event and policy reload as a hash-chained record
-//! ([`record`]), stored behind the [`AuditStore`] trait ([`store`], sled inside), written by one
-//! group-commit writer ([`Audit`]), and checked by [`verify`].
+//! The audit trail: every decision, approval event and policy reload as a hash-chained
+//! [`Record`], stored behind the [`AuditStore`] trait (sled inside), written by one
+//! group-commit writer ([`Audit`]), and checked by [`verify()`].
 
 mod record;
 mod store;
