@@ -315,6 +315,7 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) 
             "degraded": failing.is_some(),
             "last_reload_error_at": failing,
             "audit_error": audit_failure,
+            "audit_mode": state.audit.mode(),
         })),
     )
 }

@@ -22,57 +22,61 @@ pub enum EntryKind {
 }
 
 /// One audit entry as the sidecar submits it. The writer adds the sequence number and hashes.
+///
+/// The fields are declared in the byte order of their names, so serializing an entry gives
+/// its canonical JSON directly (the chain hashes it without building a `Value`; a test holds
+/// the two equal).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Entry {
-    /// What the entry is about.
-    pub kind: EntryKind,
-    /// Decision id, approval id or event id.
-    pub id: String,
-    /// Unix time in milliseconds.
-    pub at_ms: u64,
-    /// The principal (`Agent::"x"`, `Human::"y"`), when known.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub principal: Option<String>,
-    /// The tool named in the call, when any.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tool: Option<String>,
-    /// The tool's risk tier, when registered.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub risk: Option<String>,
-    /// allow | deny | pending_approval; for approvals the event (created, approved, denied,
-    /// expired, used); for reloads applied | failed.
-    pub decision: String,
-    /// The stage that decided.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub stage: Option<String>,
-    /// Determining policy ids, or error codes.
-    #[serde(skip_serializing_if = "Vec::is_empty", default)]
-    pub reasons: Vec<String>,
-    /// The policy revision in force.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub policy_revision: Option<String>,
-    /// SHA-256 of the canonical JSON of the arguments.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub args_sha256: Option<String>,
     /// The arguments' shape: numbers and booleans as sent, strings as `<str:N>`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub args_preview: Option<String>,
+    /// SHA-256 of the canonical JSON of the arguments.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub args_sha256: Option<String>,
+    /// Unix time in milliseconds.
+    pub at_ms: u64,
     /// Conversation id.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub conv_id: Option<String>,
-    /// Trace id.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub trace_id: Option<String>,
-    /// Agent loop iteration.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub iter: Option<i64>,
-    /// Time spent deciding, in microseconds.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub duration_us: Option<u64>,
+    /// allow | deny | pending_approval; for approvals the event (created, approved, denied,
+    /// expired, used); for reloads applied | failed.
+    pub decision: String,
     /// Free-form detail: the approval id of a decision, the approver's reason, reload revisions.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// Time spent deciding, in microseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration_us: Option<u64>,
+    /// Decision id, approval id or event id.
+    pub id: String,
+    /// Agent loop iteration.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iter: Option<i64>,
+    /// What the entry is about.
+    pub kind: EntryKind,
+    /// The policy revision in force.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy_revision: Option<String>,
+    /// The principal (`Agent::"x"`, `Human::"y"`), when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+    /// Determining policy ids, or error codes.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub reasons: Vec<String>,
+    /// The tool's risk tier, when registered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub risk: Option<String>,
+    /// The stage that decided.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stage: Option<String>,
+    /// The tool named in the call, when any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// Trace id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 /// A stored entry: its place in the chain and the hashes that bind it.
@@ -171,11 +175,12 @@ impl Chain {
 
 /// The bytes a link covers: the sequence number and the entry, as canonical JSON.
 fn canonical_entry(seq: u64, entry: &Entry) -> Vec<u8> {
-    let value = serde_json::to_value(entry).unwrap_or(Value::Null);
-    let mut out = Vec::with_capacity(256);
+    let mut out = Vec::with_capacity(512);
     out.extend_from_slice(seq.to_string().as_bytes());
     out.push(b'|');
-    canonical_json(&value, &mut out);
+    // Fields are declared sorted and hold only scalars and a list of strings, so this is the
+    // canonical form. Serializing plain data to a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut out, entry);
     out
 }
 
@@ -275,6 +280,32 @@ mod tests {
         );
         let p = args_preview(&json!({"token": "sk-live-123456", "n": 5}));
         assert_eq!(p, r#"{"n":5,"token":"<str:14>"}"#);
+    }
+
+    #[test]
+    fn an_entry_serializes_canonically() {
+        let e = Entry {
+            kind: EntryKind::Approval,
+            id: "d\"1".into(),
+            at_ms: 7,
+            principal: Some("Agent::\"a\"".into()),
+            tool: Some("t".into()),
+            risk: Some("high".into()),
+            decision: "allow".into(),
+            stage: Some("policy".into()),
+            reasons: vec!["p1".into(), "é".into()],
+            policy_revision: Some("r".into()),
+            args_sha256: Some("ab".into()),
+            args_preview: Some("{}".into()),
+            conv_id: Some("c".into()),
+            trace_id: Some("t".into()),
+            iter: Some(-3),
+            duration_us: Some(9),
+            detail: Some("x".into()),
+        };
+        let mut canonical = Vec::new();
+        canonical_json(&serde_json::to_value(&e).unwrap(), &mut canonical);
+        assert_eq!(serde_json::to_vec(&e).unwrap(), canonical);
     }
 
     #[test]

@@ -1,9 +1,16 @@
 //! Where audit records live: the [`AuditStore`] trait and its sled implementation.
 //!
 //! Layout (one sled tree, so a batch of records and their index entries is applied
-//! atomically): `L` + seq (big-endian) → the record as JSON; `I` + field + 0 + value + 0 + seq
-//! → nothing, for the indexed fields (principal, tool, decision, stage, conv_id, trace_id).
-//! A filtered query walks one index prefix instead of the whole log.
+//! atomically). Each writer batch is one *block*, so a batch costs a handful of inserts however
+//! many records it holds:
+//! - `L` + first seq (big-endian) → the batch's records as JSON, one per line, consecutive;
+//! - `I` + field + 0 + value + 0 + first seq → the offsets (u16, big-endian) within that block
+//!   of the records carrying that value, for the indexed fields (conv_id, trace_id, principal,
+//!   tool, stage, decision).
+//!
+//! A filtered query walks one index prefix, newest first, instead of the whole log.
+
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 
@@ -67,6 +74,9 @@ pub struct Stored {
     /// The record, or why it does not parse.
     pub record: Result<Record, String>,
 }
+
+/// Most records one block (one append) holds: offsets within a block are u16.
+pub const MAX_BLOCK: usize = 4096;
 
 const LOG: u8 = b'L';
 const INDEX: u8 = b'I';
@@ -135,38 +145,110 @@ pub(crate) struct SledAudit {
     db: sled::Db,
 }
 
+/// One decoded block: its first sequence number and its records in order.
+struct Block {
+    first: u64,
+    records: Vec<Result<Record, String>>,
+}
+
+impl Block {
+    fn decode(key: &[u8], bytes: &[u8]) -> Block {
+        let first = seq_of(key).unwrap_or(0);
+        let records = bytes
+            .split(|b| *b == b'\n')
+            .map(|line| serde_json::from_slice(line).map_err(|e| e.to_string()))
+            .collect();
+        Block { first, records }
+    }
+
+    /// The stored position of the record at `i`.
+    fn position(&self, i: usize) -> u64 {
+        self.first.saturating_add(i as u64)
+    }
+}
+
 impl SledAudit {
     pub(crate) fn new(db: sled::Db) -> Result<Self, StoreError> {
         let tree = db.open_tree("audit").map_err(StoreError::from_sled)?;
         Ok(SledAudit { tree, db })
     }
 
-    fn decode(bytes: &[u8]) -> Result<Record, StoreError> {
-        serde_json::from_slice(bytes)
-            .map_err(|e| StoreError(format!("a stored record does not parse: {e}")))
+    /// The block holding position `seq`, if any.
+    fn block_at(&self, seq: u64) -> Result<Option<Block>, StoreError> {
+        let found = self
+            .tree
+            .range(log_key(0)..=log_key(seq))
+            .next_back()
+            .transpose()
+            .map_err(StoreError::from_sled)?;
+        Ok(found.map(|(k, v)| Block::decode(&k, &v)))
     }
 
-    fn get(&self, seq: u64) -> Result<Option<Record>, StoreError> {
-        self.tree
-            .get(log_key(seq))
-            .map_err(StoreError::from_sled)?
-            .map(|v| Self::decode(&v))
-            .transpose()
+    /// Blocks from the one holding `from` on, oldest first.
+    fn blocks_from(
+        &self,
+        from: u64,
+    ) -> Result<impl Iterator<Item = Result<Block, StoreError>> + '_, StoreError> {
+        let start = match self.block_at(from)? {
+            Some(b) => b.first,
+            None => from,
+        };
+        Ok(self
+            .tree
+            .range(log_key(start)..=log_key(u64::MAX))
+            .map(|kv| {
+                kv.map(|(k, v)| Block::decode(&k, &v))
+                    .map_err(StoreError::from_sled)
+            }))
     }
+}
+
+/// The records of `batch` as one block value: one JSON record per line.
+fn encode_block(batch: &[Record]) -> Result<Vec<u8>, StoreError> {
+    let mut out = Vec::with_capacity(batch.len() * 640);
+    for (i, r) in batch.iter().enumerate() {
+        if i > 0 {
+            out.push(b'\n');
+        }
+        serde_json::to_writer(&mut out, r).map_err(|e| StoreError(e.to_string()))?;
+    }
+    Ok(out)
+}
+
+/// The postings of `batch`: for each indexed (field, value), the offsets (from the batch's
+/// first record) of the records that carry it.
+fn postings(batch: &[Record]) -> BTreeMap<(&'static str, &str), Vec<u8>> {
+    let mut out: BTreeMap<(&'static str, &str), Vec<u8>> = BTreeMap::new();
+    for (offset, r) in batch.iter().enumerate() {
+        let offset = u16::try_from(offset).unwrap_or(u16::MAX);
+        for (field, value) in INDEXED.iter().zip(indexed(&r.entry)) {
+            if let Some(value) = value {
+                out.entry((field, value))
+                    .or_default()
+                    .extend_from_slice(&offset.to_be_bytes());
+            }
+        }
+    }
+    out
 }
 
 impl AuditStore for SledAudit {
     fn append(&self, batch: &[Record], durable: bool) -> Result<(), StoreError> {
+        let Some(first) = batch.first().map(|r| r.seq) else {
+            return Ok(());
+        };
+        if batch.len() > MAX_BLOCK {
+            return Err(StoreError(format!(
+                "a batch of {} records exceeds the block limit of {MAX_BLOCK}",
+                batch.len()
+            )));
+        }
         let mut b = sled::Batch::default();
-        for r in batch {
-            let bytes = serde_json::to_vec(r).map_err(|e| StoreError(e.to_string()))?;
-            b.insert(&log_key(r.seq), bytes);
-            for (field, value) in INDEXED.iter().zip(indexed(&r.entry)) {
-                let Some(value) = value else { continue };
-                let mut k = index_prefix(field, value);
-                k.extend_from_slice(&r.seq.to_be_bytes());
-                b.insert(k, &[] as &[u8]);
-            }
+        b.insert(&log_key(first), encode_block(batch)?);
+        for ((field, value), offsets) in postings(batch) {
+            let mut k = index_prefix(field, value);
+            k.extend_from_slice(&first.to_be_bytes());
+            b.insert(k, offsets);
         }
         self.tree.apply_batch(b).map_err(StoreError::from_sled)?;
         if durable {
@@ -176,29 +258,38 @@ impl AuditStore for SledAudit {
     }
 
     fn last(&self) -> Result<Option<Record>, StoreError> {
-        match self
+        let found = self
             .tree
             .scan_prefix([LOG])
             .next_back()
             .transpose()
-            .map_err(StoreError::from_sled)?
-        {
-            Some((_, v)) => Self::decode(&v).map(Some),
+            .map_err(StoreError::from_sled)?;
+        let Some((k, v)) = found else { return Ok(None) };
+        match Block::decode(&k, &v).records.pop() {
+            Some(r) => r
+                .map(Some)
+                .map_err(|e| StoreError(format!("the newest record does not parse: {e}"))),
             None => Ok(None),
         }
     }
 
     fn scan(&self, from: u64, limit: usize) -> Result<Vec<Stored>, StoreError> {
         let mut out = Vec::new();
-        for kv in self.tree.range(log_key(from)..=log_key(u64::MAX)) {
-            let (k, v) = kv.map_err(StoreError::from_sled)?;
-            if out.len() >= limit {
-                break;
+        for block in self.blocks_from(from)? {
+            let block = block?;
+            for (i, record) in block.records.iter().enumerate() {
+                let key_seq = block.position(i);
+                if key_seq < from {
+                    continue;
+                }
+                if out.len() >= limit {
+                    return Ok(out);
+                }
+                out.push(Stored {
+                    key_seq,
+                    record: record.clone(),
+                });
             }
-            out.push(Stored {
-                key_seq: seq_of(&k).unwrap_or(0),
-                record: Self::decode(&v).map_err(|e| e.0),
-            });
         }
         Ok(out)
     }
@@ -209,10 +300,11 @@ impl AuditStore for SledAudit {
         let wanted = q.wanted();
         let keep = |r: &Record| {
             let e = &r.entry;
-            wanted
-                .iter()
-                .zip(indexed(e))
-                .all(|(want, have)| want.is_none_or(|w| Some(w) == have))
+            r.seq < upper
+                && wanted
+                    .iter()
+                    .zip(indexed(e))
+                    .all(|(want, have)| want.is_none_or(|w| Some(w) == have))
                 && q.since_ms.is_none_or(|s| e.at_ms >= s)
                 && q.until_ms.is_none_or(|u| e.at_ms < u)
         };
@@ -226,27 +318,47 @@ impl AuditStore for SledAudit {
             Some(prefix) => {
                 let mut hi = prefix.clone();
                 hi.extend_from_slice(&upper.to_be_bytes());
+                let mut cached: Option<Block> = None;
                 for kv in self.tree.range(prefix.clone()..hi).rev() {
-                    let (k, _) = kv.map_err(StoreError::from_sled)?;
-                    let Some(seq) = seq_of(&k) else { continue };
-                    if let Some(r) = self.get(seq)?
-                        && keep(&r)
-                    {
-                        out.push(r);
-                        if out.len() >= limit {
-                            break;
+                    let (k, offsets) = kv.map_err(StoreError::from_sled)?;
+                    let Some(first) = seq_of(&k) else { continue };
+                    for pair in offsets.chunks_exact(2).rev() {
+                        let Ok(pair) = <[u8; 2]>::try_from(pair) else {
+                            continue;
+                        };
+                        let offset = u16::from_be_bytes(pair);
+                        let seq = first.saturating_add(u64::from(offset));
+                        if cached.as_ref().is_none_or(|b| b.first != first) {
+                            cached = self.block_at(seq)?;
+                        }
+                        let Some(block) = &cached else { continue };
+                        let found = seq
+                            .checked_sub(block.first)
+                            .and_then(|i| block.records.get(usize::try_from(i).ok()?));
+                        if let Some(Ok(r)) = found
+                            && keep(r)
+                        {
+                            out.push(r.clone());
+                            if out.len() >= limit {
+                                return Ok(out);
+                            }
                         }
                     }
                 }
             }
             None => {
                 for kv in self.tree.range(log_key(0)..log_key(upper)).rev() {
-                    let (_, v) = kv.map_err(StoreError::from_sled)?;
-                    let r = Self::decode(&v)?;
-                    if keep(&r) {
-                        out.push(r);
-                        if out.len() >= limit {
-                            break;
+                    let (k, v) = kv.map_err(StoreError::from_sled)?;
+                    let block = Block::decode(&k, &v);
+                    for r in block.records.iter().rev() {
+                        let r = r.as_ref().map_err(|e| {
+                            StoreError(format!("a stored record does not parse: {e}"))
+                        })?;
+                        if keep(r) {
+                            out.push(r.clone());
+                            if out.len() >= limit {
+                                return Ok(out);
+                            }
                         }
                     }
                 }

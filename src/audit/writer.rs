@@ -6,6 +6,7 @@
 //! denies and answers without claiming a record), the writer reports unhealthy, and the chain
 //! head is re-read from the store before the next batch.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -15,14 +16,27 @@ use super::store::{AuditStore, StoreError};
 /// Most entries one batch holds.
 const MAX_BATCH: usize = 1024;
 
+/// Under [`Durability::Buffered`], how many entries may wait unacknowledged; beyond that each
+/// caller waits for its own entry to be stored (backpressure, bounded memory).
+const MAX_UNACKED: usize = 16_384;
+
+/// Under [`Durability::Buffered`], how long the writer lets entries gather after the first
+/// before storing them. Nobody waits on a buffered entry, so this costs no latency, and it
+/// turns one store write (and one thread wake-up) per entry into one per few hundred.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// Whether an acknowledged record is on disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Durability {
     /// Every batch is flushed to disk before it is acknowledged (group commit).
     Group,
-    /// Acknowledged once in the store's memory; the store flushes in the background
-    /// (sled: every 500 ms). A crash can lose the last moments.
+    /// Acknowledged once queued for the writer; the store flushes in the background (sled:
+    /// every 500 ms). A crash loses the last moments, and a store failure the entries queued
+    /// when it happens (the sidecar then denies until the store recovers). When the queue
+    /// is long or the store is failing, callers wait for their own entry as under `Group`.
     Buffered,
+    /// Nothing is recorded. For measuring what the audit log costs; never for production.
+    Off,
 }
 
 /// Where the chain stands: the newest record's number and hash.
@@ -44,10 +58,21 @@ struct Shared {
     failure: Option<String>,
 }
 
+/// What the request path reads without taking a lock.
+#[derive(Default)]
+struct Gauges {
+    /// Whether the last batch failed.
+    failing: AtomicBool,
+    /// Entries queued and not yet taken by the writer.
+    queued: AtomicUsize,
+}
+
 /// A handle to the audit trail. Cheap to share; dropping the last one stops the writer after
 /// it has stored what was queued.
 pub struct Audit {
     tx: Mutex<Option<Sender<Job>>>,
+    durability: Durability,
+    gauges: Arc<Gauges>,
     shared: Arc<Mutex<Shared>>,
     store: Arc<dyn AuditStore>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -71,29 +96,54 @@ impl Audit {
             head,
             failure: None,
         }));
+        let gauges = Arc::new(Gauges::default());
         let (tx, rx) = channel();
-        let thread = {
-            let (store, shared) = (store.clone(), shared.clone());
-            std::thread::Builder::new()
-                .name("toolgate-audit".to_owned())
-                .spawn(move || write_loop(&rx, store.as_ref(), &chain, durability, &shared))
-                .map_err(|e| StoreError(format!("cannot start the audit writer: {e}")))?
+        let thread = if durability == Durability::Off {
+            tracing::warn!("the audit log is OFF: no decision is recorded (benchmarks only)");
+            None
+        } else {
+            let writer = Writer {
+                store: store.clone(),
+                chain,
+                durable: durability == Durability::Group,
+                shared: shared.clone(),
+                gauges: gauges.clone(),
+            };
+            Some(
+                std::thread::Builder::new()
+                    .name("toolgate-audit".to_owned())
+                    .spawn(move || writer.run(&rx))
+                    .map_err(|e| StoreError(format!("cannot start the audit writer: {e}")))?,
+            )
         };
         Ok(Audit {
             tx: Mutex::new(Some(tx)),
+            durability,
+            gauges,
             shared,
             store,
-            thread: Mutex::new(Some(thread)),
+            thread: Mutex::new(thread),
         })
     }
 
-    /// Appends `entry` and waits until it is stored (durably, under group commit). Returns its
-    /// sequence number.
-    pub async fn record(&self, entry: Entry) -> Result<u64, StoreError> {
+    /// Appends `entry`: under group commit, returns once it is on disk; buffered, once it is
+    /// queued (or stored, while the queue is long or the store failing); off, at once.
+    pub async fn record(&self, entry: Entry) -> Result<(), StoreError> {
+        match self.durability {
+            Durability::Off => return Ok(()),
+            Durability::Buffered
+                if !self.gauges.failing.load(Ordering::Relaxed)
+                    && self.gauges.queued.load(Ordering::Relaxed) < MAX_UNACKED =>
+            {
+                return self.send(entry, None);
+            }
+            Durability::Group | Durability::Buffered => {}
+        }
         let (ack, done) = tokio::sync::oneshot::channel();
         self.send(entry, Some(ack))?;
         done.await
             .map_err(|_| StoreError("the audit writer stopped".to_owned()))?
+            .map(|_| ())
     }
 
     /// Appends `entry` without waiting (reload and expiry events, recorded from threads that
@@ -105,12 +155,32 @@ impl Audit {
     }
 
     fn send(&self, entry: Entry, ack: Option<Ack>) -> Result<(), StoreError> {
+        if self.durability == Durability::Off {
+            return Ok(());
+        }
+        self.gauges.queued.fetch_add(1, Ordering::Relaxed);
         let guard = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
         let tx = guard
             .as_ref()
             .ok_or_else(|| StoreError("the audit writer stopped".to_owned()))?;
-        tx.send((entry, ack))
-            .map_err(|_| StoreError("the audit writer stopped".to_owned()))
+        tx.send((entry, ack)).map_err(|_| {
+            self.gauges.queued.fetch_sub(1, Ordering::Relaxed);
+            StoreError("the audit writer stopped".to_owned())
+        })
+    }
+
+    /// Whether entries are recorded at all.
+    pub fn enabled(&self) -> bool {
+        self.durability != Durability::Off
+    }
+
+    /// The write mode, as configured (`group`, `buffered`, `off`).
+    pub fn mode(&self) -> &'static str {
+        match self.durability {
+            Durability::Group => "group",
+            Durability::Buffered => "buffered",
+            Durability::Off => "off",
+        }
     }
 
     /// The newest record's number and hash, for external anchoring.
@@ -174,38 +244,56 @@ fn current_head(store: &dyn AuditStore) -> Result<Head, StoreError> {
     })
 }
 
-fn write_loop(
-    rx: &Receiver<Job>,
-    store: &dyn AuditStore,
-    chain: &Chain,
-    durability: Durability,
-    shared: &Mutex<Shared>,
-) {
-    while let Ok(first) = rx.recv() {
-        let mut queued = vec![first];
-        while queued.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(next) => queued.push(next),
-                Err(_) => break,
+/// The writer thread's state.
+struct Writer {
+    store: Arc<dyn AuditStore>,
+    chain: Chain,
+    durable: bool,
+    shared: Arc<Mutex<Shared>>,
+    gauges: Arc<Gauges>,
+}
+
+impl Writer {
+    fn run(&self, rx: &Receiver<Job>) {
+        while let Ok(first) = rx.recv() {
+            if !self.durable {
+                std::thread::sleep(LINGER);
             }
+            let mut queued = vec![first];
+            while queued.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(next) => queued.push(next),
+                    Err(_) => break,
+                }
+            }
+            self.gauges
+                .queued
+                .fetch_sub(queued.len(), Ordering::Relaxed);
+            self.write(queued);
         }
-        let start = shared
+    }
+
+    /// Numbers, chains and stores one batch, then answers everyone waiting on it.
+    fn write(&self, queued: Vec<Job>) {
+        let store = self.store.as_ref();
+        let start = self
+            .shared
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .head
             .clone();
-        let mut prev = start.hash.clone();
+        let mut prev = start.hash;
         let mut records = Vec::with_capacity(queued.len());
         let mut acks = Vec::with_capacity(queued.len());
         for (i, (entry, ack)) in queued.into_iter().enumerate() {
             let seq = start.seq + 1 + i as u64;
-            let record = chain.seal(&prev, seq, entry);
+            let record = self.chain.seal(&prev, seq, entry);
             prev.clone_from(&record.hash);
             records.push(record);
             acks.push((seq, ack));
         }
-        let result = store.append(&records, durability == Durability::Group);
-        let mut s = shared.lock().unwrap_or_else(PoisonError::into_inner);
+        let result = store.append(&records, self.durable);
+        let mut s = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
         match &result {
             Ok(()) => {
                 if let Some(last) = records.last() {
@@ -225,6 +313,9 @@ fn write_loop(
                 }
             }
         }
+        self.gauges
+            .failing
+            .store(result.is_err(), Ordering::Relaxed);
         drop(s);
         for (seq, ack) in acks {
             if let Some(ack) = ack {

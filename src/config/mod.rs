@@ -326,10 +326,11 @@ impl Config {
         let audit_durability = match raw.audit.sync.as_deref() {
             None | Some("group") => Durability::Group,
             Some("buffered") => Durability::Buffered,
+            Some("off") => Durability::Off,
             Some(other) => {
                 return Err(invalid(
                     format!("`audit.sync` = `{other}` is not a mode"),
-                    "use `group` (flushed before answering) or `buffered`",
+                    "use `group` (flushed before answering), `buffered` or `off` (benchmarks only)",
                 ));
             }
         };

@@ -203,11 +203,11 @@ async fn every_answer_is_in_the_log_and_only_humans_read_it() {
     assert_eq!(p2["records"][0]["seq"], 1);
 }
 
-/// An in-memory store to tamper with.
+/// An in-memory store to tamper with, whose writes can be made to fail.
 #[derive(Default)]
-struct Memory {
-    records: Mutex<Vec<(u64, String)>>,
-    fail: AtomicBool,
+pub struct Memory {
+    pub records: Mutex<Vec<(u64, String)>>,
+    pub fail: AtomicBool,
 }
 
 impl AuditStore for Memory {

@@ -16,6 +16,7 @@ mod decisions;
 mod examples;
 mod helpers;
 mod http;
+mod ledger;
 mod openapi;
 mod props;
 mod regressions;
