@@ -33,6 +33,18 @@ impl Stores {
         Self::from_db(db)
     }
 
+    /// Opens an existing data directory (for offline tools: a missing one is an error, not a
+    /// new empty log).
+    pub fn open_existing(dir: &Path) -> Result<Stores, StoreError> {
+        if !dir.join("conf").is_file() {
+            return Err(StoreError(format!(
+                "{} is not a toolgate data directory (no sled database there); pass --data-dir or --config",
+                dir.display()
+            )));
+        }
+        Self::open(dir)
+    }
+
     /// Stores in a temporary directory removed on drop (tests, `toolgate authorize`).
     pub fn temporary() -> Result<Stores, StoreError> {
         let db = sled::Config::new()

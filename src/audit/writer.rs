@@ -40,7 +40,7 @@ pub enum Durability {
 }
 
 /// Where the chain stands: the newest record's number and hash.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Head {
     /// Sequence number of the newest record (0 when empty).
     pub seq: u64,

@@ -1,7 +1,10 @@
 //! The command line: one file per subcommand. This layer turns library errors into messages
 //! and exit codes (0 ok, 1 the check failed, 2 the command could not run).
 
+mod approvals;
+mod audit;
 mod authorize;
+mod client;
 mod schema;
 mod serve;
 mod validate;
@@ -41,6 +44,10 @@ enum Command {
     Authorize(authorize::AuthorizeArgs),
     /// Generate the Cedar schema from the tool manifests (or `--check` that it is current).
     Schema(schema::SchemaArgs),
+    /// Verify or export the audit log (offline), or query and tail it (online).
+    Audit(audit::AuditArgs),
+    /// List, show, approve or deny pending calls (online, with a human's token).
+    Approvals(approvals::ApprovalsArgs),
 }
 
 /// Options every subcommand shares.
@@ -82,6 +89,8 @@ pub fn main() -> ExitCode {
         Command::Validate(c) => validate::run(&c),
         Command::Authorize(a) => authorize::run(&a),
         Command::Schema(s) => schema::run(&s),
+        Command::Audit(a) => audit::run(&a),
+        Command::Approvals(a) => approvals::run(&a),
     };
     match result {
         Ok(code) => code,

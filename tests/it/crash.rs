@@ -1,0 +1,219 @@
+//! kill -9 under load: a real sidecar is killed at random moments while clients ask for
+//! decisions, create approvals, approve them and redeem them. After every kill, each
+//! acknowledged decision must be in the log, the chain must verify, and each approval must be
+//! stored once, in the state its last acknowledged change left it.
+//!
+//! Cycles: `TOOLGATE_CRASH_CYCLES` (default 6; CI runs the default).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use toolgate::approvals::Status;
+use toolgate::audit::{Chain, ChainVerdict, verify};
+use toolgate::storage::Stores;
+
+use crate::helpers::*;
+use crate::process::{exchange, start};
+
+const BOB: &str = "demo-bob-token";
+
+/// What clients were told, acknowledged with a complete 200 answer.
+#[derive(Default)]
+struct Acked {
+    decisions: HashSet<String>,
+    /// Approval id → the last acknowledged state: pending, approved or used.
+    approvals: HashMap<String, &'static str>,
+}
+
+/// A small xorshift generator: reproducible from the printed seed, no extra dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// One client's loop until `stop`: a mix of allowed reads, calls that need approval, approvals
+/// and redemptions. Records what it was told.
+fn client(port: u16, id: u64, stop: &AtomicBool, acked: &Mutex<Acked>) {
+    let mut n = 0u64;
+    let mut approved: Vec<(String, Value)> = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        let decide = |call: &Value| exchange(port, "POST", "/v1/authorize", Some(DEV), Some(call));
+        let record = |d: &Value| {
+            acked
+                .lock()
+                .unwrap()
+                .decisions
+                .insert(d["decision_id"].as_str().unwrap().to_owned())
+        };
+        match n % 4 {
+            0 | 1 => {
+                let call = json!({"tool": "read_file", "args": {"path": "src/main.rs"}, "context": {"conv_id": format!("c{id}-{n}")}});
+                let Some((200, d)) = decide(&call) else {
+                    continue;
+                };
+                record(&d);
+            }
+            2 => {
+                let call = json!({"tool": "write_file", "args": {"path": "src/lib.rs", "content": format!("{id}-{n}")}});
+                let Some((200, d)) = decide(&call) else {
+                    continue;
+                };
+                record(&d);
+                assert_eq!(d["decision"], "pending_approval", "{d}");
+                let approval = d["approval_id"].as_str().unwrap().to_owned();
+                acked
+                    .lock()
+                    .unwrap()
+                    .approvals
+                    .entry(approval.clone())
+                    .or_insert("pending");
+                let path = format!("/v1/approvals/{approval}/approve");
+                let Some((200, a)) = exchange(port, "POST", &path, Some(BOB), Some(&json!({})))
+                else {
+                    continue;
+                };
+                assert_eq!(a["status"], "approved", "{a}");
+                acked
+                    .lock()
+                    .unwrap()
+                    .approvals
+                    .insert(approval.clone(), "approved");
+                approved.push((approval, call));
+            }
+            _ => {
+                let Some((approval, mut call)) = approved.pop() else {
+                    continue;
+                };
+                call["approval_id"] = json!(approval);
+                let Some((200, d)) = decide(&call) else {
+                    continue;
+                };
+                record(&d);
+                // Redeemed once; a replay (after a crash, too) would be a deny.
+                if d["decision"] == "allow" {
+                    acked.lock().unwrap().approvals.insert(approval, "used");
+                }
+            }
+        }
+    }
+}
+
+fn check(set: &TempSet, acked: &Acked) -> (u64, u64) {
+    let stores = Stores::open_existing(&set.dir.path().join("data")).unwrap();
+    let verdict = verify(stores.audit.as_ref(), &Chain::plain(), None).unwrap();
+    let ChainVerdict::Intact { records, .. } = verdict else {
+        panic!("chain broken after kill -9: {verdict:?}");
+    };
+    let stored: Vec<_> = stores
+        .audit
+        .scan(1, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .map(|s| s.record.unwrap())
+        .collect();
+    let logged: HashSet<&str> = stored.iter().map(|r| r.entry.id.as_str()).collect();
+    let lost = acked
+        .decisions
+        .iter()
+        .filter(|id| !logged.contains(id.as_str()))
+        .count() as u64;
+    // Approvals: each acknowledged one stored, in (at least) its acknowledged state, once.
+    let all = stores.approvals.all().unwrap();
+    let mut ids = HashSet::new();
+    for a in &all {
+        assert!(ids.insert(a.id.clone()), "approval {} stored twice", a.id);
+    }
+    let by_id: HashMap<&str, Status> = all.iter().map(|a| (a.id.as_str(), a.status)).collect();
+    for (id, state) in &acked.approvals {
+        let Some(status) = by_id.get(id.as_str()) else {
+            panic!("acknowledged approval {id} lost");
+        };
+        let ok = match *state {
+            "pending" => true,
+            "approved" => matches!(status, Status::Approved | Status::Used),
+            _ => *status == Status::Used,
+        };
+        assert!(ok, "approval {id}: acknowledged {state}, stored {status:?}");
+    }
+    // No approval redeemed twice.
+    let mut redeemed: HashMap<&str, u32> = HashMap::new();
+    for r in &stored {
+        if r.entry.decision == "allow"
+            && let Some(detail) = r.entry.detail.as_deref()
+        {
+            *redeemed.entry(detail).or_default() += 1;
+        }
+    }
+    if let Some((detail, n)) = redeemed.iter().find(|(_, n)| **n > 1) {
+        panic!("{detail} redeemed {n} times");
+    }
+    (records, lost)
+}
+
+#[test]
+fn kill_9_under_load_loses_no_acknowledged_record() {
+    let cycles: u64 = std::env::var("TOOLGATE_CRASH_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(6);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    let mut rng = Rng(seed);
+    let set = TempSet::new();
+    let acked = Arc::new(Mutex::new(Acked::default()));
+    let started = Instant::now();
+    let mut records = 0;
+    for cycle in 0..cycles {
+        let mut server = start(&set);
+        let stop = Arc::new(AtomicBool::new(false));
+        let clients: Vec<_> = (0..4)
+            .map(|c| {
+                let (stop, acked, port) = (stop.clone(), acked.clone(), server.port);
+                std::thread::spawn(move || client(port, cycle * 10 + c, &stop, &acked))
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(150 + rng.below(600)));
+        server.child.kill().unwrap();
+        server.child.wait().unwrap();
+        stop.store(true, Ordering::Relaxed);
+        for c in clients {
+            c.join().unwrap();
+        }
+        drop(server);
+        let (n, lost) = check(&set, &acked.lock().unwrap());
+        assert_eq!(
+            lost, 0,
+            "cycle {cycle} (seed {seed}): acknowledged decisions lost"
+        );
+        records = n;
+    }
+    let acked = acked.lock().unwrap();
+    let used = acked.approvals.values().filter(|s| **s == "used").count();
+    eprintln!(
+        "kill -9 harness: {cycles} cycles in {:.1?}, {} acknowledged decisions, {} approvals ({used} redeemed), {records} records, 0 lost (seed {seed})",
+        started.elapsed(),
+        acked.decisions.len(),
+        acked.approvals.len(),
+    );
+    assert!(
+        acked.decisions.len() as u64 >= cycles,
+        "the load never got through"
+    );
+}

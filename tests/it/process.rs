@@ -1,0 +1,121 @@
+//! The real `toolgate` binary: a server on a free loopback port over a temp set, plain
+//! HTTP/1.1 requests to it, and CLI runs.
+
+use std::io::{Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::helpers::*;
+
+pub struct Server {
+    pub child: Child,
+    pub port: u16,
+}
+
+impl Server {
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SIGKILL: the crash tests rely on it being abrupt.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP/1.1 request over a fresh connection; the status and JSON body of a complete answer.
+pub fn exchange(
+    port: u16,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&Value>,
+) -> Option<(u16, Value)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let body = body.map(Value::to_string).unwrap_or_default();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let status = out.split(' ').nth(1)?.parse().ok()?;
+    Some((
+        status,
+        serde_json::from_str(out.split("\r\n\r\n").nth(1)?).ok()?,
+    ))
+}
+
+/// Like [`exchange`], the body only.
+pub fn request(
+    port: u16,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&Value>,
+) -> Option<Value> {
+    exchange(port, method, path, token, body).map(|(_, v)| v)
+}
+
+/// `toolgate serve` over `set` (data in `set/data`), with `extra` appended to its config.
+pub fn start_with(set: &TempSet, extra: &str) -> Server {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = set.dir.path().join("toolgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:{port}\"\ndata_dir = \"data\"\npolicies_dir = \"policies\"\nschemas_dir = \"schemas\"\n[auth]\ntokens_file = \"{}\"\n[reload]\nwatch = false\npoll_ms = 0\n{extra}",
+            repo().join("examples/demo-tokens.json").display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env_remove("RUST_MIN_STACK")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = Server { child, port };
+    let start = Instant::now();
+    while request(port, "GET", "/healthz", None, None).is_none() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "toolgate serve did not come up"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server
+}
+
+pub fn start(set: &TempSet) -> Server {
+    start_with(set, "")
+}
+
+/// Runs the binary with `args` in `dir`, with `env` set.
+pub fn toolgate(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+    cmd.current_dir(dir).args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
