@@ -8,10 +8,10 @@ mod verify;
 mod writer;
 
 pub use record::{
-    Chain, Entry, EntryKind, GENESIS, Record, args_digest, args_preview, canonical_json, now_ms,
-    unix_ms,
+    Chain, Checkpoint, Entry, EntryKind, GENESIS, Record, args_digest, args_preview,
+    canonical_json, now_ms, unix_ms,
 };
 pub(crate) use store::SledAudit;
 pub use store::{AuditStore, Query, StoreError, Stored};
 pub use verify::{Verdict as ChainVerdict, verify};
-pub use writer::{Audit, Durability, Head};
+pub use writer::{Audit, Durability, Head, Pruned, Retention};

@@ -93,6 +93,29 @@ pub struct Record {
     pub entry: Entry,
 }
 
+/// Where retention cut the log: the last removed record's number and hash, so the chain
+/// still verifies from there. Sealed with the chain's key (when there is one), and attested by
+/// the retention record the writer appends before removing anything.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Checkpoint {
+    /// The last removed record.
+    pub seq: u64,
+    /// Its hash: the `prev` of the first record kept.
+    pub hash: String,
+    /// When the cut was made, unix ms.
+    pub at_ms: u64,
+    /// `H(hash ‖ "checkpoint" ‖ seq ‖ at_ms)` under the chain's key.
+    pub seal: String,
+}
+
+impl Checkpoint {
+    /// The words the retention record carries in `detail` for this checkpoint.
+    pub fn attestation(&self) -> String {
+        format!("checkpoint {} {}", self.seq, self.hash)
+    }
+}
+
 /// `t` in milliseconds since the Unix epoch (0 before it), as records store times.
 pub fn unix_ms(t: std::time::SystemTime) -> u64 {
     t.duration_since(std::time::UNIX_EPOCH)
@@ -136,13 +159,17 @@ impl Chain {
 
     /// The link for `entry` at `seq` after `prev`.
     pub fn link(&self, prev: &str, seq: u64, entry: &Entry) -> String {
-        let body = canonical_entry(seq, entry);
+        self.mac(prev, &canonical_entry(seq, entry))
+    }
+
+    /// `H(prev ‖ 0 ‖ body)`, keyed when there is a key.
+    fn mac(&self, prev: &str, body: &[u8]) -> String {
         match &self.key {
             None => {
                 let mut h = Sha256::new();
                 h.update(prev.as_bytes());
                 h.update([0]);
-                h.update(&body);
+                h.update(body);
                 hex::encode(h.finalize())
             }
             Some(key) => {
@@ -152,13 +179,29 @@ impl Chain {
                     Ok(mut mac) => {
                         mac.update(prev.as_bytes());
                         mac.update(&[0]);
-                        mac.update(&body);
+                        mac.update(body);
                         hex::encode(mac.finalize().into_bytes())
                     }
                     Err(_) => String::new(),
                 }
             }
         }
+    }
+
+    /// Seals a checkpoint after record `seq` (hash `hash`), cut at `at_ms`.
+    pub fn checkpoint(&self, seq: u64, hash: &str, at_ms: u64) -> Checkpoint {
+        let body = format!("checkpoint|{seq}|{at_ms}");
+        Checkpoint {
+            seq,
+            hash: hash.to_owned(),
+            at_ms,
+            seal: self.mac(hash, body.as_bytes()),
+        }
+    }
+
+    /// Whether `cp` was sealed under this chain's key.
+    pub fn checkpoint_holds(&self, cp: &Checkpoint) -> bool {
+        self.checkpoint(cp.seq, &cp.hash, cp.at_ms).seal == cp.seal
     }
 
     /// Seals `entry` as record `seq` after `prev`.

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::record::{Entry, Record};
+use super::record::{Checkpoint, Entry, Record};
 
 /// A storage failure. The message says what failed; the sidecar denies while it lasts.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -64,6 +64,19 @@ pub trait AuditStore: Send + Sync {
     fn scan(&self, from: u64, limit: usize) -> Result<Vec<Stored>, StoreError>;
     /// Records matching `q`, newest first.
     fn query(&self, q: &Query) -> Result<Vec<Record>, StoreError>;
+    /// Where retention may cut: the last record of the longest run of stored units (sled:
+    /// blocks), from the oldest, whose last record is at or below `through_seq` or older than
+    /// `before_ms`. `None` when nothing may go.
+    fn cut_point(
+        &self,
+        through_seq: Option<u64>,
+        before_ms: Option<u64>,
+    ) -> Result<Option<Record>, StoreError>;
+    /// Removes every record up to `cp.seq` (a [`AuditStore::cut_point`]) with its index
+    /// entries and stores `cp`, atomically and durably. Returns how many records went.
+    fn cut(&self, cp: &Checkpoint) -> Result<u64, StoreError>;
+    /// The checkpoint of the last cut, if any.
+    fn checkpoint(&self) -> Result<Option<Checkpoint>, StoreError>;
 }
 
 /// A record as found in the store.
@@ -80,6 +93,7 @@ pub const MAX_BLOCK: usize = 4096;
 
 const LOG: u8 = b'L';
 const INDEX: u8 = b'I';
+const CHECKPOINT: &[u8] = b"C";
 
 fn log_key(seq: u64) -> [u8; 9] {
     let mut k = [0u8; 9];
@@ -365,5 +379,67 @@ impl AuditStore for SledAudit {
             }
         }
         Ok(out)
+    }
+
+    fn cut_point(
+        &self,
+        through_seq: Option<u64>,
+        before_ms: Option<u64>,
+    ) -> Result<Option<Record>, StoreError> {
+        let mut cut = None;
+        for kv in self.tree.range(log_key(0)..=log_key(u64::MAX)) {
+            let (k, v) = kv.map_err(StoreError::from_sled)?;
+            let Some(Ok(last)) = Block::decode(&k, &v).records.pop() else {
+                break;
+            };
+            let goes = through_seq.is_some_and(|t| last.seq <= t)
+                || before_ms.is_some_and(|b| last.entry.at_ms < b);
+            if !goes {
+                break;
+            }
+            cut = Some(last);
+        }
+        Ok(cut)
+    }
+
+    fn cut(&self, cp: &Checkpoint) -> Result<u64, StoreError> {
+        let mut b = sled::Batch::default();
+        let mut removed = 0u64;
+        for kv in self.tree.range(log_key(0)..=log_key(cp.seq)) {
+            let (k, v) = kv.map_err(StoreError::from_sled)?;
+            let block = Block::decode(&k, &v);
+            let end = block.position(block.records.len().saturating_sub(1));
+            if end > cp.seq {
+                return Err(StoreError(format!(
+                    "cannot cut at record {}: it is inside a block ending at {end}",
+                    cp.seq
+                )));
+            }
+            removed += block.records.len() as u64;
+            b.remove(k);
+        }
+        for kv in self.tree.scan_prefix([INDEX]) {
+            let (k, _) = kv.map_err(StoreError::from_sled)?;
+            if seq_of(&k).is_some_and(|first| first <= cp.seq) {
+                b.remove(k);
+            }
+        }
+        let bytes = serde_json::to_vec(cp).map_err(|e| StoreError(e.to_string()))?;
+        b.insert(CHECKPOINT, bytes);
+        self.tree.apply_batch(b).map_err(StoreError::from_sled)?;
+        self.db.flush().map_err(StoreError::from_sled)?;
+        Ok(removed)
+    }
+
+    fn checkpoint(&self) -> Result<Option<Checkpoint>, StoreError> {
+        self.tree
+            .get(CHECKPOINT)
+            .map_err(StoreError::from_sled)?
+            .map(|v| {
+                serde_json::from_slice(&v).map_err(|e| {
+                    StoreError(format!("the retention checkpoint does not parse: {e}"))
+                })
+            })
+            .transpose()
     }
 }

@@ -1,9 +1,11 @@
 //! Walks the chain and names the first broken link: a changed byte, a deleted, reordered or
-//! replaced record, or (given a head exported earlier) a truncated tail.
+//! replaced record, or (given a head exported earlier) a truncated tail. After retention the
+//! walk starts at the checkpoint, whose seal must hold and which a retention record in the
+//! chain must attest (so removing old records by hand is caught too).
 
 use serde::Serialize;
 
-use super::record::{Chain, GENESIS};
+use super::record::{Chain, EntryKind, GENESIS};
 use super::store::{AuditStore, StoreError};
 use super::writer::Head;
 
@@ -18,6 +20,8 @@ pub enum Verdict {
     Intact {
         /// Records checked.
         records: u64,
+        /// The first record checked (after a retention cut, the one after the checkpoint).
+        first: u64,
         /// The newest record.
         head: Head,
     },
@@ -37,9 +41,29 @@ pub fn verify(
     chain: &Chain,
     anchor: Option<&Head>,
 ) -> Result<Verdict, StoreError> {
-    let mut expected_seq = 1u64;
-    let mut prev = GENESIS.to_owned();
-    let mut anchored = anchor.is_none_or(|a| a.seq == 0);
+    let checkpoint = store.checkpoint()?;
+    let (mut expected_seq, mut prev) = match &checkpoint {
+        Some(cp) if !chain.checkpoint_holds(cp) => {
+            return Ok(Verdict::Broken {
+                seq: cp.seq,
+                why: format!(
+                    "the retention checkpoint at record {} does not hold: altered, or written without the chain's key",
+                    cp.seq
+                ),
+            });
+        }
+        Some(cp) => (cp.seq + 1, cp.hash.clone()),
+        None => (1, GENESIS.to_owned()),
+    };
+    let first = expected_seq;
+    let mut attested = checkpoint.is_none();
+    // A head exported before the cut can only be matched at the cut itself.
+    let mut anchored = anchor.is_none_or(|a| {
+        a.seq == 0
+            || checkpoint
+                .as_ref()
+                .is_some_and(|cp| a.seq < cp.seq || (a.seq == cp.seq && a.hash == cp.hash))
+    });
     loop {
         let page = store.scan(expected_seq, PAGE)?;
         let Some(last_key) = page.last().map(|s| s.key_seq) else {
@@ -89,6 +113,12 @@ pub fn verify(
                 }
                 anchored = true;
             }
+            if let Some(cp) = &checkpoint
+                && r.entry.kind == EntryKind::Admin
+                && r.entry.detail.as_deref() == Some(cp.attestation().as_str())
+            {
+                attested = true;
+            }
             prev = r.hash;
             expected_seq += 1;
         }
@@ -96,20 +126,30 @@ pub fn verify(
             break;
         }
     }
-    let records = expected_seq - 1;
+    let last = expected_seq - 1;
+    if !attested && let Some(cp) = &checkpoint {
+        return Ok(Verdict::Broken {
+            seq: first,
+            why: format!(
+                "records up to {} were removed, but no retention record in the chain attests that cut: removed outside toolgate",
+                cp.seq
+            ),
+        });
+    }
     if !anchored && let Some(a) = anchor {
         return Ok(Verdict::Broken {
-            seq: records + 1,
+            seq: last + 1,
             why: format!(
-                "the log ends at record {records} but the exported head is record {}: truncated",
+                "the log ends at record {last} but the exported head is record {}: truncated",
                 a.seq
             ),
         });
     }
     Ok(Verdict::Intact {
-        records,
+        records: last + 1 - first,
+        first,
         head: Head {
-            seq: records,
+            seq: last,
             hash: prev,
         },
     })

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::record::{Chain, Entry, GENESIS};
+use super::record::{Chain, Checkpoint, Entry, EntryKind, GENESIS, now_ms};
 use super::store::{AuditStore, StoreError};
 
 /// Most entries one batch holds.
@@ -37,6 +37,25 @@ pub enum Durability {
     Buffered,
     /// Nothing is recorded. For measuring what the audit log costs; never for production.
     Off,
+}
+
+/// How long records are kept. A record goes when either limit says so; the log is cut in
+/// whole blocks, so slightly more than the limits may stay.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// Keep at most this many of the newest records.
+    pub keep_records: Option<u64>,
+    /// Keep records younger than this many milliseconds.
+    pub max_age_ms: Option<u64>,
+}
+
+/// What one retention pass did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pruned {
+    /// The new checkpoint.
+    pub checkpoint: Checkpoint,
+    /// Records removed.
+    pub removed: u64,
 }
 
 /// Where the chain stands: the newest record's number and hash.
@@ -75,6 +94,7 @@ pub struct Audit {
     gauges: Arc<Gauges>,
     shared: Arc<Mutex<Shared>>,
     store: Arc<dyn AuditStore>,
+    chain: Chain,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -104,7 +124,7 @@ impl Audit {
         } else {
             let writer = Writer {
                 store: store.clone(),
-                chain,
+                chain: chain.clone(),
                 durable: durability == Durability::Group,
                 shared: shared.clone(),
                 gauges: gauges.clone(),
@@ -122,6 +142,7 @@ impl Audit {
             gauges,
             shared,
             store,
+            chain,
             thread: Mutex::new(thread),
         })
     }
@@ -206,6 +227,39 @@ impl Audit {
         self.store.as_ref()
     }
 
+    /// Applies `rule`: records first, durably, a retention entry attesting the checkpoint, then
+    /// removes the records up to it. Blocks on the store: call it from a blocking thread.
+    pub fn prune(&self, rule: &Retention) -> Result<Option<Pruned>, StoreError> {
+        if self.durability == Durability::Off {
+            return Ok(None);
+        }
+        let head = self.head();
+        let through = rule.keep_records.map(|k| head.seq.saturating_sub(k));
+        let before = rule.max_age_ms.map(|a| now_ms().saturating_sub(a));
+        let Some(last) = self.store.cut_point(through, before)? else {
+            return Ok(None);
+        };
+        let checkpoint = self.chain.checkpoint(last.seq, &last.hash, now_ms());
+        let entry = Entry {
+            kind: EntryKind::Admin,
+            id: format!("retention-{}", checkpoint.seq),
+            at_ms: checkpoint.at_ms,
+            decision: "retention".to_owned(),
+            reasons: rule_words(rule),
+            detail: Some(checkpoint.attestation()),
+            ..Entry::default()
+        };
+        let (ack, done) = tokio::sync::oneshot::channel();
+        self.send(entry, Some(ack))?;
+        done.blocking_recv()
+            .map_err(|_| StoreError("the audit writer stopped".to_owned()))??;
+        let removed = self.store.cut(&checkpoint)?;
+        Ok(Some(Pruned {
+            checkpoint,
+            removed,
+        }))
+    }
+
     /// Stops accepting entries and waits until everything queued is stored.
     pub fn close(&self) {
         drop(
@@ -229,6 +283,17 @@ impl Drop for Audit {
     fn drop(&mut self) {
         self.close();
     }
+}
+
+fn rule_words(rule: &Retention) -> Vec<String> {
+    let mut words = Vec::new();
+    if let Some(n) = rule.keep_records {
+        words.push(format!("keep_records={n}"));
+    }
+    if let Some(ms) = rule.max_age_ms {
+        words.push(format!("max_age_ms={ms}"));
+    }
+    words
 }
 
 fn current_head(store: &dyn AuditStore) -> Result<Head, StoreError> {

@@ -221,9 +221,18 @@ fn verify_cmd(data: &DataDir, head: Option<&PathBuf>) -> anyhow::Result<ExitCode
     match verify(stores.audit.as_ref(), &chain, anchor.as_ref())
         .map_err(|e| anyhow::anyhow!("{e}"))?
     {
-        ChainVerdict::Intact { records, head } => {
+        ChainVerdict::Intact {
+            records,
+            first,
+            head,
+        } => {
+            let cut = if first > 1 {
+                format!(" (records before {first} removed by retention; the checkpoint holds)")
+            } else {
+                String::new()
+            };
             println!(
-                "ok: {records} records, chain intact; head {} {}",
+                "ok: {records} records, chain intact{cut}; head {} {}",
                 head.seq, head.hash
             );
             Ok(ExitCode::SUCCESS)

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::{Common, render, report_load_error};
 use crate::api::{AppState, expire_due, router};
 use crate::approvals::Approvals;
-use crate::audit::{Audit, Chain};
+use crate::audit::{Audit, Chain, Retention};
 use crate::auth::Authenticator;
 use crate::policy::{PolicyStore, PolicyWatcher};
 use crate::storage::Stores;
@@ -98,16 +98,45 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
                 }
             })
         };
+        let retention = cfg
+            .audit_retention
+            .clone()
+            .map(|rule| tokio::spawn(retain(audit.clone(), rule)));
         axum::serve(listener, router(state))
             .with_graceful_shutdown(shutdown())
             .await?;
         drop(watcher);
         expiry.abort();
+        if let Some(r) = retention {
+            r.abort();
+        }
         // Everything queued is stored before the process exits.
         audit.close();
         tracing::info!("toolgate stopped");
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// How often retention runs (also once at startup).
+const RETENTION_EVERY: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Applies the retention rule now and every [`RETENTION_EVERY`], off the request threads.
+async fn retain(audit: Arc<Audit>, rule: Retention) {
+    let mut every = tokio::time::interval(RETENTION_EVERY);
+    loop {
+        every.tick().await;
+        let (audit, rule) = (audit.clone(), rule.clone());
+        match tokio::task::spawn_blocking(move || audit.prune(&rule)).await {
+            Ok(Ok(Some(p))) => tracing::info!(
+                removed = p.removed,
+                checkpoint = p.checkpoint.seq,
+                "audit retention: old records removed; the chain verifies from the checkpoint"
+            ),
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "audit retention failed; nothing removed"),
+            Err(e) => tracing::error!(error = %e, "audit retention task failed"),
+        }
+    }
 }
 
 /// SIGHUP forces a reload, even of unchanged content.

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::approvals::Ttl;
-use crate::audit::Durability;
+use crate::audit::{Durability, Retention};
 
 use std::time::Duration;
 
@@ -75,6 +75,8 @@ struct RawConfig {
 struct RawAudit {
     sync: Option<String>,
     hmac_key_file: Option<PathBuf>,
+    retain_records: Option<u64>,
+    retain_days: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -151,6 +153,8 @@ pub struct Config {
     pub audit_durability: Durability,
     /// Key for HMAC chain links (plain SHA-256 links without one).
     pub audit_hmac_key_file: Option<PathBuf>,
+    /// How long audit records are kept (everything, without one).
+    pub audit_retention: Option<Retention>,
     /// How long approvals stay open.
     pub approval_ttl: Ttl,
 }
@@ -220,6 +224,7 @@ impl Config {
             data_dir: PathBuf::from("data"),
             audit_durability: Durability::Group,
             audit_hmac_key_file: None,
+            audit_retention: None,
             approval_ttl: Ttl::default(),
         })
     }
@@ -356,7 +361,20 @@ impl Config {
                 "set `approvals.ttl_secs` (and `ttl_secs_by_risk`) to 1 or more",
             ));
         }
+        if raw.audit.retain_records == Some(0) || raw.audit.retain_days == Some(0) {
+            return Err(invalid(
+                "audit retention of 0 would remove every record".to_owned(),
+                "set `audit.retain_records` and `audit.retain_days` to 1 or more, or leave them out to keep everything",
+            ));
+        }
+        let audit_retention = (raw.audit.retain_records.is_some()
+            || raw.audit.retain_days.is_some())
+        .then(|| Retention {
+            keep_records: raw.audit.retain_records,
+            max_age_ms: raw.audit.retain_days.map(|d| d.saturating_mul(86_400_000)),
+        });
         Ok(Config {
+            audit_retention,
             data_dir: raw
                 .data_dir
                 .map_or_else(|| PathBuf::from("data"), |p| base.join(p)),

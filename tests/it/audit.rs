@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use toolgate::api::{AppState, router};
 use toolgate::approvals::{Approvals, Ttl};
 use toolgate::audit::{
-    Audit, AuditStore, Chain, ChainVerdict, Durability, Entry, Head, Query, Record, StoreError,
-    Stored, verify,
+    Audit, AuditStore, Chain, ChainVerdict, Checkpoint, Durability, Entry, Head, Query, Record,
+    StoreError, Stored, verify,
 };
 use toolgate::policy::PolicyStore;
 use toolgate::storage::Stores;
@@ -208,6 +208,7 @@ async fn every_answer_is_in_the_log_and_only_humans_read_it() {
 pub struct Memory {
     pub records: Mutex<Vec<(u64, String)>>,
     pub fail: AtomicBool,
+    pub checkpoint: Mutex<Option<Checkpoint>>,
 }
 
 impl AuditStore for Memory {
@@ -239,6 +240,30 @@ impl AuditStore for Memory {
     }
     fn query(&self, _q: &Query) -> Result<Vec<Record>, StoreError> {
         Ok(Vec::new())
+    }
+    fn cut_point(
+        &self,
+        through_seq: Option<u64>,
+        before_ms: Option<u64>,
+    ) -> Result<Option<Record>, StoreError> {
+        let r = self.records.lock().unwrap();
+        Ok(r.iter()
+            .map(|(_, j)| serde_json::from_str::<Record>(j).unwrap())
+            .take_while(|rec| {
+                through_seq.is_some_and(|t| rec.seq <= t)
+                    || before_ms.is_some_and(|b| rec.entry.at_ms < b)
+            })
+            .last())
+    }
+    fn cut(&self, cp: &Checkpoint) -> Result<u64, StoreError> {
+        let mut r = self.records.lock().unwrap();
+        let before = r.len();
+        r.retain(|(k, _)| *k > cp.seq);
+        *self.checkpoint.lock().unwrap() = Some(cp.clone());
+        Ok((before - r.len()) as u64)
+    }
+    fn checkpoint(&self) -> Result<Option<Checkpoint>, StoreError> {
+        Ok(self.checkpoint.lock().unwrap().clone())
     }
 }
 

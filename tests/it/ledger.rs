@@ -1,19 +1,24 @@
 //! The audit store itself: many records per block, index walks that page across blocks, and
-//! the three write modes (group commit, buffered, off).
+//! the three write modes (group commit, buffered, off), and retention with its checkpoint.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 
 use toolgate::api::{AppState, router};
 use toolgate::approvals::{Approvals, Ttl};
-use toolgate::audit::{Audit, Chain, ChainVerdict, Durability, Entry, Query, verify};
+use toolgate::audit::{
+    Audit, Chain, ChainVerdict, Checkpoint, Durability, Entry, Head, Query, Record, Retention,
+    verify,
+};
 use toolgate::policy::PolicyStore;
 use toolgate::storage::Stores;
 
 use crate::audit::Memory;
 use crate::helpers::*;
+use crate::process::{exchange, start_with, toolgate};
 
 fn entry(i: u64) -> Entry {
     Entry {
@@ -183,4 +188,173 @@ async fn a_failing_store_under_buffered_audit_denies_once_the_failure_is_known()
     let (s, d) = send(&app, "POST", "/v1/authorize", Some(DEV), Some(call)).await;
     assert_eq!((s, d["decision"].as_str()), (StatusCode::OK, Some("allow")));
     assert!(audit.failure().is_none());
+}
+
+fn intact_from(v: ChainVerdict) -> (u64, u64) {
+    match v {
+        ChainVerdict::Intact { records, first, .. } => (records, first),
+        ChainVerdict::Broken { seq, why } => panic!("broken at {seq}: {why}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn retention_cuts_whole_blocks_and_the_chain_verifies_from_the_checkpoint() {
+    let stores = Stores::temporary().unwrap();
+    let audit = Arc::new(Audit::start(stores.audit, Chain::plain(), Durability::Group).unwrap());
+    fill(&audit, 600).await;
+    let rule = Retention {
+        keep_records: Some(100),
+        max_age_ms: None,
+    };
+    let pruned = {
+        let (audit, rule) = (audit.clone(), rule.clone());
+        tokio::task::spawn_blocking(move || audit.prune(&rule))
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap()
+    };
+    let cp = pruned.checkpoint.clone();
+    assert!(cp.seq <= 500 && cp.seq > 0, "{cp:?}");
+    assert_eq!(pruned.removed, cp.seq);
+    // 600 records and the retention record; everything after the cut is still checked.
+    let (records, first) = intact_from(verify(audit.store(), &Chain::plain(), None).unwrap());
+    assert_eq!((first, records), (cp.seq + 1, 601 - cp.seq));
+    assert!(audit.store().scan(1, 1).unwrap()[0].key_seq > cp.seq);
+    // Indexes no longer point below the cut, and still find what is kept.
+    let kept = all_pages(
+        &audit,
+        Query {
+            principal: Some("Agent::\"a1\"".into()),
+            limit: 50,
+            ..Query::default()
+        },
+    );
+    assert!(!kept.is_empty() && kept.iter().all(|s| *s > cp.seq));
+    let retention = audit
+        .store()
+        .query(&Query {
+            decision: Some("retention".into()),
+            limit: 5,
+            ..Query::default()
+        })
+        .unwrap();
+    assert_eq!(retention.len(), 1);
+    assert_eq!(
+        retention[0].entry.detail.as_deref(),
+        Some(cp.attestation().as_str())
+    );
+    // A head exported before the cut is beyond checking, not a truncation.
+    let early = Head {
+        seq: 3,
+        hash: "x".into(),
+    };
+    intact_from(verify(audit.store(), &Chain::plain(), Some(&early)).unwrap());
+
+    // Later records and a second cut.
+    fill(&audit, 300).await;
+    let again = {
+        let (audit, rule) = (audit.clone(), rule.clone());
+        tokio::task::spawn_blocking(move || audit.prune(&rule))
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap()
+    };
+    assert!(again.checkpoint.seq > cp.seq);
+    intact_from(verify(audit.store(), &Chain::plain(), Some(&audit.head())).unwrap());
+}
+
+#[tokio::test]
+async fn a_cut_made_by_hand_or_a_forged_checkpoint_is_caught() {
+    let chain = Chain::keyed(b"k".to_vec());
+    let mem = Arc::new(Memory::default());
+    let audit = Arc::new(Audit::start(mem.clone(), chain.clone(), Durability::Group).unwrap());
+    fill(&audit, 40).await;
+    let rule = Retention {
+        keep_records: Some(10),
+        max_age_ms: None,
+    };
+    let pruned = {
+        let (audit, rule) = (audit.clone(), rule.clone());
+        tokio::task::spawn_blocking(move || audit.prune(&rule))
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap()
+    };
+    assert_eq!(pruned.checkpoint.seq, 30);
+    intact_from(verify(mem.as_ref(), &chain, None).unwrap());
+
+    // The checkpoint edited: its seal no longer holds.
+    let good = pruned.checkpoint.clone();
+    *mem.checkpoint.lock().unwrap() = Some(Checkpoint {
+        seq: 29,
+        ..good.clone()
+    });
+    let ChainVerdict::Broken { why, .. } = verify(mem.as_ref(), &chain, None).unwrap() else {
+        panic!("forged checkpoint not detected");
+    };
+    assert!(why.contains("does not hold"), "{why}");
+
+    // More records removed by hand, with a checkpoint sealed by someone holding the key:
+    // no retention record attests that cut.
+    let r35: Record = {
+        let r = mem.records.lock().unwrap();
+        serde_json::from_str(&r.iter().find(|(k, _)| *k == 35).unwrap().1).unwrap()
+    };
+    mem.records.lock().unwrap().retain(|(k, _)| *k > 35);
+    *mem.checkpoint.lock().unwrap() = Some(chain.checkpoint(35, &r35.hash, good.at_ms));
+    let ChainVerdict::Broken { why, .. } = verify(mem.as_ref(), &chain, None).unwrap() else {
+        panic!("cut by hand not detected");
+    };
+    assert!(why.contains("no retention record"), "{why}");
+
+    // Without a checkpoint, the missing prefix is a deletion.
+    *mem.checkpoint.lock().unwrap() = None;
+    assert!(matches!(
+        verify(mem.as_ref(), &chain, None).unwrap(),
+        ChainVerdict::Broken { seq: 1, .. }
+    ));
+}
+
+#[test]
+fn serve_applies_the_configured_retention_and_verify_reports_the_cut() {
+    let set = TempSet::new();
+    let extra = "[audit]\nretain_records = 5\n";
+    let server = start_with(&set, extra);
+    let call = serde_json::json!({"tool": "read_file", "args": {"path": "src/main.rs"}});
+    for _ in 0..20 {
+        let (s, _) =
+            exchange(server.port, "POST", "/v1/authorize", Some(DEV), Some(&call)).unwrap();
+        assert_eq!(s, 200);
+    }
+    drop(server);
+    // Retention runs at startup.
+    let server = start_with(&set, extra);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, page) = exchange(
+            server.port,
+            "GET",
+            "/v1/audit?decision=retention",
+            Some("demo-bob-token"),
+            None,
+        )
+        .unwrap();
+        if !page["records"].as_array().unwrap().is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no retention at startup");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(server);
+    let out = toolgate(
+        set.dir.path(),
+        &["audit", "verify", "--data-dir", "data"],
+        &[],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("removed by retention"), "{text}");
 }
