@@ -55,6 +55,19 @@ pub async fn render(State(state): State<AppState>) -> impl IntoResponse {
             ("decision=\"pending_approval\"", get(&d.pending).to_string()),
         ],
     );
+    if let Some(w) = state.approvals.webhook_stats() {
+        family(
+            &mut out,
+            "toolgate_approval_webhook_total",
+            "counter",
+            "Approver notifications, by result.",
+            &[
+                ("result=\"delivered\"", get(&w.delivered).to_string()),
+                ("result=\"failed\"", get(&w.failed).to_string()),
+                ("result=\"dropped\"", get(&w.dropped).to_string()),
+            ],
+        );
+    }
     family(
         &mut out,
         "toolgate_policy_reloads_total",

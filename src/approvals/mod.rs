@@ -6,9 +6,11 @@
 //! human may approve is not decided here: the API asks Cedar (`Action::"approve"`).
 
 mod store;
+mod webhook;
 
 pub use store::ApprovalStore;
 pub(crate) use store::SledApprovals;
+pub use webhook::{Webhook, WebhookConfig, WebhookStats, sign, webhook_origin};
 
 use std::sync::Arc;
 
@@ -237,6 +239,8 @@ pub struct Approvals {
     changed: tokio::sync::watch::Sender<u64>,
     /// Lifetimes.
     pub ttl: Ttl,
+    /// Where new pending approvals are announced, if anywhere.
+    webhook: Option<Webhook>,
 }
 
 impl std::fmt::Debug for Approvals {
@@ -252,13 +256,34 @@ impl Approvals {
             store,
             changed: tokio::sync::watch::channel(0).0,
             ttl,
+            webhook: None,
         }
     }
 
-    /// Stores a new pending approval.
+    /// Announces every new pending approval to `webhook`.
+    #[must_use]
+    pub fn with_webhook(mut self, webhook: Webhook) -> Self {
+        self.webhook = Some(webhook);
+        self
+    }
+
+    /// The webhook's delivery counters, when one is configured.
+    pub fn webhook_stats(&self) -> Option<&WebhookStats> {
+        self.webhook.as_ref().map(|w| w.stats.as_ref())
+    }
+
+    /// Stores a new pending approval (and announces it, without waiting).
     pub fn create(&self, approval: &Approval) -> Result<(), StoreError> {
         self.store.insert(approval)?;
         self.notify();
+        if let Some(hook) = &self.webhook {
+            hook.send(serde_json::json!({
+                "event": "approval.pending",
+                "approval": approval,
+                "approve": format!("/v1/approvals/{}/approve", approval.id),
+                "deny": format!("/v1/approvals/{}/deny", approval.id),
+            }));
+        }
         Ok(())
     }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::{Common, render, report_load_error};
 use crate::api::{AppState, expire_due, router};
-use crate::approvals::Approvals;
+use crate::approvals::{Approvals, Webhook, WebhookConfig, webhook_origin};
 use crate::audit::{Audit, Chain, Retention};
 use crate::auth::Authenticator;
 use crate::policy::{PolicyStore, PolicyWatcher};
@@ -62,7 +62,27 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
         Audit::start(stores.audit, chain, cfg.audit_durability)
             .map_err(|e| anyhow::anyhow!("{e}"))?,
     );
-    let approvals = Arc::new(Approvals::new(stores.approvals, cfg.approval_ttl.clone()));
+    let mut approvals = Approvals::new(stores.approvals, cfg.approval_ttl.clone());
+    if let Some(hook) = &cfg.approval_webhook {
+        let secret = match &hook.secret_file {
+            Some(path) => Some(std::fs::read(path).with_context(|| {
+                format!(
+                    "cannot read approvals.webhook_secret_file {}",
+                    path.display()
+                )
+            })?),
+            None => None,
+        };
+        approvals = approvals.with_webhook(Webhook::start(WebhookConfig {
+            url: hook.url.clone(),
+            secret,
+            timeout: hook.timeout,
+            attempts: hook.attempts,
+            backoff: std::time::Duration::from_millis(250),
+        })?);
+        tracing::info!(to = %webhook_origin(&hook.url), "approver webhook on");
+    }
+    let approvals = Arc::new(approvals);
     tracing::info!(data_dir = %cfg.data_dir.display(), head = audit.head().seq, "audit log open");
     let state = AppState::with_services(
         store.clone(),

@@ -85,6 +85,10 @@ struct RawApprovals {
     ttl_secs: Option<u64>,
     #[serde(default)]
     ttl_secs_by_risk: std::collections::BTreeMap<String, u64>,
+    webhook_url: Option<String>,
+    webhook_secret_file: Option<PathBuf>,
+    webhook_timeout_ms: Option<u64>,
+    webhook_attempts: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -157,6 +161,21 @@ pub struct Config {
     pub audit_retention: Option<Retention>,
     /// How long approvals stay open.
     pub approval_ttl: Ttl,
+    /// Where new pending approvals are announced.
+    pub approval_webhook: Option<WebhookSettings>,
+}
+
+/// The approver webhook, as configured (the secret is read when serving starts).
+#[derive(Debug, Clone)]
+pub struct WebhookSettings {
+    /// `http://` or `https://` URL.
+    pub url: String,
+    /// File holding the HMAC key for `X-Toolgate-Signature`.
+    pub secret_file: Option<PathBuf>,
+    /// Bound on each attempt.
+    pub timeout: std::time::Duration,
+    /// Attempts per notification.
+    pub attempts: u32,
 }
 
 /// How callers authenticate. At least one method is needed to serve.
@@ -226,6 +245,7 @@ impl Config {
             audit_hmac_key_file: None,
             audit_retention: None,
             approval_ttl: Ttl::default(),
+            approval_webhook: None,
         })
     }
 
@@ -361,6 +381,35 @@ impl Config {
                 "set `approvals.ttl_secs` (and `ttl_secs_by_risk`) to 1 or more",
             ));
         }
+        let approval_webhook = match raw.approvals.webhook_url {
+            None => None,
+            Some(url) => {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(invalid(
+                        format!("`approvals.webhook_url` = `{url}` is not an http(s) URL"),
+                        "use a URL such as `https://hooks.example.com/toolgate`",
+                    ));
+                }
+                let attempts = raw.approvals.webhook_attempts.unwrap_or(3);
+                if !(1..=10).contains(&attempts) {
+                    return Err(invalid(
+                        format!("`approvals.webhook_attempts` = {attempts} is out of range"),
+                        "use 1 to 10 attempts",
+                    ));
+                }
+                Some(WebhookSettings {
+                    url,
+                    secret_file: raw.approvals.webhook_secret_file.map(|p| base.join(p)),
+                    timeout: std::time::Duration::from_millis(
+                        raw.approvals
+                            .webhook_timeout_ms
+                            .unwrap_or(2000)
+                            .clamp(100, 30_000),
+                    ),
+                    attempts,
+                })
+            }
+        };
         if raw.audit.retain_records == Some(0) || raw.audit.retain_days == Some(0) {
             return Err(invalid(
                 "audit retention of 0 would remove every record".to_owned(),
@@ -381,6 +430,7 @@ impl Config {
             audit_durability,
             audit_hmac_key_file: raw.audit.hmac_key_file.map(|p| base.join(p)),
             approval_ttl,
+            approval_webhook,
             listen,
             sources,
             max_body_bytes,

@@ -26,3 +26,4 @@ mod regressions;
 mod reload;
 mod server;
 mod slicing;
+mod webhook;
