@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5}
-P_TG=18181 P_FLOOR=18182 P_CA=18183 P_BIG=18184 P_TGB=18185
+P_TG=18181 P_FLOOR=18182 P_CA=18183 P_BIG=18184 P_TGB=18185 P_TGO=18186
 
 command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
 command -v cedar-agent >/dev/null || cargo install cedar-agent --locked
@@ -37,6 +37,9 @@ TOML
 # The same sidecar with the audit log acknowledged from memory instead of after each flush.
 sed -e "s/$P_TG/$P_TGB/" -e "s#tg-data#tgb-data#" "$work/tg.toml" > "$work/tgb.toml"
 printf '[audit]\nsync = "buffered"\n' >> "$work/tgb.toml"
+# And with no audit log at all: what the log costs (never run a sidecar like this).
+sed -e "s/$P_TG/$P_TGO/" -e "s#tg-data#tgo-data#" "$work/tg.toml" > "$work/tgo.toml"
+printf '[audit]\nsync = "off"\n' >> "$work/tgo.toml"
 cat > "$work/big.toml" <<TOML
 listen = "127.0.0.1:$P_BIG"
 data_dir = "$work/big-data"
@@ -60,6 +63,7 @@ LUA
 }
 lua tg /v1/authorize "$body"
 lua tgb /v1/authorize "$body"
+lua tgo /v1/authorize "$body"
 lua floor /v1/authorize "$body"
 lua ca /v1/is_authorized "$ca_body"
 lua big /v1/authorize "$big_body"
@@ -67,16 +71,18 @@ lua big /v1/authorize "$big_body"
 # --- servers ------------------------------------------------------------------------------
 RUST_LOG=warn "$bin/toolgate" serve --config "$work/tg.toml" 2>"$work/tg.log" & pids+=($!)
 RUST_LOG=warn "$bin/toolgate" serve --config "$work/tgb.toml" 2>"$work/tgb.log" & pids+=($!)
+RUST_LOG=warn "$bin/toolgate" serve --config "$work/tgo.toml" 2>"$work/tgo.log" & pids+=($!)
 RUST_LOG=warn "$bin/toolgate" serve --config "$work/big.toml" 2>"$work/big.log" & pids+=($!)
 "$bin/examples/echo_floor" "127.0.0.1:$P_FLOOR" & pids+=($!)
 cedar-agent --addr 127.0.0.1 --port "$P_CA" --log-level error \
   --policies "$work/ca/policies.json" --data "$work/ca/data.json" >"$work/ca.log" 2>&1 & pids+=($!)
-for port in $P_TG $P_TGB $P_FLOOR $P_CA $P_BIG; do
+for port in $P_TG $P_TGB $P_TGO $P_FLOOR $P_CA $P_BIG; do
   for _ in $(seq 100); do curl -s -o /dev/null "127.0.0.1:$port/" && break; sleep 0.1; done
 done
 # Same answer from both deciders before measuring anything.
 curl -s "127.0.0.1:$P_TG/v1/authorize" -H 'Authorization: Bearer demo-dev-token' -H 'Content-Type: application/json' -d "$body" | grep -q '"decision":"allow"'
 curl -s "127.0.0.1:$P_TGB/v1/authorize" -H 'Authorization: Bearer demo-dev-token' -H 'Content-Type: application/json' -d "$body" | grep -q '"decision":"allow"'
+curl -s "127.0.0.1:$P_TGO/v1/authorize" -H 'Authorization: Bearer demo-dev-token' -H 'Content-Type: application/json' -d "$body" | grep -q '"decision":"allow"'
 curl -s "127.0.0.1:$P_CA/v1/is_authorized" -H 'Content-Type: application/json' -d "$ca_body" | grep -q '"decision":"Allow"'
 curl -s "127.0.0.1:$P_BIG/v1/authorize" -H 'Authorization: Bearer demo-dev-token' -H 'Content-Type: application/json' -d "$big_body" | grep -q '"decision":"allow"'
 
@@ -94,7 +100,7 @@ applied() { curl -s "127.0.0.1:$P_BIG/metrics" | awk '/reloads_total\{result="ap
 median() { sort -g | awk '{a[NR]=$1} END{print (NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2}'; }
 declare -A R
 for round in $(seq "$ROUNDS"); do
-  for t in tg:$P_TG tgb:$P_TGB floor:$P_FLOOR ca:$P_CA; do
+  for t in tg:$P_TG tgb:$P_TGB tgo:$P_TGO floor:$P_FLOOR ca:$P_CA; do
     name=${t%%:*}; port=${t##*:}
     read -r p50 p99 _ <<<"$(run "$name" "$port" 1 1)"
     read -r _ _ rps <<<"$(run "$name" "$port" 32 2)"
@@ -117,19 +123,21 @@ reloads=$(applied)
 
 printf '\nmedians of %s rounds, %ss each, loopback, %s cores\n\n' "$ROUNDS" "$DURATION" "$(nproc)"
 printf '| target | p50 µs (1 conn) | p99 µs (1 conn) | req/s (32 conns) |\n|---|---|---|---|\n'
-for n in floor tg tgb ca; do
+for n in floor tg tgb tgo ca; do
   case $n in
     tg) label="toolgate (audit: group commit, the default)" ;;
     tgb) label="toolgate (audit: buffered)" ;;
+    tgo) label="toolgate (audit: off, for comparison only)" ;;
     ca) label=cedar-agent ;;
     *) label="axum floor" ;;
   esac
   printf '| %s | %s | %s | %s |\n' "$label" "$(m $n.p50)" "$(m $n.p99)" "$(m $n.rps)"
 done
-for n in tg tgb; do
+for n in tg tgb tgo; do
   printf '\n%s / floor: p50 %sx, p99 %sx (targets <= 3x)\n' "$n" "$(ratio "$(m $n.p50)" "$(m floor.p50)")" "$(ratio "$(m $n.p99)" "$(m floor.p99)")"
   printf '%s / cedar-agent throughput at 32 conns: %sx (target >= 4x)\n' "$n" "$(ratio "$(m $n.rps)" "$(m ca.rps)")"
 done
-printf 'group commit / buffered throughput: %sx (audit target >= 0.6x audit off)\n' "$(ratio "$(m tg.rps)" "$(m tgb.rps)")"
+printf 'audit cost: group commit / off throughput %sx (target >= 0.6x); buffered / off p50 %sx (target <= 1.15x)\n' \
+  "$(ratio "$(m tg.rps)" "$(m tgo.rps)")" "$(ratio "$(m tgb.p50)" "$(m tgo.p50)")"
 printf '5,000 policies: p99 steady %s µs, during reloads %s µs: %sx (target <= 1.5x); %s reloads applied\n' \
   "$(m big.steady)" "$(m big.reload)" "$(ratio "$(m big.reload)" "$(m big.steady)")" "$reloads"

@@ -7,14 +7,10 @@ use std::sync::{Arc, Mutex};
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 
-use toolgate::api::{AppState, router};
-use toolgate::approvals::{Approvals, Ttl};
 use toolgate::audit::{
     Audit, AuditStore, Chain, ChainVerdict, Checkpoint, Durability, Entry, Head, Query, Record,
     StoreError, Stored, verify,
 };
-use toolgate::policy::PolicyStore;
-use toolgate::storage::Stores;
 
 use crate::helpers::*;
 
@@ -368,15 +364,7 @@ async fn verify_names_the_first_broken_link_for_each_kind_of_tampering() {
 async fn a_failing_store_denies_reports_unready_and_recovers() {
     let mem = Arc::new(Memory::default());
     let audit = Arc::new(Audit::start(mem.clone(), Chain::plain(), Durability::Group).unwrap());
-    let stores = Stores::temporary().unwrap();
-    let state = AppState::with_services(
-        Arc::new(PolicyStore::new(shipped_snapshot(), None)),
-        demo_auth(),
-        64 * 1024,
-        audit.clone(),
-        Arc::new(Approvals::new(stores.approvals, Ttl::default())),
-    );
-    let app = router(state);
+    let app = app_over_audit(audit.clone());
     let call = r#"{"tool":"read_file","args":{"path":"src/main.rs"}}"#;
     let (s, d) = send(&app, "POST", "/v1/authorize", Some(DEV), Some(call)).await;
     assert_eq!((s, d["decision"].as_str()), (StatusCode::OK, Some("allow")));

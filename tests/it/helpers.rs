@@ -194,3 +194,18 @@ pub async fn authorize(app: &Router, token: &str, body: &Value) -> Value {
     assert_eq!(status, StatusCode::OK, "{json}");
     json
 }
+
+/// The router over the shipped set with `audit` as its audit trail (fault injection).
+pub fn app_over_audit(audit: std::sync::Arc<toolgate::audit::Audit>) -> Router {
+    let stores = toolgate::storage::Stores::temporary().unwrap();
+    router(AppState::with_services(
+        std::sync::Arc::new(toolgate::policy::PolicyStore::new(shipped_snapshot(), None)),
+        demo_auth(),
+        64 * 1024,
+        audit,
+        std::sync::Arc::new(toolgate::approvals::Approvals::new(
+            stores.approvals,
+            toolgate::approvals::Ttl::default(),
+        )),
+    ))
+}

@@ -38,6 +38,18 @@ fn pending(server: &Server, content: &str) -> String {
     d["approval_id"].as_str().unwrap().to_owned()
 }
 
+fn verify_against_head(set: &TempSet) -> (i32, String, String) {
+    let args = [
+        "audit",
+        "verify",
+        "--data-dir",
+        "data",
+        "--head",
+        "head.json",
+    ];
+    run(set, None, "", &args)
+}
+
 #[test]
 fn approvers_and_auditors_work_from_the_command_line() {
     let set = TempSet::new();
@@ -126,38 +138,14 @@ fn approvers_and_auditors_work_from_the_command_line() {
 
     let head_file = set.dir.path().join("head.json");
     std::fs::write(&head_file, head.to_string()).unwrap();
-    let (code, out, err) = run(
-        &set,
-        None,
-        "",
-        &[
-            "audit",
-            "verify",
-            "--data-dir",
-            "data",
-            "--head",
-            "head.json",
-        ],
-    );
+    let (code, out, err) = verify_against_head(&set);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.starts_with("ok: "), "{out}");
 
     // A head the log no longer reaches: the tail was cut.
     let far = json!({"seq": head["seq"].as_u64().unwrap() + 5, "hash": head["hash"]});
     std::fs::write(&head_file, far.to_string()).unwrap();
-    let (code, out, _) = run(
-        &set,
-        None,
-        "",
-        &[
-            "audit",
-            "verify",
-            "--data-dir",
-            "data",
-            "--head",
-            "head.json",
-        ],
-    );
+    let (code, out, _) = verify_against_head(&set);
     assert_eq!(code, 1);
     assert!(out.contains("BROKEN") && out.contains("truncated"), "{out}");
 
