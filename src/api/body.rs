@@ -80,10 +80,15 @@ impl RawCall {
                 "`context.iter` must not be negative",
             ));
         }
-        if self.tool.is_empty() {
+        if self.tool.is_empty()
+            || self.tool.len() > MAX_ID_LEN
+            || self.tool.chars().any(char::is_control)
+        {
             return Err(ApiError::bad_request(
                 "invalid_tool",
-                "`tool` must not be empty",
+                format!(
+                    "`tool` must be a name of 1 to {MAX_ID_LEN} bytes without control characters"
+                ),
             ));
         }
         Ok(Call {

@@ -3,8 +3,9 @@
 //! queue drops the event and counts it), each delivery is bounded in time and retried a few
 //! times with backoff, and the outcome is counted for `/metrics`.
 //!
-//! With a secret, each body is signed: `X-Toolgate-Signature: sha256=<hex HMAC-SHA-256 of the
-//! body>`, so the receiver can tell the sidecar's notices from forgeries.
+//! With a secret, each notice is signed: `X-Toolgate-Timestamp: <unix seconds>` and
+//! `X-Toolgate-Signature: sha256=<hex HMAC-SHA-256 of "<timestamp>.<body>">`, so a receiver can
+//! tell the sidecar's notices from forgeries and refuse old ones replayed.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -122,12 +123,18 @@ fn post(agent: &ureq::Agent, config: &WebhookConfig, body: &str) -> Result<(), S
             concat!("toolgate/", env!("CARGO_PKG_VERSION")),
         );
     if let Some(key) = &config.secret {
-        req = req.header(
+        // The timestamp is signed with the body, so a captured notice cannot be replayed later.
+        let ts = (crate::audit::now_ms() / 1000).to_string();
+        req = req.header("X-Toolgate-Timestamp", &ts).header(
             "X-Toolgate-Signature",
-            &format!("sha256={}", sign(key, body)),
+            &format!("sha256={}", sign(key, &format!("{ts}.{body}"))),
         );
     }
-    let resp = req.send(body.as_bytes()).map_err(|e| e.to_string())?;
+    // Errors may quote the URL; only its origin is shown.
+    let resp = req.send(body.as_bytes()).map_err(|e| {
+        e.to_string()
+            .replace(&config.url, webhook_origin(&config.url))
+    })?;
     if resp.status().is_success() {
         Ok(())
     } else {

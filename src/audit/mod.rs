@@ -13,5 +13,5 @@ pub use record::{
 };
 pub(crate) use store::SledAudit;
 pub use store::{AuditStore, Query, StoreError, Stored};
-pub use verify::{Verdict as ChainVerdict, verify};
+pub use verify::{Verdict as ChainVerdict, verify, verify_through};
 pub use writer::{Audit, Durability, Head, Pruned, Retention};

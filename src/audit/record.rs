@@ -152,6 +152,11 @@ impl Chain {
         Chain { key: None }
     }
 
+    /// Whether links are HMACs.
+    pub fn is_keyed(&self) -> bool {
+        self.key.is_some()
+    }
+
     /// HMAC-SHA-256 links under `key`.
     pub fn keyed(key: Vec<u8>) -> Self {
         Chain { key: Some(key) }

@@ -59,9 +59,12 @@ pub trait AuditStore: Send + Sync {
     fn append(&self, batch: &[Record], durable: bool) -> Result<(), StoreError>;
     /// The newest record.
     fn last(&self) -> Result<Option<Record>, StoreError>;
-    /// Stored records from position `from` on, oldest first, at most `limit`, each with the
-    /// position it is stored under and the record, or why its bytes do not parse.
-    fn scan(&self, from: u64, limit: usize) -> Result<Vec<Stored>, StoreError>;
+    /// Stored records in key order, from the first storage unit (sled: block) whose key is at
+    /// or above `from_unit`, each with its unit, the position it is stored under and the record
+    /// (or why its bytes do not parse). Units come whole, so a page may run past `limit` to the
+    /// end of its last unit; the next page starts at the last unit + 1, so every stored unit is
+    /// read exactly once (`verify` depends on it).
+    fn scan(&self, from_unit: u64, limit: usize) -> Result<Vec<Stored>, StoreError>;
     /// Records matching `q`, newest first.
     fn query(&self, q: &Query) -> Result<Vec<Record>, StoreError>;
     /// Where retention may cut: the last record of the longest run of stored units (sled:
@@ -82,6 +85,8 @@ pub trait AuditStore: Send + Sync {
 /// A record as found in the store.
 #[derive(Debug, Clone)]
 pub struct Stored {
+    /// The storage unit (sled: block key) it is stored in.
+    pub unit: u64,
     /// The position it is stored under.
     pub key_seq: u64,
     /// The record, or why it does not parse.
@@ -197,24 +202,6 @@ impl SledAudit {
             .map_err(StoreError::from_sled)?;
         Ok(found.map(|(k, v)| Block::decode(&k, &v)))
     }
-
-    /// Blocks from the one holding `from` on, oldest first.
-    fn blocks_from(
-        &self,
-        from: u64,
-    ) -> Result<impl Iterator<Item = Result<Block, StoreError>> + '_, StoreError> {
-        let start = match self.block_at(from)? {
-            Some(b) => b.first,
-            None => from,
-        };
-        Ok(self
-            .tree
-            .range(log_key(start)..=log_key(u64::MAX))
-            .map(|kv| {
-                kv.map(|(k, v)| Block::decode(&k, &v))
-                    .map_err(StoreError::from_sled)
-            }))
-    }
 }
 
 /// The records of `batch` as one block value: one JSON record per line.
@@ -287,23 +274,26 @@ impl AuditStore for SledAudit {
         }
     }
 
-    fn scan(&self, from: u64, limit: usize) -> Result<Vec<Stored>, StoreError> {
+    fn scan(&self, from_unit: u64, limit: usize) -> Result<Vec<Stored>, StoreError> {
         let mut out = Vec::new();
-        for block in self.blocks_from(from)? {
-            let block = block?;
-            for (i, record) in block.records.iter().enumerate() {
-                let key_seq = block.position(i);
-                if key_seq < from {
-                    continue;
-                }
-                if out.len() >= limit {
-                    return Ok(out);
-                }
-                out.push(Stored {
-                    key_seq,
-                    record: record.clone(),
-                });
+        for kv in self.tree.range(log_key(from_unit)..=log_key(u64::MAX)) {
+            if out.len() >= limit {
+                break;
             }
+            let (k, v) = kv.map_err(StoreError::from_sled)?;
+            let block = Block::decode(&k, &v);
+            let first = block.first;
+            out.extend(
+                block
+                    .records
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, record)| Stored {
+                        unit: first,
+                        key_seq: first.saturating_add(i as u64),
+                        record,
+                    }),
+            );
         }
         Ok(out)
     }

@@ -1,11 +1,12 @@
-//! Walks the chain and names the first broken link: a changed byte, a deleted, reordered or
-//! replaced record, or (given a head exported earlier) a truncated tail. After retention the
-//! walk starts at the checkpoint, whose seal must hold and which a retention record in the
-//! chain must attest (so removing old records by hand is caught too).
+//! Walks the chain and names the first broken link: a changed byte, a deleted, reordered,
+//! duplicated or replaced record, a record stored outside the chain's range, or (given a head
+//! exported earlier) a truncated tail. After retention the walk starts at the checkpoint,
+//! whose seal must hold and which a retention record in the chain must attest (so removing
+//! old records by hand is caught too).
 
 use serde::Serialize;
 
-use super::record::{Chain, EntryKind, GENESIS};
+use super::record::{Chain, Checkpoint, EntryKind, GENESIS};
 use super::store::{AuditStore, StoreError};
 use super::writer::Head;
 
@@ -41,75 +42,137 @@ pub fn verify(
     chain: &Chain,
     anchor: Option<&Head>,
 ) -> Result<Verdict, StoreError> {
+    walk(store, chain, anchor, None)
+}
+
+/// Checks the records from the start of the log (or the checkpoint) through `through` only:
+/// what retention is about to remove must be intact before it is sealed into a checkpoint.
+pub fn verify_through(
+    store: &dyn AuditStore,
+    chain: &Chain,
+    through: u64,
+) -> Result<Verdict, StoreError> {
+    walk(store, chain, None, Some(through))
+}
+
+fn broken(seq: u64, why: String) -> Result<Verdict, StoreError> {
+    Ok(Verdict::Broken { seq, why })
+}
+
+fn walk(
+    store: &dyn AuditStore,
+    chain: &Chain,
+    anchor: Option<&Head>,
+    stop: Option<u64>,
+) -> Result<Verdict, StoreError> {
     let checkpoint = store.checkpoint()?;
-    let (mut expected_seq, mut prev) = match &checkpoint {
+    let (first, mut prev) = match &checkpoint {
         Some(cp) if !chain.checkpoint_holds(cp) => {
-            return Ok(Verdict::Broken {
-                seq: cp.seq,
-                why: format!(
+            return broken(
+                cp.seq,
+                format!(
                     "the retention checkpoint at record {} does not hold: altered, or written without the chain's key",
                     cp.seq
                 ),
-            });
+            );
         }
-        Some(cp) => (cp.seq + 1, cp.hash.clone()),
+        Some(cp) => match cp.seq.checked_add(1) {
+            Some(first) => (first, cp.hash.clone()),
+            None => {
+                return broken(
+                    cp.seq,
+                    "the retention checkpoint is out of range".to_owned(),
+                );
+            }
+        },
         None => (1, GENESIS.to_owned()),
     };
-    let first = expected_seq;
-    let mut attested = checkpoint.is_none();
-    // A head exported before the cut can only be matched at the cut itself.
-    let mut anchored = anchor.is_none_or(|a| {
-        a.seq == 0
-            || checkpoint
-                .as_ref()
-                .is_some_and(|cp| a.seq < cp.seq || (a.seq == cp.seq && a.hash == cp.hash))
-    });
-    loop {
-        let page = store.scan(expected_seq, PAGE)?;
-        let Some(last_key) = page.last().map(|s| s.key_seq) else {
+    let mut expected_seq = first;
+    let mut attested = checkpoint.is_none() || stop.is_some();
+    let mut anchored = match anchor {
+        None => true,
+        Some(a) => anchored_before(a, checkpoint.as_ref(), chain)?,
+    };
+    // Read every stored unit from key 0, so a record stored before the chain's start, or a
+    // unit planted inside another's range, is seen too.
+    let mut from = 0;
+    'pages: loop {
+        let page = store.scan(from, PAGE)?;
+        let Some(last_unit) = page.last().map(|s| s.unit) else {
             break;
         };
         for stored in page {
-            let broken = |why: String| {
-                Ok(Verdict::Broken {
-                    seq: expected_seq,
-                    why,
-                })
-            };
-            if stored.key_seq != expected_seq {
-                return broken(format!(
-                    "record {expected_seq} is missing (the next stored is {}): deleted",
-                    stored.key_seq
-                ));
+            if stop.is_some_and(|s| expected_seq > s) {
+                break 'pages;
+            }
+            if stored.key_seq < expected_seq {
+                return broken(
+                    expected_seq,
+                    if stored.key_seq < first {
+                        format!(
+                            "a record is stored at position {}, before the chain's first record {first}: inserted, or left behind by a cut",
+                            stored.key_seq
+                        )
+                    } else {
+                        format!(
+                            "position {} is stored twice (overlapping blocks): inserted",
+                            stored.key_seq
+                        )
+                    },
+                );
+            }
+            if stored.key_seq > expected_seq {
+                return broken(
+                    expected_seq,
+                    format!(
+                        "record {expected_seq} is missing (the next stored is {}): deleted",
+                        stored.key_seq
+                    ),
+                );
             }
             let r = match stored.record {
                 Ok(r) => r,
-                Err(e) => return broken(format!("record {expected_seq} is corrupt: {e}")),
+                Err(e) => {
+                    return broken(
+                        expected_seq,
+                        format!("record {expected_seq} is corrupt: {e}"),
+                    );
+                }
             };
             if r.seq != expected_seq {
-                return broken(format!(
-                    "record stored at {expected_seq} says it is {}: reordered or moved",
-                    r.seq
-                ));
+                return broken(
+                    expected_seq,
+                    format!(
+                        "record stored at {expected_seq} says it is {}: reordered or moved",
+                        r.seq
+                    ),
+                );
             }
             if r.prev != prev {
-                return broken(format!(
-                    "record {expected_seq} does not follow record {}: its previous hash differs (reordered, replaced or a record before it was deleted)",
-                    expected_seq - 1
-                ));
+                return broken(
+                    expected_seq,
+                    format!(
+                        "record {expected_seq} does not follow record {}: its previous hash differs (reordered, replaced or a record before it was deleted)",
+                        expected_seq - 1
+                    ),
+                );
             }
             if chain.link(&prev, r.seq, &r.entry) != r.hash {
-                return broken(format!(
-                    "record {expected_seq} was altered: its content does not match its hash"
-                ));
+                return broken(
+                    expected_seq,
+                    format!(
+                        "record {expected_seq} was altered: its content does not match its hash"
+                    ),
+                );
             }
             if let Some(a) = anchor
                 && a.seq == r.seq
             {
                 if a.hash != r.hash {
-                    return broken(format!(
-                        "record {expected_seq} differs from the exported head: replaced"
-                    ));
+                    return broken(
+                        expected_seq,
+                        format!("record {expected_seq} differs from the exported head: replaced"),
+                    );
                 }
                 anchored = true;
             }
@@ -122,28 +185,37 @@ pub fn verify(
             prev = r.hash;
             expected_seq += 1;
         }
-        if last_key == u64::MAX {
-            break;
+        match last_unit.checked_add(1) {
+            Some(next) => from = next,
+            None => break,
         }
     }
     let last = expected_seq - 1;
+    if let Some(s) = stop
+        && last < s
+    {
+        return broken(
+            expected_seq,
+            format!("the log ends at record {last}, before record {s}"),
+        );
+    }
     if !attested && let Some(cp) = &checkpoint {
-        return Ok(Verdict::Broken {
-            seq: first,
-            why: format!(
+        return broken(
+            first,
+            format!(
                 "records up to {} were removed, but no retention record in the chain attests that cut: removed outside toolgate",
                 cp.seq
             ),
-        });
+        );
     }
     if !anchored && let Some(a) = anchor {
-        return Ok(Verdict::Broken {
-            seq: last + 1,
-            why: format!(
+        return broken(
+            last + 1,
+            format!(
                 "the log ends at record {last} but the exported head is record {}: truncated",
                 a.seq
             ),
-        });
+        );
     }
     Ok(Verdict::Intact {
         records: last + 1 - first,
@@ -153,4 +225,34 @@ pub fn verify(
             hash: prev,
         },
     })
+}
+
+/// Whether `anchor` is settled before the walk: it is empty, or it lies at or before the
+/// retention checkpoint. A head older than the cut can be confirmed only at the cut itself,
+/// and trusted past it only when the chain is keyed (without a key, a checkpoint and its
+/// attestation could be forged together).
+fn anchored_before(
+    anchor: &Head,
+    checkpoint: Option<&Checkpoint>,
+    chain: &Chain,
+) -> Result<bool, StoreError> {
+    if anchor.seq == 0 {
+        return Ok(true);
+    }
+    let Some(cp) = checkpoint else {
+        return Ok(false);
+    };
+    if anchor.seq > cp.seq {
+        return Ok(false);
+    }
+    if anchor.seq == cp.seq {
+        return Ok(anchor.hash == cp.hash);
+    }
+    if chain.is_keyed() {
+        return Ok(true);
+    }
+    Err(StoreError(format!(
+        "the exported head (record {}) predates the retention checkpoint (record {}), and plain links cannot prove what was cut; export a newer head, or key the chain (audit.hmac_key_file)",
+        anchor.seq, cp.seq
+    )))
 }

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use super::record::{Chain, Checkpoint, Entry, EntryKind, GENESIS, now_ms};
 use super::store::{AuditStore, StoreError};
+use super::verify::Verdict as ChainVerdict;
 
 /// Most entries one batch holds.
 const MAX_BATCH: usize = 1024;
@@ -95,6 +96,7 @@ pub struct Audit {
     shared: Arc<Mutex<Shared>>,
     store: Arc<dyn AuditStore>,
     chain: Chain,
+    pruning: Mutex<()>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -128,6 +130,7 @@ impl Audit {
                 durable: durability == Durability::Group,
                 shared: shared.clone(),
                 gauges: gauges.clone(),
+                unrecorded: std::cell::Cell::new((0, 0, 0)),
             };
             Some(
                 std::thread::Builder::new()
@@ -143,6 +146,7 @@ impl Audit {
             shared,
             store,
             chain,
+            pruning: Mutex::new(()),
             thread: Mutex::new(thread),
         })
     }
@@ -233,12 +237,30 @@ impl Audit {
         if self.durability == Durability::Off {
             return Ok(None);
         }
+        // One pass at a time: checkpoints only move forward.
+        let _one = self.pruning.lock().unwrap_or_else(PoisonError::into_inner);
         let head = self.head();
         let through = rule.keep_records.map(|k| head.seq.saturating_sub(k));
         let before = rule.max_age_ms.map(|a| now_ms().saturating_sub(a));
         let Some(last) = self.store.cut_point(through, before)? else {
             return Ok(None);
         };
+        // What is about to go must verify first: a checkpoint sealed over a tampered record
+        // would make the tampering permanent.
+        match super::verify::verify_through(self.store.as_ref(), &self.chain, last.seq)? {
+            ChainVerdict::Intact { head: h, .. } if h.seq == last.seq && h.hash == last.hash => {}
+            ChainVerdict::Intact { .. } => {
+                return Err(StoreError(format!(
+                    "retention refused: the cut point (record {}) is not the verified record there",
+                    last.seq
+                )));
+            }
+            ChainVerdict::Broken { seq, why } => {
+                return Err(StoreError(format!(
+                    "retention refused: the log does not verify at record {seq}: {why}"
+                )));
+            }
+        }
         let checkpoint = self.chain.checkpoint(last.seq, &last.hash, now_ms());
         let entry = Entry {
             kind: EntryKind::Admin,
@@ -316,6 +338,8 @@ struct Writer {
     durable: bool,
     shared: Arc<Mutex<Shared>>,
     gauges: Arc<Gauges>,
+    /// Failures not yet written down: (batches, entries, of which acknowledged unstored).
+    unrecorded: std::cell::Cell<(u64, u64, u64)>,
 }
 
 impl Writer {
@@ -339,8 +363,30 @@ impl Writer {
     }
 
     /// Numbers, chains and stores one batch, then answers everyone waiting on it.
-    fn write(&self, queued: Vec<Job>) {
+    fn write(&self, mut queued: Vec<Job>) {
         let store = self.store.as_ref();
+        // After a failure, the first stored record says what the log may lack: buffered
+        // entries answered but never stored, and (when a flush failed after the write) records
+        // that were stored although their callers were told deny.
+        let (batches, entries, answered) = self.unrecorded.get();
+        if batches > 0 {
+            queued.insert(
+                0,
+                (
+                    Entry {
+                        kind: EntryKind::Admin,
+                        id: format!("audit-failure-{}", now_ms()),
+                        at_ms: now_ms(),
+                        decision: "audit_failure".to_owned(),
+                        detail: Some(format!(
+                            "{batches} batches ({entries} entries) failed to store; {answered} buffered entries were answered and are not in the log; entries of a batch whose flush failed may be in the log although their callers were denied"
+                        )),
+                        ..Entry::default()
+                    },
+                    None,
+                ),
+            );
+        }
         let start = self
             .shared
             .lock()
@@ -361,6 +407,7 @@ impl Writer {
         let mut s = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
         match &result {
             Ok(()) => {
+                self.unrecorded.set((0, 0, 0));
                 if let Some(last) = records.last() {
                     s.head = Head {
                         seq: last.seq,
@@ -370,6 +417,14 @@ impl Writer {
                 s.failure = None;
             }
             Err(e) => {
+                // The failure note itself (first, when there is one) is not counted again.
+                let note = u64::from(batches > 0);
+                let unacked = acks.iter().filter(|(_, ack)| ack.is_none()).count() as u64;
+                self.unrecorded.set((
+                    batches + 1,
+                    entries + records.len() as u64 - note,
+                    answered + unacked - note,
+                ));
                 tracing::error!(error = %e, records = records.len(), "audit batch not stored; denying until it recovers");
                 s.failure = Some(e.to_string());
                 // The batch may or may not have reached the store: continue from what is there.

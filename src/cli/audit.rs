@@ -253,17 +253,18 @@ fn export(data: &DataDir, from: u64, out: Option<&PathBuf>) -> anyhow::Result<Ex
         )),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };
-    let mut next = from.max(1);
+    let from = from.max(1);
+    let mut next_unit = 0;
     let mut written = 0u64;
     loop {
         let page = stores
             .audit
-            .scan(next, 4096)
+            .scan(next_unit, 4096)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let Some(last) = page.last().map(|s| s.key_seq) else {
+        let Some(last) = page.last().map(|s| s.unit) else {
             break;
         };
-        for stored in page {
+        for stored in page.into_iter().filter(|s| s.key_seq >= from) {
             match stored.record {
                 Ok(r) => {
                     serde_json::to_writer(&mut sink, &r)?;
@@ -280,7 +281,10 @@ fn export(data: &DataDir, from: u64, out: Option<&PathBuf>) -> anyhow::Result<Ex
                 }
             }
         }
-        next = last.saturating_add(1);
+        match last.checked_add(1) {
+            Some(n) => next_unit = n,
+            None => break,
+        }
     }
     sink.flush()?;
     eprintln!("exported {written} records");

@@ -9,7 +9,7 @@ use clap::Args;
 use serde_json::Value;
 
 /// How to reach the sidecar.
-#[derive(Debug, Args, Clone)]
+#[derive(Args, Clone)]
 pub struct Remote {
     /// The sidecar's address.
     #[arg(long, env = "TOOLGATE_URL", default_value = "http://127.0.0.1:8181")]
@@ -18,6 +18,15 @@ pub struct Remote {
     /// which does not show in the process list).
     #[arg(long, env = "TOOLGATE_TOKEN", hide_env_values = true)]
     token: Option<String>,
+}
+
+impl std::fmt::Debug for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Remote")
+            .field("url", &self.url)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 /// A connection to one sidecar.

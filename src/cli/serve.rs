@@ -65,12 +65,19 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
     let mut approvals = Approvals::new(stores.approvals, cfg.approval_ttl.clone());
     if let Some(hook) = &cfg.approval_webhook {
         let secret = match &hook.secret_file {
-            Some(path) => Some(std::fs::read(path).with_context(|| {
-                format!(
-                    "cannot read approvals.webhook_secret_file {}",
-                    path.display()
-                )
-            })?),
+            // A trailing newline (as editors and `echo` leave) is not part of the secret.
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .with_context(|| {
+                        format!(
+                            "cannot read approvals.webhook_secret_file {}",
+                            path.display()
+                        )
+                    })?
+                    .trim_end()
+                    .as_bytes()
+                    .to_vec(),
+            ),
             None => None,
         };
         approvals = approvals.with_webhook(Webhook::start(WebhookConfig {

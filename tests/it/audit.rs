@@ -229,6 +229,7 @@ impl AuditStore for Memory {
             .filter(|(k, _)| *k >= from)
             .take(limit)
             .map(|(key_seq, j)| Stored {
+                unit: key_seq,
                 key_seq,
                 record: serde_json::from_str(&j).map_err(|e| e.to_string()),
             })
@@ -384,9 +385,18 @@ async fn a_failing_store_denies_reports_unready_and_recovers() {
     assert_eq!((s, d["decision"].as_str()), (StatusCode::OK, Some("allow")));
     let (s, _) = send(&app, "GET", "/readyz", None, None).await;
     assert_eq!(s, StatusCode::OK);
-    // Nothing lost, nothing invented: two records, chained.
+    // Nothing lost, nothing invented: the two answered decisions and, between them, a note
+    // that a batch failed (its caller was denied), chained.
     assert!(matches!(
         verify(mem.as_ref(), &Chain::plain(), None).unwrap(),
-        ChainVerdict::Intact { records: 2, .. }
+        ChainVerdict::Intact { records: 3, .. }
     ));
+    let kinds: Vec<String> = mem
+        .records
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, j)| serde_json::from_str::<Record>(j).unwrap().entry.decision)
+        .collect();
+    assert_eq!(kinds, ["allow", "audit_failure", "allow"]);
 }

@@ -29,6 +29,12 @@ async fn malformed_and_unknown_bodies_get_structured_4xx() {
             "invalid_context",
         ),
         ("{\"tool\": \"\"}", StatusCode::BAD_REQUEST, "invalid_tool"),
+        // A control character would split index keys in the audit store.
+        (
+            "{\"tool\": \"echo\\u0000x\"}",
+            StatusCode::BAD_REQUEST,
+            "invalid_tool",
+        ),
     ];
     for (body, status, code) in cases {
         let (got, json) = send(&app, "POST", "/v1/authorize", Some(DEV), Some(body)).await;

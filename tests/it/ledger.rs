@@ -140,10 +140,17 @@ async fn filtered_queries_page_through_blocks_and_match_a_full_scan() {
         );
         assert_eq!(got, expected, "{q:?}");
     }
-    // A page of the log from the middle of a block on.
-    let from = audit.store().scan(297, 5).unwrap();
-    let keys: Vec<u64> = from.iter().map(|s| s.key_seq).collect();
-    assert_eq!(keys, [297, 298, 299, 300, 301]);
+    // Pages of the log come in whole blocks and continue where the last block ended.
+    let mut positions = Vec::new();
+    let mut from = 0;
+    while let Some(last) = {
+        let page = audit.store().scan(from, 7).unwrap();
+        positions.extend(page.iter().map(|s| s.key_seq));
+        page.last().map(|s| s.unit)
+    } {
+        from = last + 1;
+    }
+    assert_eq!(positions, (1..=600).collect::<Vec<u64>>());
     assert!(matches!(
         verify(audit.store(), &Chain::plain(), Some(&audit.head())).unwrap(),
         ChainVerdict::Intact { records: 600, .. }
@@ -193,6 +200,16 @@ async fn a_failing_store_under_buffered_audit_denies_once_the_failure_is_known()
     let (s, d) = send(&app, "POST", "/v1/authorize", Some(DEV), Some(call)).await;
     assert_eq!((s, d["decision"].as_str()), (StatusCode::OK, Some("allow")));
     assert!(audit.failure().is_none());
+    // The log itself says that answered entries may be missing.
+    audit.close();
+    let records = mem.records.lock().unwrap();
+    let note: Record = serde_json::from_str(&records[0].1).unwrap();
+    assert_eq!(note.entry.decision, "audit_failure");
+    let detail = note.entry.detail.unwrap();
+    assert!(
+        detail.contains("4 batches") && detail.contains("1 buffered entries were answered"),
+        "{detail}"
+    );
 }
 
 /// One retention pass that cuts something.
@@ -252,12 +269,12 @@ async fn retention_cuts_whole_blocks_and_the_chain_verifies_from_the_checkpoint(
         retention[0].entry.detail.as_deref(),
         Some(cp.attestation().as_str())
     );
-    // A head exported before the cut is beyond checking, not a truncation.
-    let early = Head {
-        seq: cp.seq - 1,
-        hash: "x".into(),
+    // A head exported at the cut itself is confirmed by the checkpoint.
+    let at_cut = Head {
+        seq: cp.seq,
+        hash: cp.hash.clone(),
     };
-    intact_from(verify(audit.store(), &Chain::plain(), Some(&early)).unwrap());
+    intact_from(verify(audit.store(), &Chain::plain(), Some(&at_cut)).unwrap());
 
     // Later records and a second cut.
     fill_in_waves(&audit, 300, 25).await;
@@ -352,4 +369,90 @@ fn serve_applies_the_configured_retention_and_verify_reports_the_cut() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("removed by retention"), "{text}");
+}
+
+#[tokio::test]
+async fn records_outside_the_chain_and_retention_over_a_tampered_log_are_refused() {
+    let chain = Chain::keyed(b"k".to_vec());
+    let mem = Arc::new(Memory::default());
+    let audit = Arc::new(Audit::start(mem.clone(), chain.clone(), Durability::Group).unwrap());
+    fill(&audit, 30).await;
+    let stored = |k: u64| {
+        mem.records
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(s, _)| *s == k)
+            .unwrap()
+            .1
+            .clone()
+    };
+
+    // A copy stored at position 0, before the chain's first record.
+    let first = stored(1);
+    mem.records.lock().unwrap().insert(0, (0, first.clone()));
+    let ChainVerdict::Broken { why, .. } = verify(mem.as_ref(), &chain, None).unwrap() else {
+        panic!("record before the start not detected");
+    };
+    assert!(why.contains("before the chain's first record"), "{why}");
+    mem.records.lock().unwrap().remove(0);
+
+    // A position stored twice.
+    let fifth = stored(5);
+    mem.records.lock().unwrap().insert(5, (5, fifth));
+    let ChainVerdict::Broken { why, .. } = verify(mem.as_ref(), &chain, None).unwrap() else {
+        panic!("duplicate not detected");
+    };
+    assert!(why.contains("stored twice"), "{why}");
+    mem.records.lock().unwrap().remove(5);
+    intact_from(verify(mem.as_ref(), &chain, None).unwrap());
+
+    // Retention does not seal a checkpoint over a record that was altered.
+    {
+        let mut r = mem.records.lock().unwrap();
+        let (_, text) = r.iter_mut().find(|(s, _)| *s == 3).unwrap();
+        *text = text
+            .replace("\"allow\"", "\"deny\"")
+            .replace("\"deny\"", "\"allow\"");
+        let mut rec: Record = serde_json::from_str(text).unwrap();
+        rec.entry.decision = "allow-edited".into();
+        *text = serde_json::to_string(&rec).unwrap();
+    }
+    let rule = Retention {
+        keep_records: Some(5),
+        max_age_ms: None,
+    };
+    let refused = {
+        let audit = audit.clone();
+        tokio::task::spawn_blocking(move || audit.prune(&rule))
+            .await
+            .unwrap()
+    };
+    let err = refused.unwrap_err().to_string();
+    assert!(
+        err.contains("retention refused") && err.contains("record 3"),
+        "{err}"
+    );
+    assert!(mem.checkpoint.lock().unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_plain_chain_cannot_vouch_for_a_head_older_than_its_checkpoint() {
+    let mem = Arc::new(Memory::default());
+    let audit = Arc::new(Audit::start(mem.clone(), Chain::plain(), Durability::Group).unwrap());
+    fill(&audit, 20).await;
+    let old = audit.head();
+    fill(&audit, 20).await;
+    let rule = Retention {
+        keep_records: Some(5),
+        max_age_ms: None,
+    };
+    prune(&audit, &rule).await;
+    let err = verify(mem.as_ref(), &Chain::plain(), Some(&old)).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("predates the retention checkpoint"),
+        "{err}"
+    );
+    intact_from(verify(mem.as_ref(), &Chain::plain(), Some(&audit.head())).unwrap());
 }

@@ -76,7 +76,7 @@ fn ask_approval(port: u16) -> (Duration, Value) {
 fn a_pending_approval_is_announced_signed_and_retried() {
     let (hook, seen) = receiver(vec![500, 200]);
     let set = TempSet::new();
-    set.write("hook.key", "hook-secret");
+    set.write("hook.key", "hook-secret\n");
     let server = start_with(
         &set,
         &format!(
@@ -95,9 +95,18 @@ fn a_pending_approval_is_announced_signed_and_retried() {
         !second.body.contains("\"x\""),
         "arguments are not sent in clear"
     );
+    let ts = second
+        .headers
+        .iter()
+        .find_map(|h| {
+            h.to_ascii_lowercase()
+                .strip_prefix("x-toolgate-timestamp: ")
+                .map(str::to_owned)
+        })
+        .expect("a timestamp header");
     let signature = format!(
         "x-toolgate-signature: sha256={}",
-        toolgate::approvals::sign(b"hook-secret", &second.body)
+        toolgate::approvals::sign(b"hook-secret", &format!("{ts}.{}", second.body))
     );
     assert!(
         second
