@@ -231,14 +231,24 @@ fn verify_cmd(data: &DataDir, head: Option<&PathBuf>) -> anyhow::Result<ExitCode
             } else {
                 String::new()
             };
+            let links = if chain.is_keyed() {
+                "HMAC links"
+            } else {
+                "plain SHA-256 links: anyone who can write the store could re-chain it"
+            };
             println!(
-                "ok: {records} records, chain intact{cut}; head {} {}",
+                "ok: {records} records, chain intact{cut}; head {} {} ({links})",
                 head.seq, head.hash
             );
             Ok(ExitCode::SUCCESS)
         }
         ChainVerdict::Broken { seq, why } => {
             println!("BROKEN at record {seq}: {why}");
+            if !chain.is_keyed() && why.contains("altered") {
+                println!(
+                    "(if the log was written with audit.hmac_key_file, pass --config or --hmac-key-file)"
+                );
+            }
             Ok(ExitCode::from(1))
         }
     }
