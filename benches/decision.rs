@@ -144,5 +144,28 @@ fn scale(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, decisions, scale);
+/// The rate limiter's cost per call, with all three levels configured (the most it does).
+fn limiter(c: &mut Criterion) {
+    use toolgate::limits::{LimitConfig, Limiter, MonotonicClock, Rate};
+    let wide = Rate {
+        per_second: 1e12,
+        burst: u32::MAX,
+    };
+    let limiter = Limiter::new(
+        LimitConfig {
+            global: Some(wide),
+            per_principal: Some(wide),
+            per_principal_tool: Some(wide),
+        },
+        std::sync::Arc::new(MonotonicClock::default()),
+    );
+    let agent = Principal::new(PrincipalKind::Agent, "dev-agent");
+    let mut g = c.benchmark_group("limits");
+    g.bench_function("check_three_buckets", |b| {
+        b.iter(|| limiter.check(&agent.uid, "read_file", true, None))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, decisions, scale, limiter);
 criterion_main!(benches);

@@ -4,11 +4,14 @@
 //! Architecture (one line per module; a request flows top to bottom):
 //! - [`api`]: axum router, handlers, and the one map from errors to HTTP status codes.
 //! - [`auth`]: `Authorization: Bearer` → principal (hashed tokens file, JWT, dev mode).
+//! - [`limits`]: token buckets per (principal, tool), per principal and global, before Cedar.
 //! - [`authz`]: the pure decision function: call + policy snapshot → verdict.
 //! - [`tools`]: tool manifests → compiled tools (JSON Schema validator, Cedar argument type).
 //! - [`policy`]: loads and validates policies, schema, entities and manifests into a snapshot.
 //! - [`config`]: the TOML config file → validated settings.
-//! - [`cli`]: the `toolgate` subcommands (`serve`, `validate`, `authorize`, `schema`).
+//! - [`audit`], [`approvals`], [`storage`]: the hash-chained log and the approval queue in sled.
+//! - [`cli`]: the `toolgate` subcommands (`serve`, `validate`, `authorize`, `schema`, `audit`,
+//!   `approvals`).
 
 pub mod api;
 pub mod approvals;
@@ -17,6 +20,7 @@ pub mod auth;
 pub mod authz;
 pub mod cli;
 pub mod config;
+pub mod limits;
 pub mod policy;
 pub mod storage;
 pub mod tools;

@@ -3,11 +3,12 @@
 
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use super::body::DecisionBody;
+use crate::limits::{Limited, Quota, Scope};
 
 /// Fields a caller might use to claim an identity in the body; refused with a pointed message.
 const IDENTITY_FIELDS: [&str; 5] = ["principal", "agent", "user", "identity", "subject"];
@@ -53,6 +54,34 @@ pub enum ApiError {
     },
     /// Cedar says this human may not approve (or deny) this call.
     NotEligible(String),
+    /// A rate limit refused the call: a deny decided before Cedar, answered 429.
+    RateLimited {
+        /// The decision (recorded in the audit log).
+        body: Box<DecisionBody>,
+        /// Which bucket refused, and when to retry.
+        limited: Limited,
+    },
+}
+
+/// The 429 body: what a rate-limited client needs first, then the decision itself.
+#[derive(Serialize)]
+struct RateLimitedBody<'a> {
+    error: &'a str,
+    retry_after: u64,
+    message: String,
+    suggestion: &'a str,
+    scope: Scope,
+    #[serde(flatten)]
+    decision: &'a DecisionBody,
+}
+
+/// `X-RateLimit-*` headers for `quota` (on allowed and limited calls alike).
+pub(super) fn quota_headers(quota: &Quota) -> HeaderMap {
+    let mut h = HeaderMap::with_capacity(3);
+    h.insert("x-ratelimit-limit", HeaderValue::from(quota.limit));
+    h.insert("x-ratelimit-remaining", HeaderValue::from(quota.remaining));
+    h.insert("x-ratelimit-reset", HeaderValue::from(quota.reset_secs));
+    h
 }
 
 #[derive(Serialize)]
@@ -90,6 +119,7 @@ impl ApiError {
             ApiError::StoreUnavailable => "store_unavailable",
             ApiError::ApprovalNotFound => "approval_not_found",
             ApiError::NotEligible(_) => "not_eligible",
+            ApiError::RateLimited { .. } => "rate_limited",
         }
     }
 
@@ -261,6 +291,34 @@ impl IntoResponse for ApiError {
                 &message,
                 "ask an approver that the policies make eligible for this tool's risk tier",
             ),
+            ApiError::RateLimited { body, limited } => {
+                let message = format!(
+                    "rate limit reached ({} calls per bucket, scope {}); retry in {} s",
+                    limited.quota.limit,
+                    match limited.quota.scope {
+                        Scope::PrincipalTool => "principal and tool",
+                        Scope::Principal => "principal",
+                        Scope::Global => "all callers",
+                    },
+                    limited.retry_after_secs
+                );
+                let out = RateLimitedBody {
+                    error: code,
+                    retry_after: limited.retry_after_secs,
+                    message,
+                    suggestion: "wait `retry_after` seconds before calling again; do not retry in a loop",
+                    scope: limited.quota.scope,
+                    decision: &body,
+                };
+                let mut resp = (StatusCode::TOO_MANY_REQUESTS, Json(out)).into_response();
+                let headers = resp.headers_mut();
+                headers.extend(quota_headers(&limited.quota));
+                headers.insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(limited.retry_after_secs),
+                );
+                resp
+            }
             ApiError::NotReady => plain(
                 StatusCode::SERVICE_UNAVAILABLE,
                 code,

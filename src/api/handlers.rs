@@ -73,7 +73,7 @@ pub async fn authorize(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Result<Json<RawCall>, JsonRejection>,
-) -> Result<Json<DecisionBody>, ApiError> {
+) -> Result<(HeaderMap, Json<DecisionBody>), ApiError> {
     let started = std::time::Instant::now();
     let snap: Arc<Snapshot> = state.policy.current();
     let who = match principal(&state, &headers, &snap) {
@@ -88,6 +88,19 @@ pub async fn authorize(
         Err(other) => return Err(other),
     };
     let (call, approval_id) = body?.0.into_call()?;
+    // Limits come before Cedar: a flood costs a map lookup per call, not an evaluation.
+    let tool = snap.tools.get(&call.tool);
+    let quota = match state.limiter.check(
+        &who.uid,
+        &call.tool,
+        tool.is_some(),
+        tool.and_then(|t| t.limits.rate),
+    ) {
+        Ok(quota) => quota,
+        Err(limited) => {
+            return Err(rate_limited(&state, &snap, &who, &call, limited, started).await);
+        }
+    };
     let verdict = authz::decide(&snap, &who, &call);
     // Approvals and the audit record are bound to this one digest of the arguments.
     let digest = args_digest(&call.args);
@@ -114,9 +127,50 @@ pub async fn authorize(
     let mut body = DecisionBody::new(verdict, decision_id, snap.revision.clone());
     body.approval_id = approval;
     let entry = audit_entry(&body, Some(&who), Some((&call, &digest)), started);
+    let headers = quota
+        .as_ref()
+        .map(super::error::quota_headers)
+        .unwrap_or_default();
     match state.audit.record(entry).await {
-        Ok(_) => Ok(Json(body)),
+        Ok(_) => Ok((headers, Json(body))),
         Err(e) => Err(audit_failed(body, &e)),
+    }
+}
+
+/// The answer to a call a rate limit refused: recorded like any deny, then a 429.
+async fn rate_limited(
+    state: &AppState,
+    snap: &Snapshot,
+    who: &Principal,
+    call: &crate::authz::Call,
+    limited: crate::limits::Limited,
+    started: std::time::Instant,
+) -> ApiError {
+    let verdict = Verdict::deny(
+        Stage::RateLimit,
+        snap.tools.get(&call.tool),
+        Advice::new(
+            "rate_limited",
+            format!(
+                "rate limit reached; retry in {} s",
+                limited.retry_after_secs
+            ),
+            "wait before calling again",
+        ),
+    );
+    let body = DecisionBody::new(verdict, new_decision_id(), snap.revision.clone());
+    state.decisions.count(body.decision);
+    state
+        .limiter_rejections
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let digest = args_digest(&call.args);
+    let entry = audit_entry(&body, Some(who), Some((call, &digest)), started);
+    match state.audit.record(entry).await {
+        Ok(()) => ApiError::RateLimited {
+            body: Box::new(body),
+            limited,
+        },
+        Err(e) => audit_failed(body, &e),
     }
 }
 

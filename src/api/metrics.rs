@@ -55,6 +55,13 @@ pub async fn render(State(state): State<AppState>) -> impl IntoResponse {
             ("decision=\"pending_approval\"", get(&d.pending).to_string()),
         ],
     );
+    family(
+        &mut out,
+        "toolgate_rate_limited_total",
+        "counter",
+        "Calls refused by a rate limit (answered 429).",
+        &[("", get(&state.limiter_rejections).to_string())],
+    );
     if let Some(w) = state.approvals.webhook_stats() {
         family(
             &mut out,

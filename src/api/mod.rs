@@ -24,6 +24,7 @@ pub use approvals::expire_due;
 use crate::approvals::{Approvals, Ttl};
 use crate::audit::{Audit, Chain, Durability, StoreError};
 use crate::auth::Authenticator;
+use crate::limits::{LimitConfig, Limiter, MonotonicClock};
 use crate::policy::{PolicyStore, Snapshot};
 use crate::storage::Stores;
 
@@ -58,6 +59,10 @@ pub struct AppState {
     pub audit: Arc<Audit>,
     /// The approval queue.
     pub approvals: Arc<Approvals>,
+    /// Rate limits, checked before Cedar.
+    pub limiter: Arc<Limiter>,
+    /// Calls refused by a rate limit.
+    pub limiter_rejections: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl AppState {
@@ -106,7 +111,19 @@ impl AppState {
             max_body_bytes,
             audit,
             approvals,
+            limiter: Arc::new(Limiter::new(
+                LimitConfig::default(),
+                Arc::new(MonotonicClock::default()),
+            )),
+            limiter_rejections: Arc::default(),
         }
+    }
+
+    /// The same state with `limiter` instead of manifest-only limits.
+    #[must_use]
+    pub fn with_limiter(mut self, limiter: Limiter) -> Self {
+        self.limiter = Arc::new(limiter);
+        self
     }
 }
 

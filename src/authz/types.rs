@@ -123,6 +123,8 @@ pub enum Stage {
     Policy,
     /// Cedar would allow the call once approved (or: an approval was used or refused).
     Approval,
+    /// A rate limit (checked before Cedar).
+    RateLimit,
     /// The decision could not be recorded in the audit log, so it is a deny (fail closed).
     Audit,
 }
@@ -154,7 +156,7 @@ impl Advice {
 }
 
 /// The decision for one call.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Verdict {
     /// allow, deny or pending_approval.
     pub decision: Outcome,

@@ -12,6 +12,7 @@ use crate::api::{AppState, expire_due, router};
 use crate::approvals::{Approvals, Webhook, WebhookConfig, webhook_origin};
 use crate::audit::{Audit, Chain, Retention};
 use crate::auth::Authenticator;
+use crate::limits::{Limiter, MonotonicClock};
 use crate::policy::{PolicyStore, PolicyWatcher};
 use crate::storage::Stores;
 
@@ -97,7 +98,11 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
         cfg.max_body_bytes,
         audit.clone(),
         approvals,
-    );
+    )
+    .with_limiter(Limiter::new(
+        cfg.rate_limits,
+        Arc::new(MonotonicClock::default()),
+    ));
     // Cedar denies (fail closed) when under 100 KiB of stack remain; long `||` chains in a
     // policy recurse deeply, so runtime threads get 8 MiB instead of the default 2 MiB.
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use crate::approvals::Ttl;
 use crate::audit::{Durability, Retention};
+use crate::limits::{LimitConfig, Rate};
 
 use std::time::Duration;
 
@@ -68,6 +69,16 @@ struct RawConfig {
     audit: RawAudit,
     #[serde(default)]
     approvals: RawApprovals,
+    #[serde(default)]
+    rate_limits: RawRateLimits,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRateLimits {
+    global: Option<Rate>,
+    per_principal: Option<Rate>,
+    per_principal_tool: Option<Rate>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -163,6 +174,8 @@ pub struct Config {
     pub approval_ttl: Ttl,
     /// Where new pending approvals are announced.
     pub approval_webhook: Option<WebhookSettings>,
+    /// Rate limits (tools' manifests may set their own per-principal rate).
+    pub rate_limits: LimitConfig,
 }
 
 /// The approver webhook, as configured (the secret is read when serving starts).
@@ -246,6 +259,7 @@ impl Config {
             audit_retention: None,
             approval_ttl: Ttl::default(),
             approval_webhook: None,
+            rate_limits: LimitConfig::default(),
         })
     }
 
@@ -381,6 +395,24 @@ impl Config {
                 "set `approvals.ttl_secs` (and `ttl_secs_by_risk`) to 1 or more",
             ));
         }
+        let limits = &raw.rate_limits;
+        for (name, rate) in [
+            ("global", &limits.global),
+            ("per_principal", &limits.per_principal),
+            ("per_principal_tool", &limits.per_principal_tool),
+        ] {
+            if let Some(Err(why)) = rate.as_ref().map(Rate::check) {
+                return Err(invalid(
+                    format!("`rate_limits.{name}`: {why}"),
+                    "e.g. `per_principal = { per_second = 10, burst = 20 }`",
+                ));
+            }
+        }
+        let rate_limits = LimitConfig {
+            global: limits.global,
+            per_principal: limits.per_principal,
+            per_principal_tool: limits.per_principal_tool,
+        };
         let approval_webhook = match raw.approvals.webhook_url {
             None => None,
             Some(url) => {
@@ -436,6 +468,7 @@ impl Config {
             audit_hmac_key_file: raw.audit.hmac_key_file.map(|p| base.join(p)),
             approval_ttl,
             approval_webhook,
+            rate_limits,
             listen,
             sources,
             max_body_bytes,

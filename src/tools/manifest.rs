@@ -73,7 +73,7 @@ impl fmt::Display for Risk {
 }
 
 /// Execution limits declared by a manifest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
     /// Wall-clock limit for one execution.
@@ -82,6 +82,9 @@ pub struct Limits {
     /// Output beyond this is cut off.
     #[serde(default = "default_max_output_bytes")]
     pub max_output_bytes: u64,
+    /// Calls per principal to this tool (overrides `[rate_limits] per_principal_tool`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<crate::limits::Rate>,
 }
 
 fn default_timeout_ms() -> u64 {
@@ -96,6 +99,7 @@ impl Default for Limits {
         Limits {
             timeout_ms: default_timeout_ms(),
             max_output_bytes: default_max_output_bytes(),
+            rate: None,
         }
     }
 }
@@ -200,6 +204,14 @@ pub fn compile_manifest(text: &str, file_stem: &str) -> Result<Tool, ManifestErr
         return Err(ManifestError::new(
             "`limits` values must be greater than zero",
             "omit a limit to use its default",
+        ));
+    }
+    if let Some(rate) = &raw.limits.rate
+        && let Err(why) = rate.check()
+    {
+        return Err(ManifestError::new(
+            format!("`limits.rate`: {why}"),
+            "e.g. `\"rate\": {\"per_second\": 2, \"burst\": 10}`, or omit it for the configured default",
         ));
     }
     let validator = compile_schema(&raw.input_schema, "inputSchema")?;

@@ -157,6 +157,18 @@ pub async fn send(
     token: Option<&str>,
     body: Option<&str>,
 ) -> (StatusCode, Value) {
+    let (status, _, json) = send_full(app, method, uri, token, body).await;
+    (status, json)
+}
+
+/// Like [`send`], with the response headers.
+pub async fn send_full(
+    app: &Router,
+    method: &str,
+    uri: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) -> (StatusCode, axum::http::HeaderMap, Value) {
     let mut req = Request::builder().method(method).uri(uri);
     if let Some(t) = token {
         req = req.header("authorization", format!("Bearer {t}"));
@@ -169,9 +181,11 @@ pub async fn send(
         .unwrap();
     let resp = app.clone().oneshot(req).await.unwrap();
     let status = resp.status();
+    let headers = resp.headers().clone();
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
     (
         status,
+        headers,
         serde_json::from_slice(&bytes).unwrap_or(Value::Null),
     )
 }
@@ -208,4 +222,13 @@ pub fn app_over_audit(audit: std::sync::Arc<toolgate::audit::Audit>) -> Router {
             toolgate::approvals::Ttl::default(),
         )),
     ))
+}
+
+/// `GET uri` without credentials; the status and the body as text.
+pub async fn send_text(app: &Router, uri: &str) -> (StatusCode, String) {
+    let req = Request::builder().uri(uri).body(Body::empty()).unwrap();
+    let resp = app.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&bytes).into_owned())
 }

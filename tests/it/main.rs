@@ -18,6 +18,7 @@ mod examples;
 mod helpers;
 mod http;
 mod ledger;
+mod limits;
 mod openapi;
 mod operators;
 mod process;

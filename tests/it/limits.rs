@@ -1,0 +1,140 @@
+//! Rate limits through HTTP, on a virtual clock: burst, 429 with its headers and body, refill,
+//! a manifest's own rate, and unknown tools that create no buckets.
+
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+use serde_json::json;
+
+use toolgate::api::{AppState, router};
+use toolgate::audit::Query;
+use toolgate::limits::{LimitConfig, Limiter, ManualClock, Rate};
+
+use crate::helpers::*;
+
+fn limited_app(
+    config: LimitConfig,
+    snapshot: toolgate::policy::Snapshot,
+) -> (axum::Router, AppState, Arc<ManualClock>) {
+    let clock = Arc::new(ManualClock::default());
+    let state = AppState::new(snapshot, demo_auth(), 64 * 1024)
+        .unwrap()
+        .with_limiter(Limiter::new(config, clock.clone()));
+    (router(state.clone()), state, clock)
+}
+
+const READ: &str = r#"{"tool":"read_file","args":{"path":"src/main.rs"}}"#;
+
+fn header(h: &axum::http::HeaderMap, name: &str) -> String {
+    h.get(name)
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_burst_is_allowed_then_429_with_retry_after_until_the_bucket_refills() {
+    let config = LimitConfig {
+        per_principal_tool: Some(Rate {
+            per_second: 0.5,
+            burst: 3,
+        }),
+        ..LimitConfig::default()
+    };
+    let (app, state, clock) = limited_app(config, shipped_snapshot());
+    for left in ["2", "1", "0"] {
+        let (s, h, d) = send_full(&app, "POST", "/v1/authorize", Some(DEV), Some(READ)).await;
+        assert_eq!(
+            (s, d["decision"].as_str()),
+            (StatusCode::OK, Some("allow")),
+            "{d}"
+        );
+        assert_eq!(header(&h, "x-ratelimit-limit"), "3");
+        assert_eq!(header(&h, "x-ratelimit-remaining"), left);
+    }
+    let (s, h, d) = send_full(&app, "POST", "/v1/authorize", Some(DEV), Some(READ)).await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "{d}");
+    assert_eq!(header(&h, "retry-after"), "2");
+    assert_eq!(header(&h, "x-ratelimit-remaining"), "0");
+    assert_eq!(header(&h, "x-ratelimit-reset"), "6");
+    assert_eq!(d["error"], "rate_limited");
+    assert_eq!(d["retry_after"], 2);
+    assert!(
+        d["message"].as_str().unwrap().contains("retry in 2 s"),
+        "{d}"
+    );
+    assert_eq!(
+        (d["decision"].as_str(), d["stage"].as_str()),
+        (Some("deny"), Some("rate_limit"))
+    );
+    // Other tools and other agents are not affected.
+    let echo = r#"{"tool":"echo","args":{"message":"hi"}}"#;
+    let (s, _) = send(&app, "POST", "/v1/authorize", Some(DEV), Some(echo)).await;
+    assert_eq!(s, StatusCode::OK);
+    // The refusal is in the audit log, like any deny.
+    let limited = state
+        .audit
+        .store()
+        .query(&Query {
+            stage: Some("rate_limit".into()),
+            limit: 10,
+            ..Query::default()
+        })
+        .unwrap();
+    assert_eq!(limited.len(), 1);
+    assert_eq!(limited[0].entry.id, d["decision_id"].as_str().unwrap());
+    // Two seconds bring one call back.
+    clock.advance_ms(1_999);
+    let (s, _) = send(&app, "POST", "/v1/authorize", Some(DEV), Some(READ)).await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS);
+    clock.advance_ms(1);
+    let (s, _) = send(&app, "POST", "/v1/authorize", Some(DEV), Some(READ)).await;
+    assert_eq!(s, StatusCode::OK);
+    let (_, m) = send_text(&app, "/metrics").await;
+    assert!(m.contains("toolgate_rate_limited_total 2"), "{m}");
+}
+
+#[tokio::test]
+async fn a_manifest_rate_overrides_the_default_and_unknown_tools_make_no_buckets() {
+    let set = TempSet::new();
+    set.edit_manifest("echo", |m| {
+        m["limits"]["rate"] = json!({"per_second": 1, "burst": 1});
+    });
+    let snapshot = toolgate::policy::load(&set.sources()).unwrap().snapshot;
+    let config = LimitConfig {
+        per_principal_tool: Some(Rate {
+            per_second: 100.0,
+            burst: 100,
+        }),
+        ..LimitConfig::default()
+    };
+    let (app, state, _) = limited_app(config, snapshot);
+    let echo = r#"{"tool":"echo","args":{"message":"hi"}}"#;
+    let (s, d) = send(&app, "POST", "/v1/authorize", Some(DEV), Some(echo)).await;
+    assert_eq!(s, StatusCode::OK, "{d}");
+    assert_eq!(d["limits"]["rate"]["burst"], 1);
+    let (s, _) = send(&app, "POST", "/v1/authorize", Some(DEV), Some(echo)).await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS);
+    let (s, _) = send(&app, "POST", "/v1/authorize", Some(DEV), Some(READ)).await;
+    assert_eq!(s, StatusCode::OK);
+    let before = state.limiter.buckets();
+    for i in 0..50 {
+        let body = format!(r#"{{"tool":"nope-{i}","args":{{}}}}"#);
+        let (s, d) = send(&app, "POST", "/v1/authorize", Some(DEV), Some(&body)).await;
+        assert_eq!((s, d["stage"].as_str()), (StatusCode::OK, Some("registry")));
+    }
+    assert_eq!(state.limiter.buckets(), before);
+}
+
+#[tokio::test]
+async fn a_bad_rate_in_a_manifest_names_the_field() {
+    let set = TempSet::new();
+    set.edit_manifest("echo", |m| {
+        m["limits"]["rate"] = json!({"per_second": 0, "burst": 1});
+    });
+    let err = toolgate::policy::load(&set.sources()).unwrap_err();
+    let text = format!("{:?}", err.problems);
+    assert!(
+        text.contains("limits.rate") && text.contains("per_second"),
+        "{text}"
+    );
+}
