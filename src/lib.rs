@@ -4,6 +4,7 @@
 //! Architecture (one line per module; a request flows top to bottom):
 //! - [`api`]: axum router, handlers, and the one map from errors to HTTP status codes.
 //! - [`auth`]: `Authorization: Bearer` → principal (hashed tokens file, JWT, dev mode).
+//! - [`admin`]: the kill switch (every call denied while it is on).
 //! - [`limits`]: token buckets per (principal, tool), per principal and global, before Cedar.
 //! - [`authz`]: the pure decision function: call + policy snapshot → verdict.
 //! - [`tools`]: tool manifests → compiled tools (JSON Schema validator, Cedar argument type).
@@ -13,6 +14,7 @@
 //! - [`cli`]: the `toolgate` subcommands (`serve`, `validate`, `authorize`, `schema`, `audit`,
 //!   `approvals`).
 
+pub mod admin;
 pub mod api;
 pub mod approvals;
 pub mod audit;

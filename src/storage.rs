@@ -1,9 +1,11 @@
-//! The data directory: one sled database holding the audit log and the approvals, opened once
-//! and handed out only as the store traits (no sled type leaves this module).
+//! The data directory: one sled database holding the audit log, the approvals and the kill
+//! switch, opened once and handed out only as the store traits (no sled type leaves this
+//! module).
 
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::admin::{AdminStore, SledAdmin};
 use crate::approvals::{ApprovalStore, SledApprovals};
 use crate::audit::{AuditStore, SledAudit, StoreError};
 
@@ -13,6 +15,8 @@ pub struct Stores {
     pub audit: Arc<dyn AuditStore>,
     /// The approvals.
     pub approvals: Arc<dyn ApprovalStore>,
+    /// Administrative state (the kill switch).
+    pub admin: Arc<dyn AdminStore>,
 }
 
 impl Stores {
@@ -57,6 +61,7 @@ impl Stores {
     fn from_db(db: sled::Db) -> Result<Stores, StoreError> {
         Ok(Stores {
             approvals: Arc::new(SledApprovals::new(&db)?),
+            admin: Arc::new(SledAdmin::new(&db)?),
             audit: Arc::new(SledAudit::new(db)?),
         })
     }

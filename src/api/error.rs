@@ -54,6 +54,8 @@ pub enum ApiError {
     },
     /// Cedar says this human may not approve (or deny) this call.
     NotEligible(String),
+    /// The kill switch is forced on by the config or the environment.
+    KillSwitchForced(String),
     /// A rate limit refused the call: a deny decided before Cedar, answered 429.
     RateLimited {
         /// The decision (recorded in the audit log).
@@ -120,6 +122,7 @@ impl ApiError {
             ApiError::ApprovalNotFound => "approval_not_found",
             ApiError::NotEligible(_) => "not_eligible",
             ApiError::RateLimited { .. } => "rate_limited",
+            ApiError::KillSwitchForced(_) => "kill_switch_forced",
         }
     }
 
@@ -290,6 +293,12 @@ impl IntoResponse for ApiError {
                 code,
                 &message,
                 "ask an approver that the policies make eligible for this tool's risk tier",
+            ),
+            ApiError::KillSwitchForced(by) => plain(
+                StatusCode::CONFLICT,
+                code,
+                &format!("the kill switch is forced on by {by}"),
+                "remove `kill_switch = true` from the config or TOOLGATE_KILL_SWITCH from the environment, then restart",
             ),
             ApiError::RateLimited { body, limited } => {
                 let message = format!(

@@ -88,6 +88,18 @@ pub async fn authorize(
         Err(other) => return Err(other),
     };
     let (call, approval_id) = body?.0.into_call()?;
+    if state.admin.kill_switch_on() {
+        let verdict = Verdict::deny(
+            Stage::KillSwitch,
+            snap.tools.get(&call.tool),
+            Advice::new(
+                "kill_switch",
+                "an operator has stopped every tool call (kill switch on)",
+                "do not retry; wait until an operator turns the kill switch off",
+            ),
+        );
+        return answer_now(&state, &snap, &who, &call, verdict, started).await;
+    }
     // Limits come before Cedar: a flood costs a map lookup per call, not an evaluation.
     let tool = snap.tools.get(&call.tool);
     let quota = match state.limiter.check(
@@ -137,6 +149,19 @@ pub async fn authorize(
     }
 }
 
+/// Records and answers a deny decided before Cedar (kill switch).
+async fn answer_now(
+    state: &AppState,
+    snap: &Snapshot,
+    who: &Principal,
+    call: &crate::authz::Call,
+    verdict: Verdict,
+    started: std::time::Instant,
+) -> Result<(HeaderMap, Json<DecisionBody>), ApiError> {
+    let body = record_early(state, snap, who, call, verdict, started).await?;
+    Ok((HeaderMap::new(), Json(body)))
+}
+
 /// The answer to a call a rate limit refused: recorded like any deny, then a 429.
 async fn rate_limited(
     state: &AppState,
@@ -146,6 +171,9 @@ async fn rate_limited(
     limited: crate::limits::Limited,
     started: std::time::Instant,
 ) -> ApiError {
+    state
+        .limiter_rejections
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let verdict = Verdict::deny(
         Stage::RateLimit,
         snap.tools.get(&call.tool),
@@ -158,19 +186,31 @@ async fn rate_limited(
             "wait before calling again",
         ),
     );
-    let body = DecisionBody::new(verdict, new_decision_id(), snap.revision.clone());
-    state.decisions.count(body.decision);
-    state
-        .limiter_rejections
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let digest = args_digest(&call.args);
-    let entry = audit_entry(&body, Some(who), Some((call, &digest)), started);
-    match state.audit.record(entry).await {
-        Ok(()) => ApiError::RateLimited {
+    match record_early(state, snap, who, call, verdict, started).await {
+        Ok(body) => ApiError::RateLimited {
             body: Box::new(body),
             limited,
         },
-        Err(e) => audit_failed(body, &e),
+        Err(e) => e,
+    }
+}
+
+/// A deny decided before Cedar, counted and recorded like any other.
+async fn record_early(
+    state: &AppState,
+    snap: &Snapshot,
+    who: &Principal,
+    call: &crate::authz::Call,
+    verdict: Verdict,
+    started: std::time::Instant,
+) -> Result<DecisionBody, ApiError> {
+    let body = DecisionBody::new(verdict, new_decision_id(), snap.revision.clone());
+    state.decisions.count(body.decision);
+    let digest = args_digest(&call.args);
+    let entry = audit_entry(&body, Some(who), Some((call, &digest)), started);
+    match state.audit.record(entry).await {
+        Ok(()) => Ok(body),
+        Err(e) => Err(audit_failed(body, &e)),
     }
 }
 
@@ -370,6 +410,7 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) 
             "last_reload_error_at": failing,
             "audit_error": audit_failure,
             "audit_mode": state.audit.mode(),
+            "kill_switch": state.admin.kill_switch_on(),
         })),
     )
 }

@@ -2,6 +2,7 @@
 //! without a socket. Handlers live in `handlers`; `error` is the only place that picks status
 //! codes.
 
+mod admin;
 mod approvals;
 mod audit;
 mod body;
@@ -21,6 +22,7 @@ use axum::routing::{get, post};
 
 pub use approvals::expire_due;
 
+use crate::admin::Admin;
 use crate::approvals::{Approvals, Ttl};
 use crate::audit::{Audit, Chain, Durability, StoreError};
 use crate::auth::Authenticator;
@@ -42,6 +44,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/approvals/{id}/deny"),
     ("GET", "/v1/audit"),
     ("GET", "/v1/audit/head"),
+    ("GET", "/v1/admin/kill-switch"),
+    ("POST", "/v1/admin/kill-switch"),
 ];
 
 /// Shared state: cheap to clone, every field an `Arc`.
@@ -63,6 +67,8 @@ pub struct AppState {
     pub limiter: Arc<Limiter>,
     /// Calls refused by a rate limit.
     pub limiter_rejections: Arc<std::sync::atomic::AtomicU64>,
+    /// The kill switch.
+    pub admin: Arc<Admin>,
 }
 
 impl AppState {
@@ -116,7 +122,15 @@ impl AppState {
                 Arc::new(MonotonicClock::default()),
             )),
             limiter_rejections: Arc::default(),
+            admin: Arc::new(Admin::unstored()),
         }
+    }
+
+    /// The same state with `admin` (a stored, possibly forced, kill switch).
+    #[must_use]
+    pub fn with_admin(mut self, admin: Admin) -> Self {
+        self.admin = Arc::new(admin);
+        self
     }
 
     /// The same state with `limiter` instead of manifest-only limits.
@@ -143,6 +157,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/approvals/{id}/deny", post(approvals::deny))
         .route("/v1/audit", get(audit::query))
         .route("/v1/audit/head", get(audit::head))
+        .route(
+            "/v1/admin/kill-switch",
+            get(admin::show_kill_switch).post(admin::set_kill_switch),
+        )
         .fallback(handlers::not_found)
         .method_not_allowed_fallback(handlers::method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))

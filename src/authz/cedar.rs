@@ -40,7 +40,7 @@ pub(super) fn evaluate(
             );
         }
     };
-    let entities = match request_entities(snap, principal, tool, &tool.action_uid) {
+    let entities = match request_entities(snap, principal, &tool.resource_uid, &tool.action_uid) {
         Ok(e) => e,
         Err(advice) => return Verdict::deny(Stage::Auth, Some(tool), advice),
     };
@@ -160,7 +160,7 @@ pub(super) fn evaluate_approve(
         ));
     }
     let action = entity_uid("Action", "approve");
-    let entities = match request_entities(snap, approver, tool, &action) {
+    let entities = match request_entities(snap, approver, &tool.resource_uid, &action) {
         Ok(e) => e,
         Err(advice) => return Verdict::deny(Stage::Auth, Some(tool), advice),
     };
@@ -198,10 +198,63 @@ pub(super) fn evaluate_approve(
     )
 }
 
+/// Evaluates an administrative action (`Action::"<action>"` on `Sidecar::"toolgate"`) for a
+/// human, with `context`. Allowed only on a clean permit: no permit, a forbid or any policy
+/// error is a refusal, with its reason.
+pub(super) fn evaluate_admin(
+    snap: &Snapshot,
+    who: &Principal,
+    action: &str,
+    context: Vec<(String, RestrictedExpression)>,
+) -> Result<Vec<String>, Advice> {
+    let action = entity_uid("Action", action);
+    let resource = entity_uid("Sidecar", "toolgate");
+    let entities = request_entities(snap, who, &resource, &action)?;
+    let entities = entities.as_ref().unwrap_or(&snap.entities);
+    let refused = |e: String| {
+        tracing::error!(error = %e, "could not build the admin request; refusing");
+        Advice::new(
+            "policy_error",
+            "the request could not be evaluated; refused (fail closed)",
+            "check that the schema declares this action (run `toolgate schema`)",
+        )
+    };
+    let context = Context::from_pairs(context).map_err(|e| refused(e.to_string()))?;
+    let request = Request::new(who.uid.clone(), action.clone(), resource, context, None)
+        .map_err(|e| refused(e.to_string()))?;
+    let response = snap
+        .authorizer
+        .is_authorized(&request, snap.policies_for(&action), entities);
+    if let Some(PolicyErrorDeny(failed)) = policy_errors(&response) {
+        return Err(Advice::new(
+            "policy_error",
+            format!(
+                "policy {} failed to evaluate; refused (fail closed)",
+                quoted_list(&failed)
+            ),
+            "report this to the policy owners",
+        ));
+    }
+    let determining = reasons(&response);
+    if response.decision() == Decision::Allow {
+        return Ok(determining);
+    }
+    Err(Advice::new(
+        if determining.is_empty() {
+            "not_permitted"
+        } else {
+            "forbidden"
+        },
+        format!("the policies do not let this human use `{action}`"),
+        "ask someone the admin policies allow (see policies/admin.cedar)",
+    ))
+}
+
 /// Could any context make this call allowed? Context is left unknown; only a definite deny
 /// (e.g. a role-based forbid or no permit for the principal at all) hides the tool.
 pub(super) fn may_ever_allow(snap: &Snapshot, principal: &Principal, tool: &Tool) -> bool {
-    let Ok(entities) = request_entities(snap, principal, tool, &tool.action_uid) else {
+    let Ok(entities) = request_entities(snap, principal, &tool.resource_uid, &tool.action_uid)
+    else {
         return false;
     };
     let entities = entities.as_ref().unwrap_or(&snap.entities);
@@ -358,13 +411,13 @@ fn call_context(call: &CallArgs, granted: bool, ids: &Correlation) -> Result<Con
     Context::from_pairs(pairs).map_err(|e| e.to_string())
 }
 
-/// For principals whose roles come from a verified token, a two-entity store: the principal
-/// (with the token's roles and their ancestors as parents) and the tool. `None` means the
-/// snapshot's own entities apply.
+/// For principals whose roles come from a verified token, a small store: the principal (with
+/// the token's roles and their ancestors as parents), the resource and the action. `None`
+/// means the snapshot's own entities apply.
 fn request_entities(
     snap: &Snapshot,
     principal: &Principal,
-    tool: &Tool,
+    resource: &EntityUid,
     action: &EntityUid,
 ) -> Result<Option<Entities>, Advice> {
     let Some(roles) = &principal.token_roles else {
@@ -383,7 +436,7 @@ fn request_entities(
     let mut list = vec![Entity::new_no_attrs(principal.uid.clone(), parents)];
     // The tool, and the action with its groups (from the schema): `action in Action::"read"`
     // needs the action entity in the store.
-    for uid in [&tool.resource_uid, action] {
+    for uid in [resource, action] {
         if let Some(e) = snap.entities.get(uid) {
             list.push(e.clone());
         }

@@ -116,6 +116,31 @@ pub fn visible_tools<'a>(snap: &'a Snapshot, principal: &Principal) -> Vec<&'a T
         .collect()
 }
 
+/// Whether the policies let `who` (a human) turn the kill switch `on` or off. `Ok` carries the
+/// determining policies; `Err` says why not.
+pub fn may_flip_kill_switch(
+    snap: &Snapshot,
+    who: &Principal,
+    on: bool,
+) -> Result<Vec<String>, Advice> {
+    if who.kind != PrincipalKind::Human {
+        return Err(Advice::new(
+            "wrong_principal_kind",
+            "only humans flip the kill switch",
+            "use an operator's (human) credential",
+        ));
+    }
+    cedar::evaluate_admin(
+        snap,
+        who,
+        "kill_switch",
+        vec![(
+            "on".to_owned(),
+            cedar_policy::RestrictedExpression::new_bool(on),
+        )],
+    )
+}
+
 /// May `approver` approve a pending call to `tool` made by `requester`? Decided by the Cedar
 /// `approve` action; evaluation errors deny.
 pub fn may_approve(

@@ -125,6 +125,8 @@ pub enum Stage {
     Approval,
     /// A rate limit (checked before Cedar).
     RateLimit,
+    /// The kill switch is on: every call is denied.
+    KillSwitch,
     /// The decision could not be recorded in the audit log, so it is a deny (fail closed).
     Audit,
 }

@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use std::sync::Arc;
 
 use super::{Common, render, report_load_error};
+use crate::admin::Admin;
 use crate::api::{AppState, expire_due, router};
 use crate::approvals::{Approvals, Webhook, WebhookConfig, webhook_origin};
 use crate::audit::{Audit, Chain, Retention};
@@ -91,6 +92,15 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
         tracing::info!(to = %webhook_origin(&hook.url), "approver webhook on");
     }
     let approvals = Arc::new(approvals);
+    let forced = match (cfg.kill_switch, kill_switch_env()?) {
+        (true, _) => Some("the config (kill_switch = true)".to_owned()),
+        (false, true) => Some("the environment (TOOLGATE_KILL_SWITCH)".to_owned()),
+        (false, false) => None,
+    };
+    let admin = Admin::open(Some(stores.admin), forced).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if admin.kill_switch_on() {
+        tracing::warn!("KILL SWITCH ON: every tool call will be denied");
+    }
     tracing::info!(data_dir = %cfg.data_dir.display(), head = audit.head().seq, "audit log open");
     let state = AppState::with_services(
         store.clone(),
@@ -102,7 +112,8 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
     .with_limiter(Limiter::new(
         cfg.rate_limits,
         Arc::new(MonotonicClock::default()),
-    ));
+    ))
+    .with_admin(admin);
     // Cedar denies (fail closed) when under 100 KiB of stack remain; long `||` chains in a
     // policy recurse deeply, so runtime threads get 8 MiB instead of the default 2 MiB.
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -147,6 +158,24 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
         tracing::info!("toolgate stopped");
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// `TOOLGATE_KILL_SWITCH`: 1/true/on forces the kill switch on; unset, empty, 0/false/off
+/// leave it to the stored state. Anything else is an error (a typo must not leave it off).
+fn kill_switch_env() -> anyhow::Result<bool> {
+    match std::env::var("TOOLGATE_KILL_SWITCH") {
+        Err(std::env::VarError::NotPresent) => Ok(false),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            anyhow::bail!("TOOLGATE_KILL_SWITCH must be 1, true, on, 0, false or off")
+        }
+        Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
+            "1" | "true" | "on" | "yes" => Ok(true),
+            "" | "0" | "false" | "off" | "no" => Ok(false),
+            other => anyhow::bail!(
+                "TOOLGATE_KILL_SWITCH = `{other}`: use 1, true or on (or 0, false, off)"
+            ),
+        },
+    }
 }
 
 /// How often retention runs (also once at startup).

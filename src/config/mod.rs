@@ -71,6 +71,8 @@ struct RawConfig {
     approvals: RawApprovals,
     #[serde(default)]
     rate_limits: RawRateLimits,
+    #[serde(default)]
+    kill_switch: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -176,6 +178,8 @@ pub struct Config {
     pub approval_webhook: Option<WebhookSettings>,
     /// Rate limits (tools' manifests may set their own per-principal rate).
     pub rate_limits: LimitConfig,
+    /// Kill switch forced on: every call denied, and the API cannot turn it off.
+    pub kill_switch: bool,
 }
 
 /// The approver webhook, as configured (the secret is read when serving starts).
@@ -260,6 +264,7 @@ impl Config {
             approval_ttl: Ttl::default(),
             approval_webhook: None,
             rate_limits: LimitConfig::default(),
+            kill_switch: false,
         })
     }
 
@@ -469,6 +474,7 @@ impl Config {
             approval_ttl,
             approval_webhook,
             rate_limits,
+            kill_switch: raw.kill_switch,
             listen,
             sources,
             max_body_bytes,

@@ -44,6 +44,18 @@ type PathFacts = {
 // Action groups: every tool action is in the group of its classification.
 action \"read\", \"write\", \"destructive\";
 
+// The sidecar itself (`Sidecar::\"toolgate\"`): the resource of administrative actions.
+entity Sidecar;
+
+// Stop every tool call (`on: true`) or resume them (`on: false`).
+action \"kill_switch\" appliesTo {
+  principal: [Human],
+  resource: [Sidecar],
+  context: {
+    on: Bool,
+  },
+};
+
 // Approver eligibility: may this human approve a pending call to this tool?
 action \"approve\" appliesTo {
   principal: [Human],

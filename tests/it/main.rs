@@ -17,6 +17,7 @@ mod decisions;
 mod examples;
 mod helpers;
 mod http;
+mod kill_switch;
 mod ledger;
 mod limits;
 mod openapi;

@@ -72,6 +72,11 @@ pub fn request(
 
 /// `toolgate serve` over `set` (data in `set/data`), with `extra` appended to its config.
 pub fn start_with(set: &TempSet, extra: &str) -> Server {
+    start_with_env(set, extra, &[])
+}
+
+/// Like [`start_with`], with `env` set for the server.
+pub fn start_with_env(set: &TempSet, extra: &str, env: &[(&str, &str)]) -> Server {
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -81,26 +86,30 @@ pub fn start_with(set: &TempSet, extra: &str) -> Server {
     std::fs::write(
         &config,
         format!(
-            "listen = \"127.0.0.1:{port}\"\ndata_dir = \"data\"\npolicies_dir = \"policies\"\nschemas_dir = \"schemas\"\n[auth]\ntokens_file = \"{}\"\n[reload]\nwatch = false\npoll_ms = 0\n{extra}",
+            "listen = \"127.0.0.1:{port}\"\ndata_dir = \"data\"\npolicies_dir = \"policies\"\nschemas_dir = \"schemas\"\n{extra}\n[auth]\ntokens_file = \"{}\"\n[reload]\nwatch = false\npoll_ms = 0\n",
             repo().join("examples/demo-tokens.json").display()
         ),
     )
     .unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-        .args(["serve", "--config"])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+    cmd.args(["serve", "--config"])
         .arg(&config)
         .env_remove("RUST_MIN_STACK")
+        .env_remove("TOOLGATE_KILL_SWITCH")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let server = Server { child, port };
+        .stderr(std::fs::File::create(set.dir.path().join("serve.log")).unwrap());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let child = cmd.spawn().unwrap();
+    let mut server = Server { child, port };
     let start = Instant::now();
     while request(port, "GET", "/healthz", None, None).is_none() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "toolgate serve did not come up"
-        );
+        let exited = server.child.try_wait().unwrap();
+        if exited.is_some() || start.elapsed() > Duration::from_secs(20) {
+            let log = std::fs::read_to_string(set.dir.path().join("serve.log")).unwrap_or_default();
+            panic!("toolgate serve did not come up ({exited:?}):\n{log}");
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
     server

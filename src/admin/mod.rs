@@ -1,0 +1,161 @@
+//! The kill switch: while it is on, every tool call is denied. It is turned on and off through
+//! `POST /v1/admin/kill-switch` (Cedar decides who may), stored so it survives a restart, and
+//! can also be forced on by the config (`kill_switch = true`) or the environment
+//! (`TOOLGATE_KILL_SWITCH=1`); a forced switch cannot be turned off through the API.
+//!
+//! The decision path reads one atomic flag.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::{Deserialize, Serialize};
+
+use crate::audit::StoreError;
+
+/// The switch as last set through the API.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KillSwitch {
+    /// Whether calls are stopped.
+    pub on: bool,
+    /// Who set it (`Human::"alice"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// Why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When, unix ms (0: never set).
+    pub at_ms: u64,
+}
+
+/// Where the switch is kept.
+pub trait AdminStore: Send + Sync {
+    /// The stored switch, if it was ever set.
+    fn load_kill_switch(&self) -> Result<Option<KillSwitch>, StoreError>;
+    /// Stores the switch durably.
+    fn save_kill_switch(&self, switch: &KillSwitch) -> Result<(), StoreError>;
+}
+
+/// The sled implementation (tree `admin`, flushed on every write).
+pub(crate) struct SledAdmin {
+    tree: sled::Tree,
+}
+
+const KILL_SWITCH_KEY: &[u8] = b"kill_switch";
+
+impl SledAdmin {
+    pub(crate) fn new(db: &sled::Db) -> Result<Self, StoreError> {
+        let tree = db
+            .open_tree("admin")
+            .map_err(|e| StoreError(e.to_string()))?;
+        Ok(SledAdmin { tree })
+    }
+}
+
+impl AdminStore for SledAdmin {
+    fn load_kill_switch(&self) -> Result<Option<KillSwitch>, StoreError> {
+        self.tree
+            .get(KILL_SWITCH_KEY)
+            .map_err(|e| StoreError(e.to_string()))?
+            .map(|v| {
+                serde_json::from_slice(&v)
+                    .map_err(|e| StoreError(format!("the stored kill switch does not parse: {e}")))
+            })
+            .transpose()
+    }
+
+    fn save_kill_switch(&self, switch: &KillSwitch) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec(switch).map_err(|e| StoreError(e.to_string()))?;
+        self.tree
+            .insert(KILL_SWITCH_KEY, bytes)
+            .map_err(|e| StoreError(e.to_string()))?;
+        self.tree.flush().map_err(|e| StoreError(e.to_string()))?;
+        Ok(())
+    }
+}
+
+/// Why a change was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SwitchError {
+    /// Forced on outside the API.
+    #[error("the kill switch is forced on by {0}; remove that setting and restart to turn it off")]
+    Forced(String),
+    /// The store failed; nothing changed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The live switch.
+pub struct Admin {
+    store: Option<Arc<dyn AdminStore>>,
+    forced: Option<String>,
+    on: AtomicBool,
+    current: Mutex<KillSwitch>,
+}
+
+impl std::fmt::Debug for Admin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admin")
+            .field("kill_switch_on", &self.kill_switch_on())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Admin {
+    /// Reads the stored switch (if there is a store). `forced` names what forces it on.
+    pub fn open(
+        store: Option<Arc<dyn AdminStore>>,
+        forced: Option<String>,
+    ) -> Result<Admin, StoreError> {
+        let current = match &store {
+            Some(s) => s.load_kill_switch()?.unwrap_or_default(),
+            None => KillSwitch::default(),
+        };
+        Ok(Admin {
+            on: AtomicBool::new(current.on || forced.is_some()),
+            store,
+            forced,
+            current: Mutex::new(current),
+        })
+    }
+
+    /// A switch kept in memory only (tests, `toolgate authorize`), off.
+    pub fn unstored() -> Admin {
+        Admin {
+            store: None,
+            forced: None,
+            on: AtomicBool::new(false),
+            current: Mutex::new(KillSwitch::default()),
+        }
+    }
+
+    /// Whether calls are stopped now (one atomic load).
+    pub fn kill_switch_on(&self) -> bool {
+        self.on.load(Ordering::Acquire)
+    }
+
+    /// The switch as set through the API, and what forces it on, if anything.
+    pub fn kill_switch(&self) -> (KillSwitch, Option<String>) {
+        let current = self
+            .current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        (current, self.forced.clone())
+    }
+
+    /// Sets the switch: stored first (durably), then in force.
+    pub fn set_kill_switch(&self, next: KillSwitch) -> Result<(), SwitchError> {
+        if let (false, Some(by)) = (next.on, &self.forced) {
+            return Err(SwitchError::Forced(by.clone()));
+        }
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(store) = &self.store {
+            store.save_kill_switch(&next)?;
+        }
+        self.on
+            .store(next.on || self.forced.is_some(), Ordering::Release);
+        *current = next;
+        Ok(())
+    }
+}

@@ -1,0 +1,127 @@
+//! Admin routes: `GET /v1/admin/kill-switch` (its state) and `POST /v1/admin/kill-switch`
+//! (`{"on": true, "reason": "..."}`). Only humans the policies allow may flip it
+//! (`Action::"kill_switch"`); every attempt, allowed or refused, is in the audit log before
+//! the answer, and an allowed change is recorded before it takes effect.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::extract::rejection::JsonRejection;
+use axum::http::HeaderMap;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::handlers::{authenticate, human};
+use super::{ApiError, AppState};
+use crate::admin::{KillSwitch, SwitchError};
+use crate::audit::{Entry, EntryKind, now_ms};
+use crate::authz;
+use crate::policy::Snapshot;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KillSwitchBody {
+    on: bool,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+fn view(state: &AppState) -> Value {
+    let (set, forced_by) = state.admin.kill_switch();
+    json!({
+        "on": state.admin.kill_switch_on(),
+        "forced_by": forced_by,
+        "set": set,
+    })
+}
+
+/// `GET /v1/admin/kill-switch`: any authenticated caller may see whether calls are stopped.
+pub async fn show_kill_switch(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    authenticate(&state, &headers)?;
+    Ok(Json(view(&state)))
+}
+
+/// `POST /v1/admin/kill-switch`.
+pub async fn set_kill_switch(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Json<KillSwitchBody>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let who = human(&state, &headers, "only humans flip the kill switch")?;
+    let Json(body) = body?;
+    let reason = body.reason.map(|r| r.chars().take(500).collect::<String>());
+    let snap: Arc<Snapshot> = state.policy.current();
+    let by = who.uid.to_string();
+    let word = if body.on {
+        "kill_switch_on"
+    } else {
+        "kill_switch_off"
+    };
+    let entry = |decision: &str, reasons: Vec<String>| Entry {
+        kind: EntryKind::Admin,
+        id: uuid::Uuid::now_v7().to_string(),
+        at_ms: now_ms(),
+        principal: Some(by.clone()),
+        decision: decision.to_owned(),
+        reasons,
+        policy_revision: Some(snap.revision.clone()),
+        detail: Some(format!("reason: {}", reason.as_deref().unwrap_or("-"))),
+        ..Entry::default()
+    };
+    let record_failed = |e: crate::audit::StoreError| {
+        tracing::error!(error = %e, "kill switch request not recorded; nothing changed");
+        ApiError::StoreUnavailable
+    };
+    let allowed = match authz::may_flip_kill_switch(&snap, &who, body.on) {
+        Ok(policies) => policies,
+        Err(advice) => {
+            state
+                .audit
+                .record(entry("kill_switch_refused", vec![advice.code.to_owned()]))
+                .await
+                .map_err(record_failed)?;
+            return Err(ApiError::NotEligible(advice.message));
+        }
+    };
+    if let (false, (_, Some(forced_by))) = (body.on, state.admin.kill_switch()) {
+        state
+            .audit
+            .record(entry(
+                "kill_switch_refused",
+                vec!["kill_switch_forced".to_owned()],
+            ))
+            .await
+            .map_err(record_failed)?;
+        return Err(ApiError::KillSwitchForced(forced_by));
+    }
+    // Recorded first: a change that took effect is never missing from the log.
+    state
+        .audit
+        .record(entry(word, allowed))
+        .await
+        .map_err(record_failed)?;
+    let next = KillSwitch {
+        on: body.on,
+        by: Some(by.clone()),
+        reason: reason.clone(),
+        at_ms: now_ms(),
+    };
+    if let Err(e) = state.admin.set_kill_switch(next) {
+        state
+            .audit
+            .record_detached(entry("kill_switch_failed", vec![e.to_string()]));
+        return Err(match e {
+            SwitchError::Forced(by) => ApiError::KillSwitchForced(by),
+            SwitchError::Store(e) => {
+                tracing::error!(error = %e, "kill switch not stored");
+                ApiError::StoreUnavailable
+            }
+        });
+    }
+    tracing::warn!(on = body.on, by, "kill switch flipped");
+    Ok(Json(view(&state)))
+}
