@@ -263,8 +263,9 @@ impl Limiter {
 
     fn key(scope: Scope, principal: &str, tool: &str) -> String {
         match scope {
-            Scope::PrincipalTool => format!("{principal}\u{0}{tool}"),
-            Scope::Principal | Scope::Global => principal.to_owned(),
+            // Tagged by scope, so no principal name can collide with a (principal, tool) key.
+            Scope::PrincipalTool => format!("t{principal}\u{0}{tool}"),
+            Scope::Principal | Scope::Global => format!("p{principal}"),
         }
     }
 
@@ -285,10 +286,14 @@ impl Limiter {
             return f(b);
         }
         let key = Self::key(scope, principal, tool);
-        // Principal-level and tool-level keys differ (the latter holds a NUL), so one map serves.
         let shard = (self.hasher.hash_one(&key) as usize) & (SHARDS - 1);
         let Some(shard) = self.shards.get(shard) else {
-            return f(&mut Bucket::full(rate, now));
+            // Unreachable (the index is masked); fail closed with an empty bucket.
+            return f(&mut Bucket {
+                tokens: 0.0,
+                last_ns: now,
+                rate: *rate,
+            });
         };
         let mut map = shard.lock().unwrap_or_else(PoisonError::into_inner);
         if map.len() > SWEEP_ABOVE && !map.contains_key(&key) {
