@@ -144,15 +144,7 @@ fn post(agent: &ureq::Agent, config: &WebhookConfig, body: &str) -> Result<(), S
 
 /// Hex HMAC-SHA-256 of `body` under `key`.
 pub fn sign(key: &[u8], body: &str) -> String {
-    use hmac::{Mac, SimpleHmac};
-    match <SimpleHmac<sha2::Sha256> as Mac>::new_from_slice(key) {
-        Ok(mut mac) => {
-            mac.update(body.as_bytes());
-            hex::encode(mac.finalize().into_bytes())
-        }
-        // HMAC takes keys of any length.
-        Err(_) => String::new(),
-    }
+    crate::audit::hmac_sha256_hex(key, &[body.as_bytes()])
 }
 
 /// The scheme and host of `url`, for logs: webhook paths often carry a secret (Slack's do).

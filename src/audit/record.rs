@@ -177,19 +177,7 @@ impl Chain {
                 h.update(body);
                 hex::encode(h.finalize())
             }
-            Some(key) => {
-                use hmac::{Mac, SimpleHmac};
-                // HMAC accepts keys of any length, so `new_from_slice` cannot fail here.
-                match <SimpleHmac<Sha256> as Mac>::new_from_slice(key) {
-                    Ok(mut mac) => {
-                        mac.update(prev.as_bytes());
-                        mac.update(&[0]);
-                        mac.update(body);
-                        hex::encode(mac.finalize().into_bytes())
-                    }
-                    Err(_) => String::new(),
-                }
-            }
+            Some(key) => hmac_sha256_hex(key, &[prev.as_bytes(), &[0], body]),
         }
     }
 
@@ -218,6 +206,22 @@ impl Chain {
             hash,
             entry,
         }
+    }
+}
+
+/// Hex HMAC-SHA-256 under `key` of `parts`, concatenated: the one keyed MAC the sidecar uses
+/// (chain links, checkpoints, webhook signatures).
+pub fn hmac_sha256_hex(key: &[u8], parts: &[&[u8]]) -> String {
+    use hmac::{Mac, SimpleHmac};
+    // HMAC accepts keys of any length, so `new_from_slice` cannot fail here.
+    match <SimpleHmac<Sha256> as Mac>::new_from_slice(key) {
+        Ok(mut mac) => {
+            for part in parts {
+                mac.update(part);
+            }
+            hex::encode(mac.finalize().into_bytes())
+        }
+        Err(_) => String::new(),
     }
 }
 
