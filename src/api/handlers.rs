@@ -98,7 +98,8 @@ pub async fn authorize(
                 "do not retry; wait until an operator turns the kill switch off",
             ),
         );
-        return answer_now(&state, &snap, &who, &call, verdict, started).await;
+        let body = record_early(&state, &snap, &who, &call, verdict, started).await?;
+        return Ok((HeaderMap::new(), Json(body)));
     }
     // Limits come before Cedar: a flood costs a map lookup per call, not an evaluation.
     let tool = snap.tools.get(&call.tool);
@@ -149,19 +150,6 @@ pub async fn authorize(
     }
 }
 
-/// Records and answers a deny decided before Cedar (kill switch).
-async fn answer_now(
-    state: &AppState,
-    snap: &Snapshot,
-    who: &Principal,
-    call: &crate::authz::Call,
-    verdict: Verdict,
-    started: std::time::Instant,
-) -> Result<(HeaderMap, Json<DecisionBody>), ApiError> {
-    let body = record_early(state, snap, who, call, verdict, started).await?;
-    Ok((HeaderMap::new(), Json(body)))
-}
-
 /// The answer to a call a rate limit refused: recorded like any deny, then a 429.
 async fn rate_limited(
     state: &AppState,
@@ -171,9 +159,6 @@ async fn rate_limited(
     limited: crate::limits::Limited,
     started: std::time::Instant,
 ) -> ApiError {
-    state
-        .limiter_rejections
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let verdict = Verdict::deny(
         Stage::RateLimit,
         snap.tools.get(&call.tool),

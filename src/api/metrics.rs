@@ -60,7 +60,7 @@ pub async fn render(State(state): State<AppState>) -> impl IntoResponse {
         "toolgate_rate_limited_total",
         "counter",
         "Calls refused by a rate limit (answered 429).",
-        &[("", get(&state.limiter_rejections).to_string())],
+        &[("", state.limiter.rejections().to_string())],
     );
     if let Some(w) = state.approvals.webhook_stats() {
         family(

@@ -65,8 +65,6 @@ pub struct AppState {
     pub approvals: Arc<Approvals>,
     /// Rate limits, checked before Cedar.
     pub limiter: Arc<Limiter>,
-    /// Calls refused by a rate limit.
-    pub limiter_rejections: Arc<std::sync::atomic::AtomicU64>,
     /// The kill switch.
     pub admin: Arc<Admin>,
 }
@@ -121,7 +119,6 @@ impl AppState {
                 LimitConfig::default(),
                 Arc::new(MonotonicClock::default()),
             )),
-            limiter_rejections: Arc::default(),
             admin: Arc::new(Admin::unstored()),
         }
     }

@@ -177,6 +177,26 @@ pub struct Limited {
     pub retry_after_secs: u64,
 }
 
+/// One bucket a call draws from: its scope, map key and rate.
+struct Slot {
+    scope: Scope,
+    /// Tagged by scope, so no principal name can collide with a (principal, tool) key. Unused
+    /// for the global bucket.
+    key: String,
+    rate: Rate,
+}
+
+impl Slot {
+    fn new(scope: Scope, principal: &str, tool: &str, rate: Rate) -> Slot {
+        let key = match scope {
+            Scope::PrincipalTool => format!("t{principal}\u{0}{tool}"),
+            Scope::Principal => format!("p{principal}"),
+            Scope::Global => String::new(),
+        };
+        Slot { scope, key, rate }
+    }
+}
+
 /// The limiter.
 pub struct Limiter {
     config: LimitConfig,
@@ -184,6 +204,8 @@ pub struct Limiter {
     global: Mutex<Option<Bucket>>,
     shards: Vec<Mutex<HashMap<String, Bucket>>>,
     hasher: RandomState,
+    /// Calls refused so far.
+    rejections: AtomicU64,
 }
 
 impl std::fmt::Debug for Limiter {
@@ -203,6 +225,7 @@ impl Limiter {
             global: Mutex::new(None),
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: RandomState::new(),
+            rejections: AtomicU64::new(0),
         }
     }
 
@@ -234,7 +257,7 @@ impl Limiter {
         let principal = principal.to_string();
         let principal = principal.as_str();
         let now = self.clock.now_ns();
-        let mut taken: Vec<(Scope, Rate)> = Vec::with_capacity(3);
+        let mut taken: Vec<Slot> = Vec::with_capacity(3);
         let mut tightest: Option<Quota> = None;
         let steps = [
             (Scope::PrincipalTool, per_tool),
@@ -243,16 +266,18 @@ impl Limiter {
         ];
         for (scope, rate) in steps {
             let Some(rate) = rate else { continue };
-            match self.take(scope, principal, tool, &rate, now) {
+            let slot = Slot::new(scope, principal, tool, rate);
+            match self.take(&slot, now) {
                 Ok(q) => {
-                    taken.push((scope, rate));
+                    taken.push(slot);
                     if tightest.is_none_or(|t| q.remaining < t.remaining) {
                         tightest = Some(q);
                     }
                 }
                 Err(limited) => {
-                    for (scope, rate) in taken {
-                        self.give_back(scope, principal, tool, &rate, now);
+                    self.rejections.fetch_add(1, Ordering::Relaxed);
+                    for slot in &taken {
+                        self.give_back(slot, now);
                     }
                     return Err(limited);
                 }
@@ -261,32 +286,17 @@ impl Limiter {
         Ok(tightest)
     }
 
-    fn key(scope: Scope, principal: &str, tool: &str) -> String {
-        match scope {
-            // Tagged by scope, so no principal name can collide with a (principal, tool) key.
-            Scope::PrincipalTool => format!("t{principal}\u{0}{tool}"),
-            Scope::Principal | Scope::Global => format!("p{principal}"),
-        }
-    }
-
-    /// Runs `f` on the bucket for `scope`, created full when absent.
-    fn with_bucket<T>(
-        &self,
-        scope: Scope,
-        principal: &str,
-        tool: &str,
-        rate: &Rate,
-        now: u64,
-        f: impl FnOnce(&mut Bucket) -> T,
-    ) -> T {
-        if scope == Scope::Global {
+    /// Runs `f` on the bucket for `slot`, created full when absent.
+    fn with_bucket<T>(&self, slot: &Slot, now: u64, f: impl FnOnce(&mut Bucket) -> T) -> T {
+        let rate = &slot.rate;
+        if slot.scope == Scope::Global {
             let mut g = self.global.lock().unwrap_or_else(PoisonError::into_inner);
             let b = g.get_or_insert_with(|| Bucket::full(rate, now));
             b.refill(rate, now);
             return f(b);
         }
-        let key = Self::key(scope, principal, tool);
-        let shard = (self.hasher.hash_one(&key) as usize) & (SHARDS - 1);
+        let key = &slot.key;
+        let shard = (self.hasher.hash_one(key) as usize) & (SHARDS - 1);
         let Some(shard) = self.shards.get(shard) else {
             // Unreachable (the index is masked); fail closed with an empty bucket.
             return f(&mut Bucket {
@@ -296,24 +306,20 @@ impl Limiter {
             });
         };
         let mut map = shard.lock().unwrap_or_else(PoisonError::into_inner);
-        if map.len() > SWEEP_ABOVE && !map.contains_key(&key) {
+        if map.len() > SWEEP_ABOVE && !map.contains_key(key) {
             // Full buckets carry no state: dropping them changes no answer.
             map.retain(|_, b| !b.full_at(now));
         }
-        let b = map.entry(key).or_insert_with(|| Bucket::full(rate, now));
+        let b = map
+            .entry(key.clone())
+            .or_insert_with(|| Bucket::full(rate, now));
         b.refill(rate, now);
         f(b)
     }
 
-    fn take(
-        &self,
-        scope: Scope,
-        principal: &str,
-        tool: &str,
-        rate: &Rate,
-        now: u64,
-    ) -> Result<Quota, Limited> {
-        self.with_bucket(scope, principal, tool, rate, now, |b| {
+    fn take(&self, slot: &Slot, now: u64) -> Result<Quota, Limited> {
+        let (rate, scope) = (&slot.rate, slot.scope);
+        self.with_bucket(slot, now, |b| {
             if b.tokens >= 1.0 {
                 b.tokens -= 1.0;
                 Ok(b.quota(rate, scope))
@@ -327,10 +333,15 @@ impl Limiter {
         })
     }
 
-    fn give_back(&self, scope: Scope, principal: &str, tool: &str, rate: &Rate, now: u64) {
-        self.with_bucket(scope, principal, tool, rate, now, |b| {
-            b.tokens = (b.tokens + 1.0).min(f64::from(rate.burst));
+    fn give_back(&self, slot: &Slot, now: u64) {
+        self.with_bucket(slot, now, |b| {
+            b.tokens = (b.tokens + 1.0).min(f64::from(slot.rate.burst));
         });
+    }
+
+    /// Calls refused so far (`toolgate_rate_limited_total`).
+    pub fn rejections(&self) -> u64 {
+        self.rejections.load(Ordering::Relaxed)
     }
 
     /// Buckets currently held (for tests and metrics).
@@ -422,9 +433,8 @@ mod tests {
         let refused = l.check(&"a", "t", true, None).unwrap_err();
         assert_eq!(refused.quota.scope, Scope::Principal);
         // The tool bucket got its token back: 3 of 5 left (two calls went through).
-        let q = l.with_bucket(Scope::PrincipalTool, "a", "t", &rate(1.0, 5), 0, |b| {
-            b.tokens
-        });
+        let slot = Slot::new(Scope::PrincipalTool, "a", "t", rate(1.0, 5));
+        let q = l.with_bucket(&slot, 0, |b| b.tokens);
         assert!((q - 3.0).abs() < 1e-9, "{q}");
     }
 
