@@ -297,23 +297,28 @@ impl Limiter {
         }
         let key = &slot.key;
         let shard = (self.hasher.hash_one(key) as usize) & (SHARDS - 1);
+        // Unreachable misses (the index is masked) fail closed with an empty bucket.
+        let empty = || Bucket {
+            tokens: 0.0,
+            last_ns: now,
+            rate: *rate,
+        };
         let Some(shard) = self.shards.get(shard) else {
-            // Unreachable (the index is masked); fail closed with an empty bucket.
-            return f(&mut Bucket {
-                tokens: 0.0,
-                last_ns: now,
-                rate: *rate,
-            });
+            return f(&mut empty());
         };
         let mut map = shard.lock().unwrap_or_else(PoisonError::into_inner);
-        if map.len() > SWEEP_ABOVE && !map.contains_key(key) {
+        // The busy path: one lookup, no allocation.
+        if let Some(b) = map.get_mut(key) {
+            b.refill(rate, now);
+            return f(b);
+        }
+        if map.len() > SWEEP_ABOVE {
             // Full buckets carry no state: dropping them changes no answer.
             map.retain(|_, b| !b.full_at(now));
         }
         let b = map
             .entry(key.clone())
             .or_insert_with(|| Bucket::full(rate, now));
-        b.refill(rate, now);
         f(b)
     }
 
