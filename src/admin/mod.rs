@@ -144,6 +144,11 @@ impl Admin {
         (current, self.forced.clone())
     }
 
+    /// What forces the switch on outside the API, if anything.
+    pub fn forced_by(&self) -> Option<&str> {
+        self.forced.as_deref()
+    }
+
     /// Sets the switch: stored first (durably), then in force.
     pub fn set_kill_switch(&self, next: KillSwitch) -> Result<(), SwitchError> {
         if let (false, Some(by)) = (next.on, &self.forced) {

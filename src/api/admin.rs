@@ -87,7 +87,7 @@ pub async fn set_kill_switch(
             return Err(ApiError::NotEligible(advice.message));
         }
     };
-    if let (false, (_, Some(forced_by))) = (body.on, state.admin.kill_switch()) {
+    if let (false, Some(forced_by)) = (body.on, state.admin.forced_by()) {
         state
             .audit
             .record(entry(
@@ -96,7 +96,7 @@ pub async fn set_kill_switch(
             ))
             .await
             .map_err(record_failed)?;
-        return Err(ApiError::KillSwitchForced(forced_by));
+        return Err(ApiError::KillSwitchForced(forced_by.to_owned()));
     }
     // Recorded first: a change that took effect is never missing from the log.
     state

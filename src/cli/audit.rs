@@ -171,11 +171,7 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitCode> {
             remote,
         } => {
             let client = Client::new(remote, Duration::from_secs(30));
-            let mut path = format!("/v1/audit?limit={limit}{}", filters.query_string());
-            if let Some(c) = cursor {
-                path.push_str(&format!("&cursor={c}"));
-            }
-            let page = client.get(&path)?;
+            let page = client.get(&page_path(*limit, &filters.query_string(), *cursor))?;
             for r in records(&page) {
                 println!("{r}");
             }
@@ -197,6 +193,15 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitCode> {
             &filters.query_string(),
         ),
     }
+}
+
+/// `GET /v1/audit` for one page: `filters` is a `&k=v…` string, `cursor` the last page's end.
+fn page_path(limit: usize, filters: &str, cursor: Option<u64>) -> String {
+    let mut path = format!("/v1/audit?limit={limit}{filters}");
+    if let Some(c) = cursor {
+        path.push_str(&format!("&cursor={c}"));
+    }
+    path
 }
 
 fn records(page: &Value) -> &[Value] {
@@ -307,10 +312,7 @@ fn tail(
     follow: Option<Duration>,
     filters: &str,
 ) -> anyhow::Result<ExitCode> {
-    let first = client.get(&format!(
-        "/v1/audit?limit={}{filters}",
-        lines.clamp(1, 1000)
-    ))?;
+    let first = client.get(&page_path(lines.clamp(1, 1000), filters, None))?;
     let mut seen = 0u64;
     for r in records(&first).iter().rev() {
         println!("{r}");
@@ -325,11 +327,7 @@ fn tail(
         let mut fresh = Vec::new();
         let mut cursor: Option<u64> = None;
         'pages: loop {
-            let mut path = format!("/v1/audit?limit=1000{filters}");
-            if let Some(c) = cursor {
-                path.push_str(&format!("&cursor={c}"));
-            }
-            let page = client.get(&path)?;
+            let page = client.get(&page_path(1000, filters, cursor))?;
             for r in records(&page) {
                 if field(r, "seq").as_u64().unwrap_or(0) <= seen {
                     break 'pages;

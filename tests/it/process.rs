@@ -59,6 +59,20 @@ pub fn exchange(
     ))
 }
 
+/// `GET /metrics` as text (empty when the server does not answer).
+pub fn metrics(port: u16) -> String {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    let _ = write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    );
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
 /// Like [`exchange`], the body only.
 pub fn request(
     port: u16,

@@ -1,28 +1,13 @@
 //! The real `toolgate serve` process on a loopback port: SIGHUP forces a reload, and a deeply
 //! nested policy evaluates on the server's own threads (they need more than 2 MiB of stack).
 
-use std::io::{Read as _, Write as _};
-use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
 use crate::helpers::*;
-use crate::process::{request, start};
-
-fn metrics(port: u16) -> String {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
-        return String::new();
-    };
-    let _ = write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    );
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
-}
+use crate::process::{metrics, request, start};
 
 fn revision(port: u16) -> String {
     request(port, "GET", "/readyz", None, None).unwrap()["revision"]

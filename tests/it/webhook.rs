@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::helpers::*;
-use crate::process::{exchange, start_with};
+use crate::process::{exchange, metrics, start_with};
 
 /// One request as the receiver saw it.
 struct Seen {
@@ -118,14 +118,7 @@ fn a_pending_approval_is_announced_signed_and_retried() {
     );
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
-        write!(
-            s,
-            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut text = String::new();
-        s.read_to_string(&mut text).unwrap();
+        let text = metrics(server.port);
         if text.contains("toolgate_approval_webhook_total{result=\"delivered\"} 1") {
             break;
         }
