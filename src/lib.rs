@@ -11,6 +11,7 @@
 //! - [`policy`]: loads and validates policies, schema, entities and manifests into a snapshot.
 //! - [`config`]: the TOML config file → validated settings.
 //! - [`audit`], [`approvals`], [`storage`]: the hash-chained log and the approval queue in sled.
+//! - [`sched`]: scheduler hints: short slices for serving threads, nice 19 for rebuilds.
 //! - [`cli`]: the `toolgate` subcommands (`serve`, `validate`, `authorize`, `schema`, `audit`,
 //!   `approvals`).
 
@@ -24,5 +25,6 @@ pub mod cli;
 pub mod config;
 pub mod limits;
 pub mod policy;
+pub mod sched;
 pub mod storage;
 pub mod tools;

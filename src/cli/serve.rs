@@ -19,6 +19,8 @@ use crate::storage::Stores;
 
 /// Runs the subcommand.
 pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
+    // First, so that every thread started below inherits the short slice.
+    crate::sched::serving();
     let cfg = common.config()?;
     let (store, warnings) = match PolicyStore::open(cfg.sources.clone()) {
         Ok(opened) => opened,

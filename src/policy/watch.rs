@@ -198,7 +198,7 @@ fn reload_thread(
         .name("toolgate-reload".to_owned())
         .stack_size(8 * 1024 * 1024)
         .spawn(move || {
-            lower_priority();
+            crate::sched::background();
             while let Ok((force, polled, done)) = rx.recv() {
                 // Fingerprint before reading: a change after this point shows up at the next poll.
                 let fp = polled.unwrap_or_else(|| fingerprint(&sources));
@@ -235,14 +235,6 @@ fn reload_entry(outcome: &ReloadOutcome) -> Option<Entry> {
             ..base
         }),
         ReloadOutcome::Unchanged | ReloadOutcome::NoSources => None,
-    }
-}
-
-/// Best effort: nice 19 for this thread only (on Linux, `setpriority` on a thread id).
-fn lower_priority() {
-    #[cfg(target_os = "linux")]
-    if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19) {
-        tracing::debug!(error = %e, "could not lower the reload thread's priority");
     }
 }
 
