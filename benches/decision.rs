@@ -35,7 +35,8 @@ fn call(tool: &str, args: serde_json::Value) -> Call {
     }
 }
 
-/// The request toolgate builds for `args` (arguments, path facts, approval not granted), built
+/// The request toolgate builds for `args` (arguments, path facts, approval not granted, quiet
+/// usage and anomaly signals), built
 /// once with the tool's own converters, so the floor evaluates the same context.
 fn bare_request(snap: &Snapshot, tool: &str, args: &serde_json::Value) -> Request {
     let t = snap.tools.get(tool).unwrap();
@@ -44,9 +45,27 @@ fn bare_request(snap: &Snapshot, tool: &str, args: &serde_json::Value) -> Reques
         RestrictedExpression::new_bool(false),
     )])
     .unwrap();
+    let zero = || RestrictedExpression::new_long(0);
+    let usage = RestrictedExpression::new_record(
+        [
+            "tool_last_minute",
+            "tool_last_hour",
+            "calls_last_minute",
+            "denials_last_minute",
+        ]
+        .map(|k| (k.to_owned(), zero())),
+    )
+    .unwrap();
+    let anomaly = RestrictedExpression::new_record([
+        ("active".to_owned(), RestrictedExpression::new_bool(false)),
+        ("kinds".to_owned(), RestrictedExpression::new_set([])),
+    ])
+    .unwrap();
     let mut pairs = vec![
         ("args".to_owned(), t.args_to_cedar(args).unwrap()),
         ("approval".to_owned(), approval),
+        ("usage".to_owned(), usage),
+        ("anomaly".to_owned(), anomaly),
     ];
     pairs.extend(
         t.paths_to_cedar(args)

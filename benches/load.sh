@@ -50,8 +50,9 @@ tokens_file = "$PWD/examples/demo-tokens.json"
 TOML
 body='{"tool":"read_file","args":{"path":"src/main.rs","max_bytes":4096},"context":{"conv_id":"c-1","iter":1}}'
 big_body='{"tool":"t0000","args":{"path":"src/a.rs","n":5,"tags":["x"]}}'
-# The same Cedar context toolgate builds for $body: arguments, path facts, approval, correlation.
-ca_body='{"principal":"Agent::\"dev-agent\"","action":"Action::\"read_file\"","resource":"Tool::\"read_file\"","context":{"args":{"path":"src/main.rs","max_bytes":4096},"paths":{"path":{"segments":["src","main.rs"],"name":"main.rs","ext":"rs"}},"approval":{"granted":false},"conv_id":"c-1","iter":1}}'
+# The same Cedar context toolgate builds for $body: arguments, path facts, approval, usage,
+# anomaly, correlation.
+ca_body='{"principal":"Agent::\"dev-agent\"","action":"Action::\"read_file\"","resource":"Tool::\"read_file\"","context":{"args":{"path":"src/main.rs","max_bytes":4096},"paths":{"path":{"segments":["src","main.rs"],"name":"main.rs","ext":"rs"}},"approval":{"granted":false},"usage":{"tool_last_minute":0,"tool_last_hour":0,"calls_last_minute":0,"denials_last_minute":0},"anomaly":{"active":false,"kinds":[]},"conv_id":"c-1","iter":1}}'
 lua() { # name path body
   cat > "$work/$1.lua" <<LUA
 wrk.method = "POST"

@@ -6,6 +6,8 @@
 //! - [`auth`]: `Authorization: Bearer` → principal (hashed tokens file, JWT, dev mode).
 //! - [`admin`]: the kill switch (every call denied while it is on).
 //! - [`limits`]: token buckets per (principal, tool), per principal and global, before Cedar.
+//! - [`anomaly`]: usage counters and anomaly signals, shown to Cedar as `context.usage` and
+//!   `context.anomaly`; alerts.
 //! - [`authz`]: the pure decision function: call + policy snapshot → verdict.
 //! - [`tools`]: tool manifests → compiled tools (JSON Schema validator, Cedar argument type).
 //! - [`policy`]: loads and validates policies, schema, entities and manifests into a snapshot.
@@ -16,6 +18,7 @@
 //!   `approvals`).
 
 pub mod admin;
+pub mod anomaly;
 pub mod api;
 pub mod approvals;
 pub mod audit;

@@ -114,7 +114,11 @@ pub async fn authorize(
             return Err(rate_limited(&state, &snap, &who, &call, limited, started).await);
         }
     };
-    let verdict = authz::decide(&snap, &who, &call);
+    let principal_id = who.uid.to_string();
+    let signals = state
+        .monitor
+        .signals(&principal_id, &call.tool, tool.is_some());
+    let verdict = authz::decide_with(&snap, &who, &call, &signals);
     // Approvals and the audit record are bound to this one digest of the arguments.
     let digest = args_digest(&call.args);
     let decision_id = new_decision_id();
@@ -128,6 +132,9 @@ pub async fn authorize(
         &decision_id,
     )?;
     state.decisions.count(verdict.decision);
+    state
+        .monitor
+        .observe(&principal_id, &call.tool, verdict.decision, verdict.stage);
     tracing::info!(
         decision_id,
         principal = %who.uid,
@@ -189,6 +196,12 @@ async fn record_early(
     verdict: Verdict,
     started: std::time::Instant,
 ) -> Result<DecisionBody, ApiError> {
+    state.monitor.observe(
+        &who.uid.to_string(),
+        &call.tool,
+        verdict.decision,
+        verdict.stage,
+    );
     let body = DecisionBody::new(verdict, new_decision_id(), snap.revision.clone());
     state.decisions.count(body.decision);
     let digest = args_digest(&call.args);

@@ -62,6 +62,30 @@ pub async fn render(State(state): State<AppState>) -> impl IntoResponse {
         "Calls refused by a rate limit (answered 429).",
         &[("", state.limiter.rejections().to_string())],
     );
+    let anomalies: Vec<(String, String)> = state
+        .monitor
+        .stats
+        .raised()
+        .map(|(kind, n)| (format!("kind=\"{}\"", kind.as_str()), n.to_string()))
+        .collect();
+    let anomalies: Vec<(&str, String)> = anomalies
+        .iter()
+        .map(|(l, v)| (l.as_str(), v.clone()))
+        .collect();
+    family(
+        &mut out,
+        "toolgate_anomalies_total",
+        "counter",
+        "Anomaly signals raised (one per episode and principal), by kind.",
+        &anomalies,
+    );
+    family(
+        &mut out,
+        "toolgate_anomaly_observations_dropped_total",
+        "counter",
+        "Decisions the anomaly detectors never saw because their queue was full.",
+        &[("", get(&state.monitor.stats.dropped).to_string())],
+    );
     if let Some(w) = state.approvals.webhook_stats() {
         family(
             &mut out,

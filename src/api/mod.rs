@@ -23,6 +23,7 @@ use axum::routing::{get, post};
 pub use approvals::expire_due;
 
 use crate::admin::Admin;
+use crate::anomaly::Monitor;
 use crate::approvals::{Approvals, Ttl};
 use crate::audit::{Audit, Chain, Durability, StoreError};
 use crate::auth::Authenticator;
@@ -67,6 +68,8 @@ pub struct AppState {
     pub limiter: Arc<Limiter>,
     /// The kill switch.
     pub admin: Arc<Admin>,
+    /// Usage counters and anomaly signals.
+    pub monitor: Arc<Monitor>,
 }
 
 impl AppState {
@@ -120,7 +123,14 @@ impl AppState {
                 Arc::new(MonotonicClock::default()),
             )),
             admin: Arc::new(Admin::unstored()),
+            monitor: Arc::new(Monitor::counting_only(Arc::new(MonotonicClock::default()))),
         }
+    }
+
+    /// The same state with `monitor` (usage counters and anomaly detectors).
+    pub fn with_monitor(mut self, monitor: Monitor) -> Self {
+        self.monitor = Arc::new(monitor);
+        self
     }
 
     /// The same state with `admin` (a stored, possibly forced, kill switch).

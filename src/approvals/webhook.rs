@@ -69,11 +69,11 @@ impl Webhook {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
                 self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!("approver webhook queue full; notification dropped");
+                tracing::warn!("webhook queue full; notification dropped");
             }
             Err(TrySendError::Disconnected(_)) => {
                 self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-                tracing::error!("approver webhook thread stopped; notification dropped");
+                tracing::error!("webhook thread stopped; notification dropped");
             }
         }
     }

@@ -19,6 +19,8 @@ pub enum EntryKind {
     Reload,
     /// An administrative action.
     Admin,
+    /// An anomaly signal raised for a principal.
+    Anomaly,
 }
 
 /// One audit entry as the sidecar submits it. The writer adds the sequence number and hashes.

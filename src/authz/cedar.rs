@@ -8,7 +8,7 @@ use cedar_policy::{
 };
 use serde_json::Value;
 
-use super::types::{Advice, Correlation, Outcome, Principal, Stage, Verdict, entity_uid};
+use super::types::{Advice, Correlation, Outcome, Principal, Signals, Stage, Verdict, entity_uid};
 use crate::policy::Snapshot;
 use crate::tools::Tool;
 
@@ -19,6 +19,7 @@ pub(super) fn evaluate(
     tool: &Tool,
     args: &Value,
     ids: &Correlation,
+    signals: &Signals,
 ) -> Verdict {
     let converted = tool.args_to_cedar(args).and_then(|a| {
         Ok(CallArgs {
@@ -52,7 +53,7 @@ pub(super) fn evaluate(
         &tool.action_uid,
         tool,
         entities,
-        call_context(&args_expr, false, ids),
+        call_context(&args_expr, false, ids, signals),
     ) {
         Ok(r) => r,
         Err(v) => return v,
@@ -73,7 +74,7 @@ pub(super) fn evaluate(
         &tool.action_uid,
         tool,
         entities,
-        call_context(&args_expr, true, ids),
+        call_context(&args_expr, true, ids, signals),
     ) {
         Ok(r) => r,
         Err(v) => return v,
@@ -381,7 +382,12 @@ struct CallArgs {
     paths: Option<RestrictedExpression>,
 }
 
-fn call_context(call: &CallArgs, granted: bool, ids: &Correlation) -> Result<Context, String> {
+fn call_context(
+    call: &CallArgs,
+    granted: bool,
+    ids: &Correlation,
+    signals: &Signals,
+) -> Result<Context, String> {
     let approval = RestrictedExpression::new_record([(
         "granted".to_owned(),
         RestrictedExpression::new_bool(granted),
@@ -393,6 +399,35 @@ fn call_context(call: &CallArgs, granted: bool, ids: &Correlation) -> Result<Con
         pairs.push(("paths".to_owned(), paths.clone()));
     }
     pairs.push(("approval".to_owned(), approval));
+    let u = &signals.usage;
+    let usage = RestrictedExpression::new_record([
+        ("tool_last_minute".to_owned(), long(u.tool_last_minute)),
+        ("tool_last_hour".to_owned(), long(u.tool_last_hour)),
+        ("calls_last_minute".to_owned(), long(u.calls_last_minute)),
+        (
+            "denials_last_minute".to_owned(),
+            long(u.denials_last_minute),
+        ),
+    ])
+    .map_err(|e| e.to_string())?;
+    pairs.push(("usage".to_owned(), usage));
+    let kinds = signals.anomaly;
+    let anomaly = RestrictedExpression::new_record([
+        (
+            "active".to_owned(),
+            RestrictedExpression::new_bool(!kinds.is_empty()),
+        ),
+        (
+            "kinds".to_owned(),
+            RestrictedExpression::new_set(
+                kinds
+                    .iter()
+                    .map(|k| RestrictedExpression::new_string(k.as_str().to_owned())),
+            ),
+        ),
+    ])
+    .map_err(|e| e.to_string())?;
+    pairs.push(("anomaly".to_owned(), anomaly));
     if let Some(c) = &ids.conv_id {
         pairs.push((
             "conv_id".to_owned(),
@@ -409,6 +444,10 @@ fn call_context(call: &CallArgs, granted: bool, ids: &Correlation) -> Result<Con
         pairs.push(("iter".to_owned(), RestrictedExpression::new_long(i)));
     }
     Context::from_pairs(pairs).map_err(|e| e.to_string())
+}
+
+fn long(n: u32) -> RestrictedExpression {
+    RestrictedExpression::new_long(i64::from(n))
 }
 
 /// For principals whose roles come from a verified token, a small store: the principal (with

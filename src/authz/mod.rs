@@ -9,7 +9,10 @@
 mod cedar;
 mod types;
 
-pub use types::{Advice, Call, Correlation, Outcome, Principal, PrincipalKind, Stage, Verdict};
+pub use types::{
+    Advice, AnomalyKind, AnomalyKinds, Call, Correlation, Outcome, Principal, PrincipalKind,
+    Signals, Stage, Usage, Verdict,
+};
 
 use std::borrow::Cow;
 
@@ -18,8 +21,19 @@ use serde_json::Value;
 use crate::policy::Snapshot;
 use crate::tools::{Tool, normalize_path};
 
-/// Decides one tool call.
+/// Decides one tool call with nothing observed of the caller (no usage, no anomaly): what
+/// `toolgate authorize` and the tests evaluate.
 pub fn decide(snap: &Snapshot, principal: &Principal, call: &Call) -> Verdict {
+    decide_with(snap, principal, call, &Signals::default())
+}
+
+/// Decides one tool call; `signals` become `context.usage` and `context.anomaly`.
+pub fn decide_with(
+    snap: &Snapshot,
+    principal: &Principal,
+    call: &Call,
+    signals: &Signals,
+) -> Verdict {
     if principal.kind != PrincipalKind::Agent {
         return Verdict::deny(
             Stage::Auth,
@@ -46,7 +60,7 @@ pub fn decide(snap: &Snapshot, principal: &Principal, call: &Call) -> Verdict {
         Ok(args) => args,
         Err(errors) => return Verdict::deny_many(Stage::Validation, Some(tool), errors),
     };
-    cedar::evaluate(snap, principal, tool, &args, &call.correlation)
+    cedar::evaluate(snap, principal, tool, &args, &call.correlation, signals)
 }
 
 /// Normalizes path arguments, then validates the result against the JSON Schema, so a

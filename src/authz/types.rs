@@ -97,6 +97,110 @@ pub struct Call {
     pub correlation: Correlation,
 }
 
+/// What the sidecar has observed of the caller, shown to Cedar as `context.usage` and
+/// `context.anomaly`. Computed by the server ([`crate::anomaly`]); all zero and quiet where no
+/// server observes (`toolgate authorize`, tests).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Signals {
+    /// Counters of earlier calls.
+    pub usage: Usage,
+    /// Anomaly signals currently raised for this principal.
+    pub anomaly: AnomalyKinds,
+}
+
+/// `context.usage`: counts of this principal's earlier calls (the current one not included).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    /// Calls of this tool in the last 60 seconds.
+    pub tool_last_minute: u32,
+    /// Calls of this tool in the last hour.
+    pub tool_last_hour: u32,
+    /// Calls of any tool in the last 60 seconds.
+    pub calls_last_minute: u32,
+    /// Denied calls (any tool, any stage) in the last 60 seconds.
+    pub denials_last_minute: u32,
+}
+
+/// The kinds of anomaly signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnomalyKind {
+    /// Calls in the last minute far above the principal's own baseline.
+    Spike,
+    /// Most of the principal's recent calls failed.
+    RepeatedFailures,
+    /// A configured suspicious sequence of tools (e.g. read secrets, then network).
+    Sequence,
+    /// Too many policy denials in a minute.
+    ViolationRate,
+}
+
+impl AnomalyKind {
+    /// Every kind, in a fixed order.
+    pub const ALL: [AnomalyKind; 4] = [
+        AnomalyKind::Spike,
+        AnomalyKind::RepeatedFailures,
+        AnomalyKind::Sequence,
+        AnomalyKind::ViolationRate,
+    ];
+
+    /// The name policies and metrics use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AnomalyKind::Spike => "spike",
+            AnomalyKind::RepeatedFailures => "repeated_failures",
+            AnomalyKind::Sequence => "sequence",
+            AnomalyKind::ViolationRate => "violation_rate",
+        }
+    }
+
+    /// Parses a kind name.
+    pub fn parse(name: &str) -> Option<AnomalyKind> {
+        AnomalyKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
+    fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
+}
+
+/// A set of anomaly kinds (a bit set).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct AnomalyKinds(u8);
+
+impl AnomalyKinds {
+    /// No kind.
+    pub const NONE: AnomalyKinds = AnomalyKinds(0);
+
+    /// Adds `kind`.
+    pub fn insert(&mut self, kind: AnomalyKind) {
+        self.0 |= kind.bit();
+    }
+
+    /// Whether `kind` is in the set.
+    pub fn contains(self, kind: AnomalyKind) -> bool {
+        self.0 & kind.bit() != 0
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The kinds in the set, in [`AnomalyKind::ALL`] order.
+    pub fn iter(self) -> impl Iterator<Item = AnomalyKind> {
+        AnomalyKind::ALL
+            .into_iter()
+            .filter(move |k| self.contains(*k))
+    }
+}
+
+impl Serialize for AnomalyKinds {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter())
+    }
+}
+
 /// The three outcomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -9,10 +9,12 @@ use std::sync::Arc;
 
 use super::{Common, render, report_load_error};
 use crate::admin::Admin;
+use crate::anomaly::{Alerts, Monitor};
 use crate::api::{AppState, expire_due, router};
 use crate::approvals::{Approvals, Webhook, WebhookConfig, webhook_origin};
 use crate::audit::{Audit, Chain, Retention};
 use crate::auth::Authenticator;
+use crate::config::{Config, WebhookSettings};
 use crate::limits::{Limiter, MonotonicClock};
 use crate::policy::{PolicyStore, PolicyWatcher};
 use crate::storage::Stores;
@@ -68,29 +70,7 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
     );
     let mut approvals = Approvals::new(stores.approvals, cfg.approval_ttl.clone());
     if let Some(hook) = &cfg.approval_webhook {
-        let secret = match &hook.secret_file {
-            // A trailing newline (as editors and `echo` leave) is not part of the secret.
-            Some(path) => Some(
-                std::fs::read_to_string(path)
-                    .with_context(|| {
-                        format!(
-                            "cannot read approvals.webhook_secret_file {}",
-                            path.display()
-                        )
-                    })?
-                    .trim_end()
-                    .as_bytes()
-                    .to_vec(),
-            ),
-            None => None,
-        };
-        approvals = approvals.with_webhook(Webhook::start(WebhookConfig {
-            url: hook.url.clone(),
-            secret,
-            timeout: hook.timeout,
-            attempts: hook.attempts,
-            backoff: std::time::Duration::from_millis(250),
-        })?);
+        approvals = approvals.with_webhook(start_webhook(hook, "approvals")?);
         tracing::info!(to = %webhook_origin(&hook.url), "approver webhook on");
     }
     let approvals = Arc::new(approvals);
@@ -115,7 +95,8 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
         cfg.rate_limits,
         Arc::new(MonotonicClock::default()),
     ))
-    .with_admin(admin);
+    .with_admin(admin)
+    .with_monitor(monitor(&cfg, &audit)?);
     // Cedar denies (fail closed) when under 100 KiB of stack remain; long `||` chains in a
     // policy recurse deeply, so runtime threads get 8 MiB instead of the default 2 MiB.
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -236,4 +217,52 @@ async fn shutdown() {
     #[cfg(not(unix))]
     let term = std::future::pending::<()>();
     tokio::select! { () = ctrl_c => {}, () = term => {} }
+}
+
+/// The usage counters, and the anomaly detectors unless `[anomaly] enabled = false`.
+fn monitor(cfg: &Config, audit: &Arc<Audit>) -> anyhow::Result<Monitor> {
+    let clock = Arc::new(MonotonicClock::default());
+    let Some(detectors) = cfg.anomaly.clone() else {
+        tracing::info!("anomaly detectors off; usage counters on");
+        return Ok(Monitor::counting_only(clock));
+    };
+    let webhook = match &cfg.anomaly_webhook {
+        Some(hook) => {
+            tracing::info!(to = %webhook_origin(&hook.url), "anomaly webhook on");
+            Some(start_webhook(hook, "anomaly")?)
+        }
+        None => None,
+    };
+    let alerts = Alerts {
+        audit: Some(audit.clone()),
+        webhook,
+    };
+    Ok(Monitor::start(detectors, clock, alerts)?)
+}
+
+/// Starts a webhook's delivery thread; reads its secret file (`[section] webhook_secret_file`).
+fn start_webhook(hook: &WebhookSettings, section: &str) -> anyhow::Result<Webhook> {
+    let secret = match &hook.secret_file {
+        // A trailing newline (as editors and `echo` leave) is not part of the secret.
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| {
+                    format!(
+                        "cannot read {section}.webhook_secret_file {}",
+                        path.display()
+                    )
+                })?
+                .trim_end()
+                .as_bytes()
+                .to_vec(),
+        ),
+        None => None,
+    };
+    Ok(Webhook::start(WebhookConfig {
+        url: hook.url.clone(),
+        secret,
+        timeout: hook.timeout,
+        attempts: hook.attempts,
+        backoff: std::time::Duration::from_millis(250),
+    })?)
 }

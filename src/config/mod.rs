@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::anomaly::{DetectorConfig, SequenceRule};
 use crate::approvals::Ttl;
 use crate::audit::{Durability, Retention};
 use crate::limits::{LimitConfig, Rate};
@@ -73,6 +74,36 @@ struct RawConfig {
     rate_limits: RawRateLimits,
     #[serde(default)]
     kill_switch: bool,
+    #[serde(default)]
+    anomaly: RawAnomaly,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAnomaly {
+    enabled: Option<bool>,
+    spike_factor: Option<f64>,
+    spike_min_calls: Option<u32>,
+    baseline_minutes: Option<u32>,
+    failures: Option<u32>,
+    failures_window: Option<u32>,
+    violations_per_minute: Option<u32>,
+    hold_secs: Option<u64>,
+    #[serde(default)]
+    sequences: Vec<RawSequence>,
+    webhook_url: Option<String>,
+    webhook_secret_file: Option<PathBuf>,
+    webhook_timeout_ms: Option<u64>,
+    webhook_attempts: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSequence {
+    name: String,
+    first: Vec<String>,
+    then: Vec<String>,
+    within_secs: u64,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -180,6 +211,10 @@ pub struct Config {
     pub rate_limits: LimitConfig,
     /// Kill switch forced on: every call denied, and the API cannot turn it off.
     pub kill_switch: bool,
+    /// Anomaly detectors (`None`: off; usage counters still feed `context.usage`).
+    pub anomaly: Option<DetectorConfig>,
+    /// Where anomaly alerts are announced.
+    pub anomaly_webhook: Option<WebhookSettings>,
 }
 
 /// The approver webhook, as configured (the secret is read when serving starts).
@@ -265,10 +300,12 @@ impl Config {
             approval_webhook: None,
             rate_limits: LimitConfig::default(),
             kill_switch: false,
+            anomaly: Some(DetectorConfig::default()),
+            anomaly_webhook: None,
         })
     }
 
-    fn from_raw(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, ConfigError> {
+    fn from_raw(mut raw: RawConfig, base: &Path, path: &Path) -> Result<Config, ConfigError> {
         let invalid = |message: String, help: &str| ConfigError::Invalid {
             path: path.to_owned(),
             message,
@@ -418,40 +455,25 @@ impl Config {
             per_principal: limits.per_principal,
             per_principal_tool: limits.per_principal_tool,
         };
-        let approval_webhook = match raw.approvals.webhook_url {
-            None => None,
-            Some(url) => {
-                let host = url
-                    .strip_prefix("https://")
-                    .or_else(|| url.strip_prefix("http://"))
-                    .and_then(|rest| rest.split(['/', '?', '#']).next());
-                if host.is_none_or(str::is_empty) {
-                    // The URL is not echoed: webhook URLs often carry a secret.
-                    return Err(invalid(
-                        "`approvals.webhook_url` is not an http(s) URL with a host".to_owned(),
-                        "use a URL such as `https://hooks.example.com/toolgate`",
-                    ));
-                }
-                let attempts = raw.approvals.webhook_attempts.unwrap_or(3);
-                if !(1..=10).contains(&attempts) {
-                    return Err(invalid(
-                        format!("`approvals.webhook_attempts` = {attempts} is out of range"),
-                        "use 1 to 10 attempts",
-                    ));
-                }
-                Some(WebhookSettings {
-                    url,
-                    secret_file: raw.approvals.webhook_secret_file.map(|p| base.join(p)),
-                    timeout: std::time::Duration::from_millis(
-                        raw.approvals
-                            .webhook_timeout_ms
-                            .unwrap_or(2000)
-                            .clamp(100, 30_000),
-                    ),
-                    attempts,
-                })
-            }
-        };
+        let approval_webhook = webhook(
+            "approvals",
+            raw.approvals.webhook_url,
+            raw.approvals.webhook_secret_file,
+            raw.approvals.webhook_timeout_ms,
+            raw.approvals.webhook_attempts,
+            base,
+        )
+        .map_err(|(m, h)| invalid(m, h))?;
+        let anomaly_webhook = webhook(
+            "anomaly",
+            raw.anomaly.webhook_url.take(),
+            raw.anomaly.webhook_secret_file.take(),
+            raw.anomaly.webhook_timeout_ms,
+            raw.anomaly.webhook_attempts,
+            base,
+        )
+        .map_err(|(m, h)| invalid(m, h))?;
+        let anomaly = detector_config(raw.anomaly).map_err(|(m, h)| invalid(m, h))?;
         if raw.audit.retain_records == Some(0) || raw.audit.retain_days == Some(0) {
             return Err(invalid(
                 "audit retention of 0 would remove every record".to_owned(),
@@ -475,6 +497,8 @@ impl Config {
             approval_webhook,
             rate_limits,
             kill_switch: raw.kill_switch,
+            anomaly,
+            anomaly_webhook,
             listen,
             sources,
             max_body_bytes,
@@ -486,6 +510,108 @@ impl Config {
             reload,
         })
     }
+}
+
+/// A webhook section's settings (`[section] webhook_url`, ...); `None` without a URL.
+fn webhook(
+    section: &str,
+    url: Option<String>,
+    secret_file: Option<PathBuf>,
+    timeout_ms: Option<u64>,
+    attempts: Option<u32>,
+    base: &Path,
+) -> Result<Option<WebhookSettings>, (String, &'static str)> {
+    let Some(url) = url else { return Ok(None) };
+    let host = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+        .and_then(|rest| rest.split(['/', '?', '#']).next());
+    if host.is_none_or(str::is_empty) {
+        // The URL is not echoed: webhook URLs often carry a secret.
+        return Err((
+            format!("`{section}.webhook_url` is not an http(s) URL with a host"),
+            "use a URL such as `https://hooks.example.com/toolgate`",
+        ));
+    }
+    let attempts = attempts.unwrap_or(3);
+    if !(1..=10).contains(&attempts) {
+        return Err((
+            format!("`{section}.webhook_attempts` = {attempts} is out of range"),
+            "use 1 to 10 attempts",
+        ));
+    }
+    Ok(Some(WebhookSettings {
+        url,
+        secret_file: secret_file.map(|p| base.join(p)),
+        timeout: std::time::Duration::from_millis(timeout_ms.unwrap_or(2000).clamp(100, 30_000)),
+        attempts,
+    }))
+}
+
+/// `[anomaly]` → the detectors' thresholds, every one checked.
+fn detector_config(raw: RawAnomaly) -> Result<Option<DetectorConfig>, (String, &'static str)> {
+    if raw.enabled == Some(false) {
+        return Ok(None);
+    }
+    let d = DetectorConfig::default();
+    let c = DetectorConfig {
+        spike_factor: raw.spike_factor.unwrap_or(d.spike_factor),
+        spike_min_calls: raw.spike_min_calls.unwrap_or(d.spike_min_calls),
+        baseline_minutes: raw.baseline_minutes.unwrap_or(d.baseline_minutes),
+        failures: raw.failures.unwrap_or(d.failures),
+        failures_window: raw.failures_window.unwrap_or(d.failures_window),
+        violations_per_minute: raw.violations_per_minute.unwrap_or(d.violations_per_minute),
+        hold_secs: raw.hold_secs.unwrap_or(d.hold_secs),
+        sequences: raw
+            .sequences
+            .into_iter()
+            .map(|r| SequenceRule {
+                name: r.name,
+                first: r.first,
+                then: r.then,
+                within_secs: r.within_secs,
+            })
+            .collect(),
+    };
+    let bad = |m: String| {
+        Err((
+            m,
+            "see the `[anomaly]` section of the README for each setting's range",
+        ))
+    };
+    if !(c.spike_factor.is_finite() && c.spike_factor >= 1.0) {
+        return bad(format!(
+            "`anomaly.spike_factor` = {} must be a number of at least 1",
+            c.spike_factor
+        ));
+    }
+    if c.spike_min_calls == 0 {
+        return bad("`anomaly.spike_min_calls` must be at least 1".to_owned());
+    }
+    if !(1..=59).contains(&c.baseline_minutes) {
+        return bad(format!(
+            "`anomaly.baseline_minutes` = {} must be 1 to 59",
+            c.baseline_minutes
+        ));
+    }
+    if !(1..=1000).contains(&c.failures_window) || !(1..=c.failures_window).contains(&c.failures) {
+        return bad(format!(
+            "`anomaly.failures` = {} of `failures_window` = {}: need 1 <= failures <= failures_window <= 1000",
+            c.failures, c.failures_window
+        ));
+    }
+    if c.hold_secs == 0 {
+        return bad("`anomaly.hold_secs` must be at least 1".to_owned());
+    }
+    for (i, r) in c.sequences.iter().enumerate() {
+        if r.name.trim().is_empty() || r.first.is_empty() || r.then.is_empty() || r.within_secs == 0
+        {
+            return bad(format!(
+                "`anomaly.sequences[{i}]` needs a `name`, non-empty `first` and `then` tool patterns and `within_secs` of at least 1"
+            ));
+        }
+    }
+    Ok(Some(c))
 }
 
 fn default_sources(base: &Path) -> Sources {
@@ -505,6 +631,39 @@ mod tests {
             message: e.to_string(),
         })?;
         Config::from_raw(raw, Path::new("/etc/toolgate"), Path::new("t.toml"))
+    }
+
+    #[test]
+    fn anomaly_settings_are_checked_and_sequences_parsed() {
+        let c = parse(
+            "[anomaly]\nviolations_per_minute = 2\n[[anomaly.sequences]]\nname = \"exfil\"\nfirst = [\"vault_*\"]\nthen = [\"http_*\"]\nwithin_secs = 60\n",
+        )
+        .unwrap();
+        let d = c.anomaly.unwrap();
+        assert_eq!(d.violations_per_minute, 2);
+        assert_eq!(d.sequences[0].then, vec!["http_*".to_owned()]);
+        assert!(
+            parse("[anomaly]\nenabled = false\n")
+                .unwrap()
+                .anomaly
+                .is_none()
+        );
+        for (bad, names) in [
+            ("spike_factor = 0.5", "anomaly.spike_factor"),
+            ("failures = 11", "anomaly.failures"),
+            ("baseline_minutes = 60", "anomaly.baseline_minutes"),
+            ("hold_secs = 0", "anomaly.hold_secs"),
+            ("webhook_url = \"ftp://x\"", "anomaly.webhook_url"),
+            (
+                "[[anomaly.sequences]]\nname = \"x\"\nfirst = []\nthen = [\"a\"]\nwithin_secs = 5",
+                "anomaly.sequences[0]",
+            ),
+        ] {
+            let e = parse(&format!("[anomaly]\n{bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(names), "{bad}: {e}");
+        }
     }
 
     #[test]

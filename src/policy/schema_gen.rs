@@ -41,6 +41,22 @@ type PathFacts = {
   ext: String,
 };
 
+// What the sidecar has observed of the calling agent (earlier calls; the current one is
+// not counted). Windows slide: the last 60 seconds, the last hour.
+type Usage = {
+  tool_last_minute: Long,
+  tool_last_hour: Long,
+  calls_last_minute: Long,
+  denials_last_minute: Long,
+};
+
+// Anomaly signals raised for the calling agent and not yet expired. `kinds` holds some of
+// \"spike\", \"repeated_failures\", \"sequence\", \"violation_rate\"; `active` is true when any is.
+type Anomaly = {
+  active: Bool,
+  kinds: Set<String>,
+};
+
 // Action groups: every tool action is in the group of its classification.
 action \"read\", \"write\", \"destructive\";
 
@@ -99,7 +115,7 @@ pub fn generate<'a>(tools: impl IntoIterator<Item = &'a Tool>) -> String {
             out.push_str("    }");
         }
         out.push_str(
-            ",\n    approval: Approval,\n    conv_id?: String,\n    trace_id?: String,\n    iter?: Long,\n  },\n};\n",
+            ",\n    approval: Approval,\n    usage: Usage,\n    anomaly: Anomaly,\n    conv_id?: String,\n    trace_id?: String,\n    iter?: Long,\n  },\n};\n",
         );
     }
     out

@@ -8,6 +8,7 @@
 )]
 #![allow(missing_docs)]
 
+mod anomaly;
 mod approvals;
 mod audit;
 mod auth;

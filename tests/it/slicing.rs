@@ -130,9 +130,9 @@ fn a_slice_holds_only_the_policies_that_can_apply() {
             .policies()
             .count()
     };
-    assert_eq!(snap.policy_count(), 17);
-    // read_file: 4 role grants, 2 tier forbids over the groups, the deny list.
-    assert_eq!(count("read_file"), 7);
+    assert_eq!(snap.policy_count(), 20);
+    // read_file: 4 role grants, 2 tier forbids over the groups, the deny list, the sequence stop.
+    assert_eq!(count("read_file"), 8);
     // approve: only the 3 approval policies.
     assert_eq!(count("approve"), 3);
     // kill_switch: only the admin policy.

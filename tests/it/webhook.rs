@@ -12,13 +12,13 @@ use crate::helpers::*;
 use crate::process::{exchange, metrics, start_with};
 
 /// One request as the receiver saw it.
-struct Seen {
-    headers: Vec<String>,
-    body: String,
+pub struct Seen {
+    pub headers: Vec<String>,
+    pub body: String,
 }
 
 /// A receiver answering each request with the next status of `statuses` (0: never answer).
-fn receiver(statuses: Vec<u16>) -> (u16, mpsc::Receiver<Seen>) {
+pub fn receiver(statuses: Vec<u16>) -> (u16, mpsc::Receiver<Seen>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let (tx, rx) = mpsc::channel();

@@ -1,0 +1,227 @@
+//! Usage counters and anomaly signals, both visible to Cedar.
+//!
+//! - [`usage`]: `context.usage`, counted on the decision path (exact, one lookup per counter).
+//! - [`detect`]: spike, repeated failures, suspicious sequences and policy-violation rate,
+//!   computed on the monitor's own thread from decisions queued after they are answered. The
+//!   decision path only enqueues (never waits; a full queue drops the observation and counts
+//!   it) and reads the signals currently raised for its principal into `context.anomaly`.
+//!
+//! A raised signal is an alert: an audit record (`kind: anomaly`), a metric
+//! (`toolgate_anomalies_total{kind}`) and, when configured, a signed webhook. It stays visible
+//! to policies for `hold_secs` after it last fired, so policies can route or deny the next calls.
+
+mod detect;
+mod usage;
+mod window;
+
+pub use detect::{Detector, DetectorConfig, Observation, Raised, SequenceRule, glob};
+pub use usage::UsageCounters;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use crate::approvals::Webhook;
+use crate::audit::{Audit, Entry, EntryKind, now_ms};
+use crate::authz::{AnomalyKind, AnomalyKinds, Outcome, Signals, Stage};
+use crate::limits::Clock;
+
+/// Observations that may wait for the detectors.
+const QUEUE: usize = 8192;
+const SECOND_NS: u64 = 1_000_000_000;
+
+/// Raised signals, by principal: until when each kind stays visible (monitor clock, ns).
+type Active = HashMap<String, [u64; AnomalyKind::ALL.len()]>;
+
+/// Counters for `/metrics`.
+#[derive(Debug, Default)]
+pub struct AnomalyStats {
+    raised: [AtomicU64; AnomalyKind::ALL.len()],
+    /// Observations dropped because the queue was full.
+    pub dropped: AtomicU64,
+}
+
+impl AnomalyStats {
+    /// Signals raised so far, by kind.
+    pub fn raised(&self) -> impl Iterator<Item = (AnomalyKind, u64)> + '_ {
+        AnomalyKind::ALL
+            .into_iter()
+            .zip(&self.raised)
+            .map(|(k, n)| (k, n.load(Ordering::Relaxed)))
+    }
+}
+
+/// Where alerts go besides the raised set.
+#[derive(Default)]
+pub struct Alerts {
+    /// The audit log (`kind: anomaly` records).
+    pub audit: Option<Arc<Audit>>,
+    /// Signed notifications.
+    pub webhook: Option<Webhook>,
+}
+
+/// The monitor: usage counters, the queue to the detectors, and the signals raised.
+pub struct Monitor {
+    usage: UsageCounters,
+    clock: Arc<dyn Clock>,
+    active: Arc<RwLock<Active>>,
+    tx: Option<SyncSender<Observation>>,
+    /// Counters for `/metrics`.
+    pub stats: Arc<AnomalyStats>,
+}
+
+impl std::fmt::Debug for Monitor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Monitor").finish_non_exhaustive()
+    }
+}
+
+impl Monitor {
+    /// Counts usage but detects nothing (tests, and `AppState` defaults).
+    pub fn counting_only(clock: Arc<dyn Clock>) -> Monitor {
+        Monitor {
+            usage: UsageCounters::new(clock.clone()),
+            clock,
+            active: Arc::default(),
+            tx: None,
+            stats: Arc::default(),
+        }
+    }
+
+    /// Starts the detectors' thread.
+    pub fn start(
+        config: DetectorConfig,
+        clock: Arc<dyn Clock>,
+        alerts: Alerts,
+    ) -> std::io::Result<Monitor> {
+        let (tx, rx) = sync_channel(QUEUE);
+        let mut monitor = Monitor::counting_only(clock);
+        monitor.tx = Some(tx);
+        let active = monitor.active.clone();
+        let stats = monitor.stats.clone();
+        std::thread::Builder::new()
+            .name("toolgate-anomaly".to_owned())
+            .spawn(move || detect_all(Detector::new(config), &rx, &active, &stats, &alerts))?;
+        Ok(monitor)
+    }
+
+    /// What policies see of `principal` for a call to `tool`; counts the call.
+    pub fn signals(&self, principal: &str, tool: &str, registered: bool) -> Signals {
+        let usage = self.usage.call(principal, tool, registered);
+        Signals {
+            usage,
+            anomaly: self.raised_for(principal),
+        }
+    }
+
+    /// The signals currently raised for `principal`.
+    pub fn raised_for(&self, principal: &str) -> AnomalyKinds {
+        let now = self.clock.now_ns();
+        let active = self.active.read().unwrap_or_else(PoisonError::into_inner);
+        let mut kinds = AnomalyKinds::NONE;
+        if let Some(until) = active.get(principal) {
+            for (kind, until) in AnomalyKind::ALL.into_iter().zip(until) {
+                if *until > now {
+                    kinds.insert(kind);
+                }
+            }
+        }
+        kinds
+    }
+
+    /// Records an answered decision: denials count at once; the detectors get it queued.
+    pub fn observe(&self, principal: &str, tool: &str, outcome: Outcome, stage: Stage) {
+        if outcome == Outcome::Deny {
+            self.usage.denied(principal);
+        }
+        let Some(tx) = &self.tx else { return };
+        let o = Observation {
+            principal: principal.to_owned(),
+            tool: tool.chars().take(128).collect(),
+            outcome,
+            stage,
+            at_ns: self.clock.now_ns(),
+        };
+        match tx.try_send(o) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The detectors' thread: observe, raise, alert; forget idle principals now and then.
+fn detect_all(
+    mut detector: Detector,
+    rx: &Receiver<Observation>,
+    active: &RwLock<Active>,
+    stats: &AnomalyStats,
+    alerts: &Alerts,
+) {
+    let hold_ns = detector.config().hold_secs.saturating_mul(SECOND_NS);
+    let mut last_sweep = 0u64;
+    while let Ok(o) = rx.recv() {
+        let now = o.at_ns;
+        for raised in detector.observe(&o) {
+            let fresh = {
+                let mut active = active.write().unwrap_or_else(PoisonError::into_inner);
+                let until = active.entry(raised.principal.clone()).or_default();
+                let slot = until.get_mut(raised.kind as usize);
+                let fresh = slot.as_ref().is_none_or(|u| **u <= now);
+                if let Some(slot) = slot {
+                    *slot = now.saturating_add(hold_ns);
+                }
+                fresh
+            };
+            // Each episode alerts once; firing again while raised only extends the hold.
+            if fresh {
+                alert(&raised, stats, alerts);
+            }
+        }
+        if now.saturating_sub(last_sweep) > 60 * SECOND_NS {
+            last_sweep = now;
+            detector.sweep(now);
+            active
+                .write()
+                .unwrap_or_else(PoisonError::into_inner)
+                .retain(|_, until| until.iter().any(|u| *u > now));
+        }
+    }
+}
+
+fn alert(raised: &Raised, stats: &AnomalyStats, alerts: &Alerts) {
+    if let Some(n) = stats.raised.get(raised.kind as usize) {
+        n.fetch_add(1, Ordering::Relaxed);
+    }
+    tracing::warn!(
+        principal = raised.principal,
+        kind = raised.kind.as_str(),
+        detail = raised.detail,
+        "anomaly"
+    );
+    let id = uuid::Uuid::now_v7().to_string();
+    if let Some(audit) = &alerts.audit {
+        audit.record_detached(Entry {
+            kind: EntryKind::Anomaly,
+            id: id.clone(),
+            at_ms: now_ms(),
+            principal: Some(raised.principal.clone()),
+            decision: raised.kind.as_str().to_owned(),
+            stage: Some("anomaly".to_owned()),
+            detail: Some(raised.detail.clone()),
+            ..Entry::default()
+        });
+    }
+    if let Some(hook) = &alerts.webhook {
+        hook.send(serde_json::json!({
+            "event": "anomaly",
+            "id": id,
+            "principal": raised.principal,
+            "kind": raised.kind.as_str(),
+            "detail": raised.detail,
+            "at_ms": now_ms(),
+        }));
+    }
+}

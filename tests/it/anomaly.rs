@@ -1,0 +1,213 @@
+//! `context.usage` and `context.anomaly` through HTTP: a policy on call volume, signals raised
+//! by the detectors (audited, counted, visible to policies until their hold ends), and the
+//! anomaly webhook of the real binary.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+
+use toolgate::anomaly::{Alerts, DetectorConfig, Monitor};
+use toolgate::api::{AppState, router};
+use toolgate::audit::Query;
+use toolgate::authz::AnomalyKind;
+use toolgate::limits::ManualClock;
+
+use crate::helpers::*;
+
+const ECHO: &str = r#"{"tool":"echo","args":{"message":"hi"}}"#;
+const DEV_AGENT: &str = "Agent::\"dev-agent\"";
+
+fn snapshot_with(policy: &str) -> toolgate::policy::Snapshot {
+    let set = TempSet::new();
+    set.write("policies/signals-test.cedar", policy);
+    toolgate::policy::load(&set.sources()).unwrap().snapshot
+}
+
+async fn echo(app: &axum::Router) -> Value {
+    let (s, d) = send(app, "POST", "/v1/authorize", Some(DEV), Some(ECHO)).await;
+    assert_eq!(s, StatusCode::OK, "{d}");
+    d
+}
+
+#[tokio::test]
+async fn a_policy_limits_calls_per_minute_with_context_usage() {
+    let snap = snapshot_with(
+        r#"@id("echo-volume")
+forbid (principal, action == Action::"echo", resource)
+when { context.usage.tool_last_minute >= 3 };"#,
+    );
+    let clock = Arc::new(ManualClock::default());
+    let state = AppState::new(snap, demo_auth(), 64 * 1024)
+        .unwrap()
+        .with_monitor(Monitor::counting_only(clock.clone()));
+    let app = router(state);
+    for _ in 0..3 {
+        assert_eq!(echo(&app).await["decision"], "allow");
+    }
+    let d = echo(&app).await;
+    assert_eq!(d["decision"], "deny", "{d}");
+    assert_eq!(d["reasons"], json!(["echo-volume"]), "{d}");
+    // Other tools are counted apart.
+    let (_, d) = send(
+        &app,
+        "POST",
+        "/v1/authorize",
+        Some(DEV),
+        Some(r#"{"tool":"git_log","args":{}}"#),
+    )
+    .await;
+    assert_eq!(d["decision"], "allow", "{d}");
+    // A minute later the window has slid past the calls.
+    clock.advance_ms(61_000);
+    assert_eq!(echo(&app).await["decision"], "allow");
+}
+
+#[tokio::test]
+async fn policy_violations_raise_a_signal_that_policies_see_until_the_hold_ends() {
+    let snap = snapshot_with(
+        r#"@id("stop-on-violations")
+forbid (principal, action in [Action::"read", Action::"write", Action::"destructive"], resource)
+when { context.anomaly.kinds.contains("violation_rate") };"#,
+    );
+    let clock = Arc::new(ManualClock::default());
+    let state = AppState::new(snap, demo_auth(), 64 * 1024).unwrap();
+    let config = DetectorConfig {
+        violations_per_minute: 2,
+        hold_secs: 300,
+        ..DetectorConfig::default()
+    };
+    let alerts = Alerts {
+        audit: Some(state.audit.clone()),
+        webhook: None,
+    };
+    let state = state.with_monitor(Monitor::start(config, clock.clone(), alerts).unwrap());
+    let app = router(state.clone());
+    assert_eq!(echo(&app).await["decision"], "allow");
+    // Three policy denials (a deny-listed path) within the minute: over 2 a minute.
+    let secret = r#"{"tool":"read_file","args":{"path":".env"}}"#;
+    for _ in 0..3 {
+        let (_, d) = send(&app, "POST", "/v1/authorize", Some(DEV), Some(secret)).await;
+        assert_eq!(
+            (d["decision"].as_str(), d["stage"].as_str()),
+            (Some("deny"), Some("policy")),
+            "{d}"
+        );
+    }
+    // The detectors run off the request path: wait (bounded) for the signal.
+    let start = Instant::now();
+    while !state
+        .monitor
+        .raised_for(DEV_AGENT)
+        .contains(AnomalyKind::ViolationRate)
+    {
+        assert!(start.elapsed() < Duration::from_secs(5), "no signal raised");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let d = echo(&app).await;
+    assert_eq!(d["decision"], "deny", "{d}");
+    assert_eq!(d["reasons"], json!(["stop-on-violations"]));
+    // Other agents are not affected.
+    let (_, d) = send(&app, "POST", "/v1/authorize", Some(SRE), Some(ECHO)).await;
+    assert_eq!(d["decision"], "allow", "{d}");
+    // The alert: one audit record and one count, although the signal fired again.
+    let start = Instant::now();
+    let recorded = loop {
+        let got = state
+            .audit
+            .store()
+            .query(&Query {
+                stage: Some("anomaly".into()),
+                limit: 10,
+                ..Query::default()
+            })
+            .unwrap();
+        if !got.is_empty() || start.elapsed() > Duration::from_secs(5) {
+            break got;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    let entry = &recorded[0].entry;
+    assert_eq!(entry.decision, "violation_rate");
+    assert_eq!(entry.principal.as_deref(), Some(DEV_AGENT));
+    assert!(
+        entry
+            .detail
+            .as_deref()
+            .unwrap()
+            .contains("3 policy denials"),
+        "{entry:?}"
+    );
+    let (_, text) = send_text(&app, "/metrics").await;
+    assert!(
+        text.contains("toolgate_anomalies_total{kind=\"violation_rate\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("toolgate_anomalies_total{kind=\"spike\"} 0"),
+        "{text}"
+    );
+    // After the hold, policies no longer see it.
+    clock.advance_ms(301_000);
+    assert_eq!(echo(&app).await["decision"], "allow");
+}
+
+#[test]
+fn a_configured_sequence_alerts_through_the_signed_webhook_of_the_real_binary() {
+    let (port, seen) = crate::webhook::receiver(vec![200]);
+    let set = TempSet::new();
+    set.write("anomaly-secret", "s3cret\n");
+    let server = crate::process::start_with(
+        &set,
+        &format!(
+            "[anomaly]\nwebhook_url = \"http://127.0.0.1:{port}/hook\"\nwebhook_secret_file = \"anomaly-secret\"\n[[anomaly.sequences]]\nname = \"recon-then-push\"\nfirst = [\"git_log\"]\nthen = [\"git_*push\"]\nwithin_secs = 60\n"
+        ),
+    );
+    let call = |tool: &str, args: Value| {
+        crate::process::request(
+            server.port,
+            "POST",
+            "/v1/authorize",
+            Some(DEV),
+            Some(&json!({"tool": tool, "args": args})),
+        )
+        .unwrap()
+    };
+    assert_eq!(call("git_log", json!({}))["decision"], "allow");
+    // The push is the signal, whatever its own answer.
+    call(
+        "git_push",
+        json!({"remote": "origin", "branch": "feature/x"}),
+    );
+    let got = seen
+        .recv_timeout(Duration::from_secs(10))
+        .expect("no alert");
+    let body: Value = serde_json::from_str(&got.body).unwrap();
+    assert_eq!(
+        (
+            body["event"].as_str(),
+            body["kind"].as_str(),
+            body["principal"].as_str()
+        ),
+        (Some("anomaly"), Some("sequence"), Some(DEV_AGENT)),
+        "{body}"
+    );
+    assert!(body["detail"].as_str().unwrap().contains("recon-then-push"));
+    assert!(
+        got.headers.iter().any(|h| h
+            .to_ascii_lowercase()
+            .starts_with("x-toolgate-signature: sha256=")),
+        "{:?}",
+        got.headers
+    );
+    // And the next call of that agent sees it.
+    let start = Instant::now();
+    while !crate::process::metrics(server.port)
+        .contains("toolgate_anomalies_total{kind=\"sequence\"} 1")
+    {
+        assert!(start.elapsed() < Duration::from_secs(5), "not counted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
