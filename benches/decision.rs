@@ -186,5 +186,29 @@ fn limiter(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, decisions, scale, limiter);
+/// The anomaly hook's cost per call on the decision path: usage counters read and bumped,
+/// raised signals read, and the answered decision queued for the detectors' thread.
+fn anomaly(c: &mut Criterion) {
+    use toolgate::anomaly::{Alerts, DetectorConfig, Monitor};
+    use toolgate::authz::{Outcome, Stage};
+    use toolgate::limits::MonotonicClock;
+    let monitor = Monitor::start(
+        DetectorConfig::default(),
+        std::sync::Arc::new(MonotonicClock::default()),
+        Alerts::default(),
+    )
+    .unwrap();
+    let agent = Principal::new(PrincipalKind::Agent, "dev-agent").uid.to_string();
+    let mut g = c.benchmark_group("anomaly");
+    g.bench_function("signals_and_observe", |b| {
+        b.iter(|| {
+            let s = monitor.signals(&agent, "read_file", true);
+            monitor.observe(&agent, "read_file", Outcome::Allow, Stage::Policy);
+            s
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, decisions, scale, limiter, anomaly);
 criterion_main!(benches);
