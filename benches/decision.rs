@@ -198,7 +198,9 @@ fn anomaly(c: &mut Criterion) {
         Alerts::default(),
     )
     .unwrap();
-    let agent = Principal::new(PrincipalKind::Agent, "dev-agent").uid.to_string();
+    let agent = Principal::new(PrincipalKind::Agent, "dev-agent")
+        .uid
+        .to_string();
     let mut g = c.benchmark_group("anomaly");
     g.bench_function("signals_and_observe", |b| {
         b.iter(|| {
