@@ -1,7 +1,8 @@
 //! Usage counters and anomaly signals, both visible to Cedar.
 //!
-//! - [`usage`]: `context.usage`, counted on the decision path (exact, one lookup per counter).
-//! - [`detect`]: spike, repeated failures, suspicious sequences and policy-violation rate,
+//! - [`UsageCounters`]: `context.usage`, counted on the decision path (exact, one lookup per
+//!   counter).
+//! - [`Detector`]: spike, repeated failures, suspicious sequences and policy-violation rate,
 //!   computed on the monitor's own thread from decisions queued after they are answered. The
 //!   decision path only enqueues (never waits; a full queue drops the observation and counts
 //!   it) and reads the signals currently raised for its principal into `context.anomaly`.

@@ -166,6 +166,29 @@ mod tests {
     use crate::limits::ManualClock;
 
     #[test]
+    fn racing_calls_are_all_counted() {
+        let u = Arc::new(UsageCounters::new(Arc::new(ManualClock::default())));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let u = u.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..500 {
+                        u.call("a", "t", true);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let seen = u.call("a", "t", true);
+        assert_eq!(
+            (seen.tool_last_minute, seen.calls_last_minute),
+            (4000, 4000)
+        );
+    }
+
+    #[test]
     fn windows_slide_with_the_clock() {
         let clock = Arc::new(ManualClock::default());
         let u = UsageCounters::new(clock.clone());
