@@ -178,10 +178,12 @@ fn limiter(c: &mut Criterion) {
         },
         std::sync::Arc::new(MonotonicClock::default()),
     );
-    let agent = Principal::new(PrincipalKind::Agent, "dev-agent");
+    let agent = Principal::new(PrincipalKind::Agent, "dev-agent")
+        .uid
+        .to_string();
     let mut g = c.benchmark_group("limits");
     g.bench_function("check_three_buckets", |b| {
-        b.iter(|| limiter.check(&agent.uid, "read_file", true, None))
+        b.iter(|| limiter.check(&agent, "read_file", true, None))
     });
     g.finish();
 }

@@ -216,16 +216,6 @@ impl Detector {
         self.principals
             .retain(|_, s| now_ns.saturating_sub(s.last_ns) < 60 * MINUTE_NS);
     }
-
-    /// Principals held.
-    pub fn len(&self) -> usize {
-        self.principals.len()
-    }
-
-    /// Whether no principal is held.
-    pub fn is_empty(&self) -> bool {
-        self.principals.is_empty()
-    }
 }
 
 fn matches_any(patterns: &[String], tool: &str) -> bool {
@@ -233,7 +223,7 @@ fn matches_any(patterns: &[String], tool: &str) -> bool {
 }
 
 /// `*` matches any run of characters (also empty); everything else matches itself.
-pub fn glob(pattern: &str, text: &str) -> bool {
+fn glob(pattern: &str, text: &str) -> bool {
     let mut parts = pattern.split('*');
     let Some(first) = parts.next() else {
         return text.is_empty();

@@ -15,7 +15,7 @@ mod detect;
 mod usage;
 mod window;
 
-pub use detect::{Detector, DetectorConfig, Observation, Raised, SequenceRule, glob};
+pub use detect::{Detector, DetectorConfig, Observation, Raised, SequenceRule};
 pub use usage::UsageCounters;
 
 use std::collections::HashMap;

@@ -23,7 +23,6 @@ struct ToolCounts {
     minute: Window,
     /// Per minute.
     hour: Window,
-    last_ns: u64,
 }
 
 #[derive(Debug, Default)]
@@ -32,30 +31,15 @@ struct PrincipalCounts {
     calls: Window,
     /// Denials per second.
     denials: Window,
-    last_ns: u64,
 }
 
-trait Idle {
-    fn last_ns(&self) -> u64;
-}
-impl Idle for ToolCounts {
-    fn last_ns(&self) -> u64 {
-        self.last_ns
-    }
-}
-impl Idle for PrincipalCounts {
-    fn last_ns(&self) -> u64 {
-        self.last_ns
-    }
-}
-
-/// A map split into locked shards.
+/// A map split into locked shards; each value remembers when it was last used.
 struct Sharded<V> {
-    shards: Vec<Mutex<HashMap<String, V>>>,
+    shards: Vec<Mutex<HashMap<String, (u64, V)>>>,
     hasher: std::hash::RandomState,
 }
 
-impl<V: Default + Idle> Sharded<V> {
+impl<V: Default> Sharded<V> {
     fn new() -> Self {
         Sharded {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
@@ -63,7 +47,7 @@ impl<V: Default + Idle> Sharded<V> {
         }
     }
 
-    /// Runs `f` on the entry for `key` (created empty when absent).
+    /// Runs `f` on the entry for `key` (created empty when absent) and marks it used `now`.
     fn with<T>(&self, key: &str, now: u64, f: impl FnOnce(&mut V) -> T) -> Option<T> {
         let shard = (self.hasher.hash_one(key) as usize) & (SHARDS - 1);
         let mut map = self
@@ -71,14 +55,16 @@ impl<V: Default + Idle> Sharded<V> {
             .get(shard)?
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(v) = map.get_mut(key) {
+        if let Some((used, v)) = map.get_mut(key) {
+            *used = now;
             return Some(f(v));
         }
         if map.len() > SWEEP_ABOVE {
             // An entry idle for an hour counts nothing any window can see.
-            map.retain(|_, v| now.saturating_sub(v.last_ns()) < 60 * MINUTE_NS);
+            map.retain(|_, (used, _)| now.saturating_sub(*used) < 60 * MINUTE_NS);
         }
-        Some(f(map.entry(key.to_owned()).or_default()))
+        let (_, v) = map.entry(key.to_owned()).or_insert((now, V::default()));
+        Some(f(v))
     }
 
     fn len(&self) -> usize {
@@ -114,11 +100,6 @@ impl UsageCounters {
         }
     }
 
-    /// Now, in nanoseconds of the counters' clock.
-    pub fn now_ns(&self) -> u64 {
-        self.clock.now_ns()
-    }
-
     /// The usage before this call, then counts the call. `registered = false` (an unknown
     /// tool name) counts the call for the principal only.
     pub fn call(&self, principal: &str, tool: &str, registered: bool) -> Usage {
@@ -129,7 +110,6 @@ impl UsageCounters {
             usage.calls_last_minute = p.calls.recent(sec);
             usage.denials_last_minute = p.denials.recent(sec);
             p.calls.add(sec);
-            p.last_ns = now;
         });
         if registered {
             let key = format!("{principal}\u{0}{tool}");
@@ -139,7 +119,6 @@ impl UsageCounters {
                 usage.tool_last_hour = t.hour.sum(min.saturating_sub(BUCKETS - 1), min);
                 t.minute.add(sec);
                 t.hour.add(min);
-                t.last_ns = now;
             });
         }
         usage
@@ -148,10 +127,8 @@ impl UsageCounters {
     /// Counts a denied call of `principal`.
     pub fn denied(&self, principal: &str) {
         let now = self.clock.now_ns();
-        self.principals.with(principal, now, |p| {
-            p.denials.add(now / SECOND_NS);
-            p.last_ns = now;
-        });
+        self.principals
+            .with(principal, now, |p| p.denials.add(now / SECOND_NS));
     }
 
     /// Entries held (tests, metrics).

@@ -88,6 +88,8 @@ pub async fn authorize(
         Err(other) => return Err(other),
     };
     let (call, approval_id) = body?.0.into_call()?;
+    // `Agent::"dev-agent"`: the key of the principal's limits, usage and signals.
+    let principal_id = who.uid.to_string();
     if state.admin.kill_switch_on() {
         let verdict = Verdict::deny(
             Stage::KillSwitch,
@@ -98,23 +100,31 @@ pub async fn authorize(
                 "do not retry; wait until an operator turns the kill switch off",
             ),
         );
-        let body = record_early(&state, &snap, &who, &call, verdict, started).await?;
+        let body = record_early(
+            &state,
+            &snap,
+            (&who, &principal_id),
+            &call,
+            verdict,
+            started,
+        )
+        .await?;
         return Ok((HeaderMap::new(), Json(body)));
     }
     // Limits come before Cedar: a flood costs a map lookup per call, not an evaluation.
     let tool = snap.tools.get(&call.tool);
     let quota = match state.limiter.check(
-        &who.uid,
+        &principal_id,
         &call.tool,
         tool.is_some(),
         tool.and_then(|t| t.limits.rate),
     ) {
         Ok(quota) => quota,
         Err(limited) => {
-            return Err(rate_limited(&state, &snap, &who, &call, limited, started).await);
+            let caller = (&who, principal_id.as_str());
+            return Err(rate_limited(&state, &snap, caller, &call, limited, started).await);
         }
     };
-    let principal_id = who.uid.to_string();
     let signals = state
         .monitor
         .signals(&principal_id, &call.tool, tool.is_some());
@@ -161,7 +171,7 @@ pub async fn authorize(
 async fn rate_limited(
     state: &AppState,
     snap: &Snapshot,
-    who: &Principal,
+    caller: (&Principal, &str),
     call: &crate::authz::Call,
     limited: crate::limits::Limited,
     started: std::time::Instant,
@@ -178,7 +188,7 @@ async fn rate_limited(
             "wait before calling again",
         ),
     );
-    match record_early(state, snap, who, call, verdict, started).await {
+    match record_early(state, snap, caller, call, verdict, started).await {
         Ok(body) => ApiError::RateLimited {
             body: Box::new(body),
             limited,
@@ -187,21 +197,19 @@ async fn rate_limited(
     }
 }
 
-/// A deny decided before Cedar, counted and recorded like any other.
+/// A deny decided before Cedar, counted and recorded like any other. `caller` is the
+/// principal and its id string.
 async fn record_early(
     state: &AppState,
     snap: &Snapshot,
-    who: &Principal,
+    (who, principal_id): (&Principal, &str),
     call: &crate::authz::Call,
     verdict: Verdict,
     started: std::time::Instant,
 ) -> Result<DecisionBody, ApiError> {
-    state.monitor.observe(
-        &who.uid.to_string(),
-        &call.tool,
-        verdict.decision,
-        verdict.stage,
-    );
+    state
+        .monitor
+        .observe(principal_id, &call.tool, verdict.decision, verdict.stage);
     let body = DecisionBody::new(verdict, new_decision_id(), snap.revision.clone());
     state.decisions.count(body.decision);
     let digest = args_digest(&call.args);

@@ -154,11 +154,6 @@ impl AnomalyKind {
         }
     }
 
-    /// Parses a kind name.
-    pub fn parse(name: &str) -> Option<AnomalyKind> {
-        AnomalyKind::ALL.into_iter().find(|k| k.as_str() == name)
-    }
-
     fn bit(self) -> u8 {
         1 << (self as u8)
     }

@@ -240,7 +240,7 @@ impl Limiter {
     /// buckets). `Ok(None)`: no limit applies.
     pub fn check(
         &self,
-        principal: &impl std::fmt::Display,
+        principal: &str,
         tool: &str,
         registered: bool,
         tool_rate: Option<Rate>,
@@ -254,8 +254,6 @@ impl Limiter {
         {
             return Ok(None);
         }
-        let principal = principal.to_string();
-        let principal = principal.as_str();
         let now = self.clock.now_ns();
         let mut taken: Vec<Slot> = Vec::with_capacity(3);
         let mut tightest: Option<Quota> = None;
@@ -382,26 +380,26 @@ mod tests {
     fn a_burst_then_the_sustained_rate() {
         let (l, clock) = limiter(per_tool(rate(2.0, 5)));
         let remaining: Vec<u32> = (0..5)
-            .map(|_| l.check(&"a", "t", true, None).unwrap().unwrap().remaining)
+            .map(|_| l.check("a", "t", true, None).unwrap().unwrap().remaining)
             .collect();
         assert_eq!(remaining, [4, 3, 2, 1, 0]);
-        let refused = l.check(&"a", "t", true, None).unwrap_err();
+        let refused = l.check("a", "t", true, None).unwrap_err();
         assert_eq!(refused.retry_after_secs, 1);
         assert_eq!(refused.quota.scope, Scope::PrincipalTool);
         // 2 per second: half a second brings one token, and no more.
         clock.advance_ms(500);
-        assert!(l.check(&"a", "t", true, None).is_ok());
-        assert!(l.check(&"a", "t", true, None).is_err());
+        assert!(l.check("a", "t", true, None).is_ok());
+        assert!(l.check("a", "t", true, None).is_err());
         // Ten seconds of sustained calls at the rate all pass; one more in the same
         // instant does not.
         for _ in 0..20 {
             clock.advance_ms(500);
-            assert!(l.check(&"a", "t", true, None).is_ok());
+            assert!(l.check("a", "t", true, None).is_ok());
         }
-        assert!(l.check(&"a", "t", true, None).is_err());
+        assert!(l.check("a", "t", true, None).is_err());
         // Other principals and tools have their own buckets.
-        assert!(l.check(&"b", "t", true, None).is_ok());
-        assert!(l.check(&"a", "u", true, None).is_ok());
+        assert!(l.check("b", "t", true, None).is_ok());
+        assert!(l.check("a", "u", true, None).is_ok());
     }
 
     #[test]
@@ -409,21 +407,21 @@ mod tests {
         let (l, clock) = limiter(per_tool(rate(1.0, 3)));
         clock.set_ms(10_000);
         for _ in 0..3 {
-            assert!(l.check(&"a", "t", true, None).is_ok());
+            assert!(l.check("a", "t", true, None).is_ok());
         }
         // A jump far ahead refills to the burst, not beyond.
         clock.set_ms(10_000 + 86_400_000);
-        let q = l.check(&"a", "t", true, None).unwrap().unwrap();
+        let q = l.check("a", "t", true, None).unwrap().unwrap();
         assert_eq!((q.remaining, q.limit), (2, 3));
-        assert!(l.check(&"a", "t", true, None).is_ok());
-        assert!(l.check(&"a", "t", true, None).is_ok());
+        assert!(l.check("a", "t", true, None).is_ok());
+        assert!(l.check("a", "t", true, None).is_ok());
         // A jump back adds nothing, and moving forward again only counts new time.
         clock.set_ms(5_000);
-        assert!(l.check(&"a", "t", true, None).is_err());
+        assert!(l.check("a", "t", true, None).is_err());
         clock.set_ms(10_000 + 86_400_000 + 999);
-        assert!(l.check(&"a", "t", true, None).is_err());
+        assert!(l.check("a", "t", true, None).is_err());
         clock.set_ms(10_000 + 86_400_000 + 1_000);
-        assert!(l.check(&"a", "t", true, None).is_ok());
+        assert!(l.check("a", "t", true, None).is_ok());
     }
 
     #[test]
@@ -433,9 +431,9 @@ mod tests {
             per_principal: Some(rate(1.0, 2)),
             global: None,
         });
-        assert!(l.check(&"a", "t", true, None).is_ok());
-        assert!(l.check(&"a", "t", true, None).is_ok());
-        let refused = l.check(&"a", "t", true, None).unwrap_err();
+        assert!(l.check("a", "t", true, None).is_ok());
+        assert!(l.check("a", "t", true, None).is_ok());
+        let refused = l.check("a", "t", true, None).unwrap_err();
         assert_eq!(refused.quota.scope, Scope::Principal);
         // The tool bucket got its token back: 3 of 5 left (two calls went through).
         let slot = Slot::new(Scope::PrincipalTool, "a", "t", rate(1.0, 5));
@@ -470,7 +468,7 @@ mod tests {
     fn unknown_tools_make_no_buckets_and_full_buckets_are_dropped() {
         let (l, clock) = limiter(per_tool(rate(100.0, 1)));
         for i in 0..5000 {
-            let _ = l.check(&"a", &format!("nope-{i}"), false, None);
+            let _ = l.check("a", &format!("nope-{i}"), false, None);
         }
         assert_eq!(l.buckets(), 0);
         for i in 0..20_000 {
