@@ -68,10 +68,6 @@ pub async fn render(State(state): State<AppState>) -> impl IntoResponse {
         .raised()
         .map(|(kind, n)| (format!("kind=\"{}\"", kind.as_str()), n.to_string()))
         .collect();
-    let anomalies: Vec<(&str, String)> = anomalies
-        .iter()
-        .map(|(l, v)| (l.as_str(), v.clone()))
-        .collect();
     family(
         &mut out,
         "toolgate_anomalies_total",
@@ -139,10 +135,17 @@ pub async fn render(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 /// One metric family: HELP and TYPE lines, then one sample per (labels, value).
-fn family(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(&str, String)]) {
+fn family<L: AsRef<str>>(
+    out: &mut String,
+    name: &str,
+    kind: &str,
+    help: &str,
+    samples: &[(L, String)],
+) {
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
     for (labels, value) in samples {
+        let labels = labels.as_ref();
         if labels.is_empty() {
             let _ = writeln!(out, "{name} {value}");
         } else {

@@ -305,7 +305,7 @@ impl Config {
         })
     }
 
-    fn from_raw(mut raw: RawConfig, base: &Path, path: &Path) -> Result<Config, ConfigError> {
+    fn from_raw(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, ConfigError> {
         let invalid = |message: String, help: &str| ConfigError::Invalid {
             path: path.to_owned(),
             message,
@@ -457,8 +457,8 @@ impl Config {
         };
         let approval_webhook = webhook(
             "approvals",
-            raw.approvals.webhook_url,
-            raw.approvals.webhook_secret_file,
+            raw.approvals.webhook_url.as_deref(),
+            raw.approvals.webhook_secret_file.as_deref(),
             raw.approvals.webhook_timeout_ms,
             raw.approvals.webhook_attempts,
             base,
@@ -466,8 +466,8 @@ impl Config {
         .map_err(|(m, h)| invalid(m, h))?;
         let anomaly_webhook = webhook(
             "anomaly",
-            raw.anomaly.webhook_url.take(),
-            raw.anomaly.webhook_secret_file.take(),
+            raw.anomaly.webhook_url.as_deref(),
+            raw.anomaly.webhook_secret_file.as_deref(),
             raw.anomaly.webhook_timeout_ms,
             raw.anomaly.webhook_attempts,
             base,
@@ -515,8 +515,8 @@ impl Config {
 /// A webhook section's settings (`[section] webhook_url`, ...); `None` without a URL.
 fn webhook(
     section: &str,
-    url: Option<String>,
-    secret_file: Option<PathBuf>,
+    url: Option<&str>,
+    secret_file: Option<&Path>,
     timeout_ms: Option<u64>,
     attempts: Option<u32>,
     base: &Path,
@@ -541,7 +541,7 @@ fn webhook(
         ));
     }
     Ok(Some(WebhookSettings {
-        url,
+        url: url.to_owned(),
         secret_file: secret_file.map(|p| base.join(p)),
         timeout: std::time::Duration::from_millis(timeout_ms.unwrap_or(2000).clamp(100, 30_000)),
         attempts,

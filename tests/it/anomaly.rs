@@ -10,7 +10,6 @@ use serde_json::{Value, json};
 
 use toolgate::anomaly::{Alerts, DetectorConfig, Monitor};
 use toolgate::api::{AppState, router};
-use toolgate::audit::Query;
 use toolgate::authz::AnomalyKind;
 use toolgate::limits::ManualClock;
 
@@ -114,15 +113,7 @@ when { context.anomaly.kinds.contains("violation_rate") };"#,
     // The alert: one audit record and one count, although the signal fired again.
     let start = Instant::now();
     let recorded = loop {
-        let got = state
-            .audit
-            .store()
-            .query(&Query {
-                stage: Some("anomaly".into()),
-                limit: 10,
-                ..Query::default()
-            })
-            .unwrap();
+        let got = recorded_at(&state.audit, "anomaly");
         if !got.is_empty() || start.elapsed() > Duration::from_secs(5) {
             break got;
         }

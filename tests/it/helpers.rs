@@ -232,3 +232,15 @@ pub async fn send_text(app: &Router, uri: &str) -> (StatusCode, String) {
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
     (status, String::from_utf8_lossy(&bytes).into_owned())
 }
+
+/// The audit records of `stage` (at most 10, newest first).
+pub fn recorded_at(audit: &toolgate::audit::Audit, stage: &str) -> Vec<toolgate::audit::Record> {
+    audit
+        .store()
+        .query(&toolgate::audit::Query {
+            stage: Some(stage.into()),
+            limit: 10,
+            ..toolgate::audit::Query::default()
+        })
+        .unwrap()
+}

@@ -88,15 +88,7 @@ async fn directors_stop_every_call_and_everything_is_recorded() {
     assert_eq!(on[0].entry.principal.as_deref(), Some(r#"Human::"alice""#));
     assert_eq!(on[0].entry.reasons, ["directors-flip-kill-switch"]);
     assert_eq!(log("kill_switch_off").len(), 1);
-    let stopped = state
-        .audit
-        .store()
-        .query(&Query {
-            stage: Some("kill_switch".into()),
-            limit: 10,
-            ..Query::default()
-        })
-        .unwrap();
+    let stopped = recorded_at(&state.audit, "kill_switch");
     assert_eq!(stopped.len(), 2);
 }
 

@@ -7,7 +7,6 @@ use axum::http::StatusCode;
 use serde_json::json;
 
 use toolgate::api::{AppState, router};
-use toolgate::audit::Query;
 use toolgate::limits::{LimitConfig, Limiter, ManualClock, Rate};
 
 use crate::helpers::*;
@@ -71,15 +70,7 @@ async fn a_burst_is_allowed_then_429_with_retry_after_until_the_bucket_refills()
     let (s, _) = send(&app, "POST", "/v1/authorize", Some(DEV), Some(echo)).await;
     assert_eq!(s, StatusCode::OK);
     // The refusal is in the audit log, like any deny.
-    let limited = state
-        .audit
-        .store()
-        .query(&Query {
-            stage: Some("rate_limit".into()),
-            limit: 10,
-            ..Query::default()
-        })
-        .unwrap();
+    let limited = recorded_at(&state.audit, "rate_limit");
     assert_eq!(limited.len(), 1);
     assert_eq!(limited[0].entry.id, d["decision_id"].as_str().unwrap());
     // Two seconds bring one call back.
