@@ -3,7 +3,12 @@
 //! can also be forced on by the config (`kill_switch = true`) or the environment
 //! (`TOOLGATE_KILL_SWITCH=1`); a forced switch cannot be turned off through the API.
 //!
-//! The decision path reads one atomic flag.
+//! The decision path reads one atomic flag. The [`Quarantine`] list lives here too: it is
+//! stored the same way and changed through the same kind of Cedar-authorized route.
+
+mod quarantine;
+
+pub use quarantine::{Quarantine, Quarantined};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -34,6 +39,12 @@ pub trait AdminStore: Send + Sync {
     fn load_kill_switch(&self) -> Result<Option<KillSwitch>, StoreError>;
     /// Stores the switch durably.
     fn save_kill_switch(&self, switch: &KillSwitch) -> Result<(), StoreError>;
+    /// Every stored quarantine entry.
+    fn load_quarantined(&self) -> Result<Vec<Quarantined>, StoreError>;
+    /// Stores a quarantine entry durably.
+    fn save_quarantined(&self, entry: &Quarantined) -> Result<(), StoreError>;
+    /// Removes `principal`'s quarantine entry durably.
+    fn remove_quarantined(&self, principal: &str) -> Result<(), StoreError>;
 }
 
 /// The sled implementation (tree `admin`, flushed on every write).
@@ -42,12 +53,16 @@ pub(crate) struct SledAdmin {
 }
 
 const KILL_SWITCH_KEY: &[u8] = b"kill_switch";
+/// Quarantine entries are keyed `quarantine/<principal>`.
+const QUARANTINE_PREFIX: &str = "quarantine/";
+
+fn store_err(e: impl std::fmt::Display) -> StoreError {
+    StoreError(e.to_string())
+}
 
 impl SledAdmin {
     pub(crate) fn new(db: &sled::Db) -> Result<Self, StoreError> {
-        let tree = db
-            .open_tree("admin")
-            .map_err(|e| StoreError(e.to_string()))?;
+        let tree = db.open_tree("admin").map_err(store_err)?;
         Ok(SledAdmin { tree })
     }
 }
@@ -56,7 +71,7 @@ impl AdminStore for SledAdmin {
     fn load_kill_switch(&self) -> Result<Option<KillSwitch>, StoreError> {
         self.tree
             .get(KILL_SWITCH_KEY)
-            .map_err(|e| StoreError(e.to_string()))?
+            .map_err(store_err)?
             .map(|v| {
                 serde_json::from_slice(&v)
                     .map_err(|e| StoreError(format!("the stored kill switch does not parse: {e}")))
@@ -65,11 +80,38 @@ impl AdminStore for SledAdmin {
     }
 
     fn save_kill_switch(&self, switch: &KillSwitch) -> Result<(), StoreError> {
-        let bytes = serde_json::to_vec(switch).map_err(|e| StoreError(e.to_string()))?;
+        let bytes = serde_json::to_vec(switch).map_err(store_err)?;
         self.tree
             .insert(KILL_SWITCH_KEY, bytes)
-            .map_err(|e| StoreError(e.to_string()))?;
-        self.tree.flush().map_err(|e| StoreError(e.to_string()))?;
+            .map_err(store_err)?;
+        self.tree.flush().map_err(store_err)?;
+        Ok(())
+    }
+
+    fn load_quarantined(&self) -> Result<Vec<Quarantined>, StoreError> {
+        self.tree
+            .scan_prefix(QUARANTINE_PREFIX)
+            .map(|kv| {
+                let (_, v) = kv.map_err(store_err)?;
+                serde_json::from_slice(&v).map_err(|e| {
+                    StoreError(format!("a stored quarantine entry does not parse: {e}"))
+                })
+            })
+            .collect()
+    }
+
+    fn save_quarantined(&self, entry: &Quarantined) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec(entry).map_err(store_err)?;
+        let key = format!("{QUARANTINE_PREFIX}{}", entry.principal);
+        self.tree.insert(key, bytes).map_err(store_err)?;
+        self.tree.flush().map_err(store_err)?;
+        Ok(())
+    }
+
+    fn remove_quarantined(&self, principal: &str) -> Result<(), StoreError> {
+        let key = format!("{QUARANTINE_PREFIX}{principal}");
+        self.tree.remove(key).map_err(store_err)?;
+        self.tree.flush().map_err(store_err)?;
         Ok(())
     }
 }
@@ -91,6 +133,7 @@ pub struct Admin {
     forced: Option<String>,
     on: AtomicBool,
     current: Mutex<KillSwitch>,
+    quarantine: Quarantine,
 }
 
 impl std::fmt::Debug for Admin {
@@ -107,15 +150,19 @@ impl Admin {
         store: Option<Arc<dyn AdminStore>>,
         forced: Option<String>,
     ) -> Result<Admin, StoreError> {
-        let current = match &store {
-            Some(s) => s.load_kill_switch()?.unwrap_or_default(),
-            None => KillSwitch::default(),
+        let (current, quarantine) = match &store {
+            Some(s) => (
+                s.load_kill_switch()?.unwrap_or_default(),
+                Quarantine::open(s.clone())?,
+            ),
+            None => (KillSwitch::default(), Quarantine::unstored()),
         };
         Ok(Admin {
             on: AtomicBool::new(current.on || forced.is_some()),
             store,
             forced,
             current: Mutex::new(current),
+            quarantine,
         })
     }
 
@@ -126,7 +173,13 @@ impl Admin {
             forced: None,
             on: AtomicBool::new(false),
             current: Mutex::new(KillSwitch::default()),
+            quarantine: Quarantine::unstored(),
         }
+    }
+
+    /// The quarantine list.
+    pub fn quarantine(&self) -> &Quarantine {
+        &self.quarantine
     }
 
     /// Whether calls are stopped now (one atomic load).

@@ -211,6 +211,12 @@ impl Detector {
         raised
     }
 
+    /// Forgets everything seen of `principal` (a human released it from quarantine: its
+    /// history must not raise the same signal again at its next call).
+    pub fn forget(&mut self, principal: &str) {
+        self.principals.remove(principal);
+    }
+
     /// Forgets principals idle for an hour.
     pub fn sweep(&mut self, now_ns: u64) {
         self.principals

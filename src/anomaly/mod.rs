@@ -10,6 +10,11 @@
 //! A raised signal is an alert: an audit record (`kind: anomaly`), a metric
 //! (`toolgate_anomalies_total{kind}`) and, when configured, a signed webhook. It stays visible
 //! to policies for `hold_secs` after it last fired, so policies can route or deny the next calls.
+//! A signal of a kind listed in `quarantine_on` also quarantines the principal (see
+//! [`crate::admin::Quarantine`]); releasing it makes the monitor forget the principal's history.
+//!
+//! Calls denied by the kill switch or a quarantine are counted but not shown to the detectors:
+//! they say nothing about the agent and would raise `repeated_failures` for everyone.
 
 mod detect;
 mod usage;
@@ -23,6 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, PoisonError, RwLock};
 
+use crate::admin::{Admin, Quarantined};
 use crate::approvals::Webhook;
 use crate::audit::{Audit, Entry, EntryKind, now_ms};
 use crate::authz::{AnomalyKind, AnomalyKinds, Outcome, Signals, Stage};
@@ -60,6 +66,14 @@ pub struct Alerts {
     pub audit: Option<Arc<Audit>>,
     /// Signed notifications.
     pub webhook: Option<Webhook>,
+    /// Where principals are quarantined, and for which kinds.
+    pub quarantine: Option<(Arc<Admin>, AnomalyKinds)>,
+}
+
+/// What the decision path and the admin routes send the detectors' thread.
+enum Msg {
+    Observe(Observation),
+    Forget(String),
 }
 
 /// The monitor: usage counters, the queue to the detectors, and the signals raised.
@@ -67,7 +81,7 @@ pub struct Monitor {
     usage: UsageCounters,
     clock: Arc<dyn Clock>,
     active: Arc<RwLock<Active>>,
-    tx: Option<SyncSender<Observation>>,
+    tx: Option<SyncSender<Msg>>,
     /// Counters for `/metrics`.
     pub stats: Arc<AnomalyStats>,
 }
@@ -136,6 +150,9 @@ impl Monitor {
         if outcome == Outcome::Deny {
             self.usage.denied(principal);
         }
+        if matches!(stage, Stage::KillSwitch | Stage::Quarantine) {
+            return;
+        }
         let Some(tx) = &self.tx else { return };
         let o = Observation {
             principal: principal.to_owned(),
@@ -144,11 +161,24 @@ impl Monitor {
             stage,
             at_ns: self.clock.now_ns(),
         };
-        match tx.try_send(o) {
+        match tx.try_send(Msg::Observe(o)) {
             Ok(()) => {}
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
                 self.stats.dropped.fetch_add(1, Ordering::Relaxed);
             }
+        }
+    }
+
+    /// Forgets `principal`'s raised signals now and its detector history next (after a human
+    /// released it from quarantine).
+    pub fn forget(&self, principal: &str) {
+        self.active
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(principal);
+        if let Some(tx) = &self.tx {
+            // Blocking send: rare, human-driven, and the history must not survive.
+            let _ = tx.send(Msg::Forget(principal.to_owned()));
         }
     }
 }
@@ -156,14 +186,25 @@ impl Monitor {
 /// The detectors' thread: observe, raise, alert; forget idle principals now and then.
 fn detect_all(
     mut detector: Detector,
-    rx: &Receiver<Observation>,
+    rx: &Receiver<Msg>,
     active: &RwLock<Active>,
     stats: &AnomalyStats,
     alerts: &Alerts,
 ) {
     let hold_ns = detector.config().hold_secs.saturating_mul(SECOND_NS);
     let mut last_sweep = 0u64;
-    while let Ok(o) = rx.recv() {
+    while let Ok(msg) = rx.recv() {
+        let o = match msg {
+            Msg::Observe(o) => o,
+            Msg::Forget(principal) => {
+                detector.forget(&principal);
+                active
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&principal);
+                continue;
+            }
+        };
         let now = o.at_ns;
         for raised in detector.observe(&o) {
             let fresh = {
@@ -203,6 +244,7 @@ fn alert(raised: &Raised, stats: &AnomalyStats, alerts: &Alerts) {
         "anomaly"
     );
     let id = uuid::Uuid::now_v7().to_string();
+    let quarantined = quarantine(raised, alerts);
     if let Some(audit) = &alerts.audit {
         audit.record_detached(Entry {
             kind: EntryKind::Anomaly,
@@ -222,7 +264,55 @@ fn alert(raised: &Raised, stats: &AnomalyStats, alerts: &Alerts) {
             "principal": raised.principal,
             "kind": raised.kind.as_str(),
             "detail": raised.detail,
+            "quarantined": quarantined,
             "at_ms": now_ms(),
         }));
     }
+}
+
+/// Quarantines the principal if `raised` is of a configured kind; recorded in the audit log.
+/// Whether it is quarantined now because of this signal.
+fn quarantine(raised: &Raised, alerts: &Alerts) -> bool {
+    let Some((admin, kinds)) = &alerts.quarantine else {
+        return false;
+    };
+    if !kinds.contains(raised.kind) {
+        return false;
+    }
+    let entry = Quarantined {
+        principal: raised.principal.clone(),
+        cause: raised.kind.as_str().to_owned(),
+        by: "anomaly".to_owned(),
+        reason: raised.detail.clone(),
+        at_ms: now_ms(),
+    };
+    let (entered, note) = match admin.quarantine().enter(entry) {
+        Ok(entered) => (entered, String::new()),
+        Err(e) => {
+            tracing::error!(error = %e, principal = raised.principal, "quarantine not stored; in force until restart");
+            (true, format!("; not stored, in force until restart: {e}"))
+        }
+    };
+    if !entered {
+        return false;
+    }
+    tracing::warn!(
+        principal = raised.principal,
+        kind = raised.kind.as_str(),
+        "principal quarantined"
+    );
+    if let Some(audit) = &alerts.audit {
+        audit.record_detached(Entry {
+            kind: EntryKind::Admin,
+            id: uuid::Uuid::now_v7().to_string(),
+            at_ms: now_ms(),
+            principal: Some(raised.principal.clone()),
+            decision: "quarantined".to_owned(),
+            stage: Some("anomaly".to_owned()),
+            reasons: vec![raised.kind.as_str().to_owned()],
+            detail: Some(format!("{}{note}", raised.detail)),
+            ..Entry::default()
+        });
+    }
+    true
 }

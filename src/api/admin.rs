@@ -2,6 +2,10 @@
 //! (`{"on": true, "reason": "..."}`). Only humans the policies allow may flip it
 //! (`Action::"kill_switch"`); every attempt, allowed or refused, is in the audit log before
 //! the answer, and an allowed change is recorded before it takes effect.
+//!
+//! Quarantine the same way: `GET /v1/admin/quarantine` lists quarantined agents (humans only),
+//! `POST /v1/admin/quarantine` (`{"agent": "dev-agent", "on": false, "reason": "..."}`)
+//! releases one or quarantines one by hand, as `Action::"quarantine"` allows.
 
 use std::sync::Arc;
 
@@ -14,7 +18,7 @@ use serde_json::{Value, json};
 
 use super::handlers::{authenticate, human};
 use super::{ApiError, AppState};
-use crate::admin::{KillSwitch, SwitchError};
+use crate::admin::{KillSwitch, Quarantined, SwitchError};
 use crate::audit::{Entry, EntryKind, now_ms};
 use crate::authz;
 use crate::policy::Snapshot;
@@ -124,4 +128,138 @@ pub async fn set_kill_switch(
     }
     tracing::warn!(on = body.on, by, "kill switch flipped");
     Ok(Json(view(&state)))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuarantineBody {
+    /// `dev-agent` or `Agent::"dev-agent"`.
+    agent: String,
+    on: bool,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// `dev-agent` or `Agent::"dev-agent"` → the agent's uid; anything else is a 400.
+fn agent_uid(raw: &str) -> Result<cedar_policy::EntityUid, ApiError> {
+    let bad = || {
+        ApiError::bad_request(
+            "invalid_agent",
+            "`agent` must be an agent id (`dev-agent`) or uid (`Agent::\"dev-agent\"`)",
+        )
+    };
+    if raw.is_empty() || raw.len() > 256 || raw.chars().any(char::is_control) {
+        return Err(bad());
+    }
+    let uid = if raw.contains("::") {
+        raw.parse::<cedar_policy::EntityUid>().map_err(|_| bad())?
+    } else {
+        cedar_policy::EntityUid::from_type_name_and_id(
+            "Agent".parse().map_err(|_| bad())?,
+            cedar_policy::EntityId::new(raw),
+        )
+    };
+    if uid.type_name().to_string() != "Agent" {
+        return Err(bad());
+    }
+    Ok(uid)
+}
+
+fn quarantine_view(state: &AppState) -> Value {
+    json!({ "quarantined": state.admin.quarantine().list() })
+}
+
+/// `GET /v1/admin/quarantine`: the quarantined agents (humans only).
+pub async fn show_quarantine(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    human(&state, &headers, "only humans see the quarantine list")?;
+    Ok(Json(quarantine_view(&state)))
+}
+
+/// `POST /v1/admin/quarantine`: quarantine an agent by hand or release it.
+pub async fn set_quarantine(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Json<QuarantineBody>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let who = human(&state, &headers, "only humans quarantine or release agents")?;
+    let Json(body) = body?;
+    let target = agent_uid(&body.agent)?;
+    let target_id = target.to_string();
+    let reason = body.reason.map(|r| r.chars().take(500).collect::<String>());
+    let snap: Arc<Snapshot> = state.policy.current();
+    let by = who.uid.to_string();
+    let entry = |decision: &str, reasons: Vec<String>| Entry {
+        kind: EntryKind::Admin,
+        id: uuid::Uuid::now_v7().to_string(),
+        at_ms: now_ms(),
+        principal: Some(by.clone()),
+        decision: decision.to_owned(),
+        reasons,
+        policy_revision: Some(snap.revision.clone()),
+        detail: Some(format!(
+            "agent: {target_id}; reason: {}",
+            reason.as_deref().unwrap_or("-")
+        )),
+        ..Entry::default()
+    };
+    let record_failed = |e: crate::audit::StoreError| {
+        tracing::error!(error = %e, "quarantine request not recorded; nothing changed");
+        ApiError::StoreUnavailable
+    };
+    let allowed = match authz::may_quarantine(&snap, &who, body.on, &target) {
+        Ok(policies) => policies,
+        Err(advice) => {
+            state
+                .audit
+                .record(entry("quarantine_refused", vec![advice.code.to_owned()]))
+                .await
+                .map_err(record_failed)?;
+            return Err(ApiError::NotEligible(advice.message));
+        }
+    };
+    let quarantine = state.admin.quarantine();
+    if !body.on && quarantine.get(&target_id).is_none() {
+        return Err(ApiError::NotQuarantined(target_id));
+    }
+    // Recorded first: a change that took effect is never missing from the log.
+    let word = if body.on {
+        "quarantine_on"
+    } else {
+        "quarantine_released"
+    };
+    state
+        .audit
+        .record(entry(word, allowed))
+        .await
+        .map_err(record_failed)?;
+    let changed = if body.on {
+        quarantine
+            .enter(Quarantined {
+                principal: target_id.clone(),
+                cause: "manual".to_owned(),
+                by: by.clone(),
+                reason: reason.clone().unwrap_or_default(),
+                at_ms: now_ms(),
+            })
+            .map(|_| ())
+    } else {
+        quarantine.release(&target_id).map(|released| {
+            if released.is_some() {
+                // Its history must not raise the same signal again at its next call.
+                state.monitor.forget(&target_id);
+            }
+        })
+    };
+    if let Err(e) = changed {
+        tracing::error!(error = %e, agent = target_id, on = body.on, "quarantine change not stored");
+        state
+            .audit
+            .record_detached(entry("quarantine_failed", vec![e.to_string()]));
+        return Err(ApiError::StoreUnavailable);
+    }
+    tracing::warn!(on = body.on, by, agent = target_id, "quarantine changed");
+    Ok(Json(quarantine_view(&state)))
 }

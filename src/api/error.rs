@@ -56,6 +56,8 @@ pub enum ApiError {
     NotEligible(String),
     /// The kill switch is forced on by the config or the environment.
     KillSwitchForced(String),
+    /// A release named an agent that is not quarantined.
+    NotQuarantined(String),
     /// A rate limit refused the call: a deny decided before Cedar, answered 429.
     RateLimited {
         /// The decision (recorded in the audit log).
@@ -123,6 +125,7 @@ impl ApiError {
             ApiError::NotEligible(_) => "not_eligible",
             ApiError::RateLimited { .. } => "rate_limited",
             ApiError::KillSwitchForced(_) => "kill_switch_forced",
+            ApiError::NotQuarantined(_) => "not_quarantined",
         }
     }
 
@@ -299,6 +302,12 @@ impl IntoResponse for ApiError {
                 code,
                 &format!("the kill switch is forced on by {by}"),
                 "remove `kill_switch = true` from the config or TOOLGATE_KILL_SWITCH from the environment, then restart",
+            ),
+            ApiError::NotQuarantined(agent) => plain(
+                StatusCode::NOT_FOUND,
+                code,
+                &format!("{agent} is not quarantined"),
+                "see GET /v1/admin/quarantine for the quarantined agents",
             ),
             ApiError::RateLimited { body, limited } => {
                 let message = format!(

@@ -111,6 +111,23 @@ pub async fn authorize(
         .await?;
         return Ok((HeaderMap::new(), Json(body)));
     }
+    if let Some(q) = state.admin.quarantine().get(&principal_id) {
+        let verdict = Verdict::deny(
+            Stage::Quarantine,
+            snap.tools.get(&call.tool),
+            Advice::new(
+                "quarantined",
+                format!(
+                    "this agent is quarantined (cause: {}, since unix ms {}); its calls are denied until a human releases it",
+                    q.cause, q.at_ms
+                ),
+                "do not retry; an operator reviews the audit log and releases it (POST /v1/admin/quarantine)",
+            ),
+        );
+        let caller = (&who, principal_id.as_str());
+        let body = record_early(&state, &snap, caller, &call, verdict, started).await?;
+        return Ok((HeaderMap::new(), Json(body)));
+    }
     // Limits come before Cedar: a flood costs a map lookup per call, not an evaluation.
     let tool = snap.tools.get(&call.tool);
     let quota = match state.limiter.check(
@@ -417,6 +434,7 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) 
             "audit_error": audit_failure,
             "audit_mode": state.audit.mode(),
             "kill_switch": state.admin.kill_switch_on(),
+            "quarantined": state.admin.quarantine().len(),
         })),
     )
 }

@@ -47,6 +47,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/audit/head"),
     ("GET", "/v1/admin/kill-switch"),
     ("POST", "/v1/admin/kill-switch"),
+    ("GET", "/v1/admin/quarantine"),
+    ("POST", "/v1/admin/quarantine"),
 ];
 
 /// Shared state: cheap to clone, every field an `Arc`.
@@ -135,8 +137,8 @@ impl AppState {
 
     /// The same state with `admin` (a stored, possibly forced, kill switch).
     #[must_use]
-    pub fn with_admin(mut self, admin: Admin) -> Self {
-        self.admin = Arc::new(admin);
+    pub fn with_admin(mut self, admin: Arc<Admin>) -> Self {
+        self.admin = admin;
         self
     }
 
@@ -167,6 +169,10 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/v1/admin/kill-switch",
             get(admin::show_kill_switch).post(admin::set_kill_switch),
+        )
+        .route(
+            "/v1/admin/quarantine",
+            get(admin::show_quarantine).post(admin::set_quarantine),
         )
         .fallback(handlers::not_found)
         .method_not_allowed_fallback(handlers::method_not_allowed)

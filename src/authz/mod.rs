@@ -155,6 +155,38 @@ pub fn may_flip_kill_switch(
     )
 }
 
+/// Whether the policies let `who` (a human) quarantine `target` (`on`) or release it. `Ok`
+/// carries the determining policies; `Err` says why not.
+pub fn may_quarantine(
+    snap: &Snapshot,
+    who: &Principal,
+    on: bool,
+    target: &cedar_policy::EntityUid,
+) -> Result<Vec<String>, Advice> {
+    if who.kind != PrincipalKind::Human {
+        return Err(Advice::new(
+            "wrong_principal_kind",
+            "only humans quarantine or release agents",
+            "use an operator's (human) credential",
+        ));
+    }
+    cedar::evaluate_admin(
+        snap,
+        who,
+        "quarantine",
+        vec![
+            (
+                "on".to_owned(),
+                cedar_policy::RestrictedExpression::new_bool(on),
+            ),
+            (
+                "target".to_owned(),
+                cedar_policy::RestrictedExpression::new_entity_uid(target.clone()),
+            ),
+        ],
+    )
+}
+
 /// May `approver` approve a pending call to `tool` made by `requester`? Decided by the Cedar
 /// `approve` action; evaluation errors deny.
 pub fn may_approve(

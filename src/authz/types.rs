@@ -154,6 +154,11 @@ impl AnomalyKind {
         }
     }
 
+    /// The kind named `name` (as [`AnomalyKind::as_str`] spells it).
+    pub fn parse(name: &str) -> Option<AnomalyKind> {
+        AnomalyKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
     fn bit(self) -> u8 {
         1 << (self as u8)
     }
@@ -226,6 +231,8 @@ pub enum Stage {
     RateLimit,
     /// The kill switch is on: every call is denied.
     KillSwitch,
+    /// The principal is quarantined: its calls are denied until a human releases it.
+    Quarantine,
     /// The decision could not be recorded in the audit log, so it is a deny (fail closed).
     Audit,
 }

@@ -79,7 +79,8 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
         (false, true) => Some("the environment (TOOLGATE_KILL_SWITCH)".to_owned()),
         (false, false) => None,
     };
-    let admin = Admin::open(Some(stores.admin), forced).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let admin =
+        Arc::new(Admin::open(Some(stores.admin), forced).map_err(|e| anyhow::anyhow!("{e}"))?);
     if admin.kill_switch_on() {
         tracing::warn!("KILL SWITCH ON: every tool call will be denied");
     }
@@ -95,8 +96,8 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
         cfg.rate_limits,
         Arc::new(MonotonicClock::default()),
     ))
-    .with_admin(admin)
-    .with_monitor(monitor(&cfg, &audit)?);
+    .with_monitor(monitor(&cfg, &audit, &admin)?)
+    .with_admin(admin);
     // Cedar denies (fail closed) when under 100 KiB of stack remain; long `||` chains in a
     // policy recurse deeply, so runtime threads get 8 MiB instead of the default 2 MiB.
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -220,7 +221,7 @@ async fn shutdown() {
 }
 
 /// The usage counters, and the anomaly detectors unless `[anomaly] enabled = false`.
-fn monitor(cfg: &Config, audit: &Arc<Audit>) -> anyhow::Result<Monitor> {
+fn monitor(cfg: &Config, audit: &Arc<Audit>, admin: &Arc<Admin>) -> anyhow::Result<Monitor> {
     let clock = Arc::new(MonotonicClock::default());
     let Some(detectors) = cfg.anomaly.clone() else {
         tracing::info!("anomaly detectors off; usage counters on");
@@ -236,6 +237,7 @@ fn monitor(cfg: &Config, audit: &Arc<Audit>) -> anyhow::Result<Monitor> {
     let alerts = Alerts {
         audit: Some(audit.clone()),
         webhook,
+        quarantine: (!cfg.quarantine_on.is_empty()).then(|| (admin.clone(), cfg.quarantine_on)),
     };
     Ok(Monitor::start(detectors, clock, alerts)?)
 }

@@ -10,6 +10,7 @@ use serde::Deserialize;
 use crate::anomaly::{DetectorConfig, SequenceRule};
 use crate::approvals::Ttl;
 use crate::audit::{Durability, Retention};
+use crate::authz::{AnomalyKind, AnomalyKinds};
 use crate::limits::{LimitConfig, Rate};
 
 use std::time::Duration;
@@ -95,6 +96,8 @@ struct RawAnomaly {
     webhook_secret_file: Option<PathBuf>,
     webhook_timeout_ms: Option<u64>,
     webhook_attempts: Option<u32>,
+    #[serde(default)]
+    quarantine_on: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -215,6 +218,8 @@ pub struct Config {
     pub anomaly: Option<DetectorConfig>,
     /// Where anomaly alerts are announced.
     pub anomaly_webhook: Option<WebhookSettings>,
+    /// Anomaly kinds that quarantine the principal they are raised for.
+    pub quarantine_on: AnomalyKinds,
 }
 
 /// The approver webhook, as configured (the secret is read when serving starts).
@@ -302,6 +307,7 @@ impl Config {
             kill_switch: false,
             anomaly: Some(DetectorConfig::default()),
             anomaly_webhook: None,
+            quarantine_on: AnomalyKinds::NONE,
         })
     }
 
@@ -473,6 +479,7 @@ impl Config {
             base,
         )
         .map_err(|(m, h)| invalid(m, h))?;
+        let quarantine_on = quarantine_kinds(&raw.anomaly).map_err(|(m, h)| invalid(m, h))?;
         let anomaly = detector_config(raw.anomaly).map_err(|(m, h)| invalid(m, h))?;
         if raw.audit.retain_records == Some(0) || raw.audit.retain_days == Some(0) {
             return Err(invalid(
@@ -499,6 +506,7 @@ impl Config {
             kill_switch: raw.kill_switch,
             anomaly,
             anomaly_webhook,
+            quarantine_on,
             listen,
             sources,
             max_body_bytes,
@@ -546,6 +554,27 @@ fn webhook(
         timeout: std::time::Duration::from_millis(timeout_ms.unwrap_or(2000).clamp(100, 30_000)),
         attempts,
     }))
+}
+
+/// `[anomaly] quarantine_on` → the kinds that quarantine, each one a known kind.
+fn quarantine_kinds(raw: &RawAnomaly) -> Result<AnomalyKinds, (String, &'static str)> {
+    let mut kinds = AnomalyKinds::NONE;
+    for name in &raw.quarantine_on {
+        let Some(kind) = AnomalyKind::parse(name) else {
+            return Err((
+                format!("`anomaly.quarantine_on` names an unknown kind `{name}`"),
+                "use some of \"spike\", \"repeated_failures\", \"sequence\", \"violation_rate\"",
+            ));
+        };
+        kinds.insert(kind);
+    }
+    if !kinds.is_empty() && raw.enabled == Some(false) {
+        return Err((
+            "`anomaly.quarantine_on` needs the detectors, but `anomaly.enabled = false`".to_owned(),
+            "remove `enabled = false` or `quarantine_on`",
+        ));
+    }
+    Ok(kinds)
 }
 
 /// `[anomaly]` → the detectors' thresholds, every one checked.

@@ -72,6 +72,17 @@ action \"kill_switch\" appliesTo {
   },
 };
 
+// Quarantine an agent by hand (`on: true`) or release it (`on: false`). `target` is the agent;
+// its attributes (e.g. `owner`) are readable when it is in entities.json.
+action \"quarantine\" appliesTo {
+  principal: [Human],
+  resource: [Sidecar],
+  context: {
+    on: Bool,
+    target: Agent,
+  },
+};
+
 // Approver eligibility: may this human approve a pending call to this tool?
 action \"approve\" appliesTo {
   principal: [Human],

@@ -80,6 +80,7 @@ when { context.anomaly.kinds.contains("violation_rate") };"#,
     let alerts = Alerts {
         audit: Some(state.audit.clone()),
         webhook: None,
+        quarantine: None,
     };
     let state = state.with_monitor(Monitor::start(config, clock.clone(), alerts).unwrap());
     let app = router(state.clone());

@@ -25,6 +25,7 @@ mod openapi;
 mod operators;
 mod process;
 mod props;
+mod quarantine;
 mod regressions;
 mod reload;
 mod server;

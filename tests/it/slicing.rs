@@ -130,13 +130,15 @@ fn a_slice_holds_only_the_policies_that_can_apply() {
             .policies()
             .count()
     };
-    assert_eq!(snap.policy_count(), 20);
+    assert_eq!(snap.policy_count(), 22);
     // read_file: 4 role grants, 2 tier forbids over the groups, the deny list, the sequence stop.
     assert_eq!(count("read_file"), 8);
     // approve: only the 3 approval policies.
     assert_eq!(count("approve"), 3);
     // kill_switch: only the admin policy.
     assert_eq!(count("kill_switch"), 1);
+    // quarantine: the two quarantine policies.
+    assert_eq!(count("quarantine"), 2);
     assert!(count("git_push") < snap.policy_count());
     // Inside a slice the action scope is known to match, so it is not evaluated again.
     let slice = snap.policies_for(&uid(r#"Action::"read_file""#));

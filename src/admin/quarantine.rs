@@ -1,0 +1,170 @@
+//! Quarantine: principals whose every call is denied until a human releases them.
+//!
+//! A principal enters quarantine when an anomaly signal of a configured kind is raised for it
+//! (`[anomaly] quarantine_on`), or when a human the policies allow puts it there by hand. Only
+//! a human the policies allow releases it (`Action::"quarantine"` with `on: false`). Entries are
+//! stored (sled tree `admin`, flushed) before they take effect, so a quarantine survives a
+//! restart; a release is stored before it takes effect too.
+//!
+//! The decision path reads an immutable map through one `ArcSwap` load: no lock.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use arc_swap::ArcSwap;
+use serde::{Deserialize, Serialize};
+
+use super::AdminStore;
+use crate::audit::StoreError;
+
+/// One quarantined principal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Quarantined {
+    /// The principal (`Agent::"dev-agent"`).
+    pub principal: String,
+    /// What put it there: an anomaly kind (`sequence`, …) or `manual`.
+    pub cause: String,
+    /// Who: `anomaly` or the human (`Human::"alice"`).
+    pub by: String,
+    /// The anomaly's detail or the human's reason.
+    pub reason: String,
+    /// When, unix ms.
+    pub at_ms: u64,
+}
+
+type Map = HashMap<String, Arc<Quarantined>>;
+
+/// The live quarantine list.
+pub struct Quarantine {
+    store: Option<Arc<dyn AdminStore>>,
+    live: ArcSwap<Map>,
+    /// Serializes changes: store, then swap.
+    write: Mutex<()>,
+}
+
+impl std::fmt::Debug for Quarantine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Quarantine")
+            .field("principals", &self.live.load().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Quarantine {
+    /// The list as stored.
+    pub(super) fn open(store: Arc<dyn AdminStore>) -> Result<Quarantine, StoreError> {
+        let map: Map = store
+            .load_quarantined()?
+            .into_iter()
+            .map(|q| (q.principal.clone(), Arc::new(q)))
+            .collect();
+        Ok(Quarantine {
+            store: Some(store),
+            live: ArcSwap::from_pointee(map),
+            write: Mutex::new(()),
+        })
+    }
+
+    /// An empty list kept in memory only.
+    pub(super) fn unstored() -> Quarantine {
+        Quarantine {
+            store: None,
+            live: ArcSwap::from_pointee(Map::new()),
+            write: Mutex::new(()),
+        }
+    }
+
+    /// The entry for `principal` if it is quarantined (one atomic load and a map lookup).
+    pub fn get(&self, principal: &str) -> Option<Arc<Quarantined>> {
+        let live = self.live.load();
+        if live.is_empty() {
+            return None;
+        }
+        live.get(principal).cloned()
+    }
+
+    /// How many principals are quarantined.
+    pub fn len(&self) -> usize {
+        self.live.load().len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.live.load().is_empty()
+    }
+
+    /// Every quarantined principal, oldest first.
+    pub fn list(&self) -> Vec<Quarantined> {
+        let mut all: Vec<Quarantined> = self.live.load().values().map(|q| (**q).clone()).collect();
+        all.sort_by(|a, b| (a.at_ms, &a.principal).cmp(&(b.at_ms, &b.principal)));
+        all
+    }
+
+    /// Quarantines `entry.principal`: stored durably, then in force. `Ok(false)` when it was
+    /// already quarantined (the first entry is kept). If the store fails, the quarantine is
+    /// still in force in memory (fail closed) and the error says it will not survive a restart.
+    pub fn enter(&self, entry: Quarantined) -> Result<bool, StoreError> {
+        let _guard = self.write.lock().unwrap_or_else(PoisonError::into_inner);
+        let current = self.live.load_full();
+        if current.contains_key(&entry.principal) {
+            return Ok(false);
+        }
+        let stored = match &self.store {
+            Some(store) => store.save_quarantined(&entry),
+            None => Ok(()),
+        };
+        let mut next = (*current).clone();
+        next.insert(entry.principal.clone(), Arc::new(entry));
+        self.live.store(Arc::new(next));
+        stored.map(|()| true)
+    }
+
+    /// Releases `principal`: removed from the store durably, then from force. `Ok(None)` when
+    /// it was not quarantined.
+    pub fn release(&self, principal: &str) -> Result<Option<Quarantined>, StoreError> {
+        let _guard = self.write.lock().unwrap_or_else(PoisonError::into_inner);
+        let current = self.live.load_full();
+        let Some(entry) = current.get(principal).cloned() else {
+            return Ok(None);
+        };
+        if let Some(store) = &self.store {
+            store.remove_quarantined(principal)?;
+        }
+        let mut next = (*current).clone();
+        next.remove(principal);
+        self.live.store(Arc::new(next));
+        Ok(Some((*entry).clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(p: &str, at_ms: u64) -> Quarantined {
+        Quarantined {
+            principal: p.to_owned(),
+            cause: "sequence".to_owned(),
+            by: "anomaly".to_owned(),
+            reason: "r".to_owned(),
+            at_ms,
+        }
+    }
+
+    #[test]
+    fn enter_once_release_once() {
+        let q = Quarantine::unstored();
+        assert!(q.get("Agent::\"a\"").is_none());
+        assert!(q.enter(entry("Agent::\"a\"", 2)).unwrap());
+        assert!(!q.enter(entry("Agent::\"a\"", 3)).unwrap());
+        assert!(q.enter(entry("Agent::\"b\"", 1)).unwrap());
+        assert_eq!(q.get("Agent::\"a\"").unwrap().at_ms, 2);
+        let listed: Vec<_> = q.list().into_iter().map(|e| e.principal).collect();
+        assert_eq!(listed, ["Agent::\"b\"", "Agent::\"a\""]);
+        assert_eq!(q.release("Agent::\"a\"").unwrap().unwrap().at_ms, 2);
+        assert!(q.release("Agent::\"a\"").unwrap().is_none());
+        assert!(q.get("Agent::\"a\"").is_none());
+        assert!(q.get("Agent::\"b\"").is_some());
+    }
+}
