@@ -166,10 +166,7 @@ fn scale(c: &mut Criterion) {
 /// The rate limiter's cost per call, with all three levels configured (the most it does).
 fn limiter(c: &mut Criterion) {
     use toolgate::limits::{LimitConfig, Limiter, MonotonicClock, Rate};
-    let wide = Rate {
-        per_second: 1e12,
-        burst: u32::MAX,
-    };
+    let wide = Rate::bucket(1e12, u32::MAX);
     let limiter = Limiter::new(
         LimitConfig {
             global: Some(wide),

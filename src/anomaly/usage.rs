@@ -35,14 +35,28 @@ struct PrincipalCounts {
 
 /// A map split into locked shards; each value remembers when it was last used.
 struct Sharded<V> {
-    shards: Vec<Mutex<HashMap<String, (u64, V)>>>,
+    shards: Vec<Mutex<Shard<V>>>,
     hasher: std::hash::RandomState,
+}
+
+struct Shard<V> {
+    map: HashMap<String, (u64, V)>,
+    /// Sweep when the map grows past this (and past [`SWEEP_ABOVE`]): the next sweep waits
+    /// until the shard doubles, so a shard of busy keys is not swept on every insert.
+    sweep_above: usize,
 }
 
 impl<V: Default> Sharded<V> {
     fn new() -> Self {
         Sharded {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| {
+                    Mutex::new(Shard {
+                        map: HashMap::new(),
+                        sweep_above: SWEEP_ABOVE,
+                    })
+                })
+                .collect(),
             hasher: std::hash::RandomState::new(),
         }
     }
@@ -50,27 +64,33 @@ impl<V: Default> Sharded<V> {
     /// Runs `f` on the entry for `key` (created empty when absent) and marks it used `now`.
     fn with<T>(&self, key: &str, now: u64, f: impl FnOnce(&mut V) -> T) -> Option<T> {
         let shard = (self.hasher.hash_one(key) as usize) & (SHARDS - 1);
-        let mut map = self
+        let mut shard = self
             .shards
             .get(shard)?
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some((used, v)) = map.get_mut(key) {
+        if let Some((used, v)) = shard.map.get_mut(key) {
             *used = now;
             return Some(f(v));
         }
-        if map.len() > SWEEP_ABOVE {
+        if shard.map.len() > shard.sweep_above {
             // An entry idle for an hour counts nothing any window can see.
-            map.retain(|_, (used, _)| now.saturating_sub(*used) < 60 * MINUTE_NS);
+            shard
+                .map
+                .retain(|_, (used, _)| now.saturating_sub(*used) < 60 * MINUTE_NS);
+            shard.sweep_above = shard.map.len().saturating_mul(2).max(SWEEP_ABOVE);
         }
-        let (_, v) = map.entry(key.to_owned()).or_insert((now, V::default()));
+        let (_, v) = shard
+            .map
+            .entry(key.to_owned())
+            .or_insert((now, V::default()));
         Some(f(v))
     }
 
     fn len(&self) -> usize {
         self.shards
             .iter()
-            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).len())
+            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).map.len())
             .sum()
     }
 }

@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use super::body::DecisionBody;
-use crate::limits::{Limited, Quota, Scope};
+use crate::limits::{Limited, Per, Quota, Scope};
 
 /// Fields a caller might use to claim an identity in the body; refused with a pointed message.
 const IDENTITY_FIELDS: [&str; 5] = ["principal", "agent", "user", "identity", "subject"];
@@ -75,6 +75,7 @@ struct RateLimitedBody<'a> {
     message: String,
     suggestion: &'a str,
     scope: Scope,
+    per: Per,
     #[serde(flatten)]
     decision: &'a DecisionBody,
 }
@@ -310,8 +311,12 @@ impl IntoResponse for ApiError {
                 "see GET /v1/admin/quarantine for the quarantined agents",
             ),
             ApiError::RateLimited { body, limited } => {
+                let per = match limited.quota.per {
+                    Per::Bucket => "burst".to_owned(),
+                    window => format!("per {}", window.as_str()),
+                };
                 let message = format!(
-                    "rate limit reached ({} calls per bucket, scope {}); retry in {} s",
+                    "rate limit reached ({} calls {per}, scope {}); retry in {} s",
                     limited.quota.limit,
                     match limited.quota.scope {
                         Scope::PrincipalTool => "principal and tool",
@@ -326,6 +331,7 @@ impl IntoResponse for ApiError {
                     message,
                     suggestion: "wait `retry_after` seconds before calling again; do not retry in a loop",
                     scope: limited.quota.scope,
+                    per: limited.quota.per,
                     decision: &body,
                 };
                 let mut resp = (StatusCode::TOO_MANY_REQUESTS, Json(out)).into_response();

@@ -56,7 +56,7 @@ pub(super) fn evaluate(
         call_context(&args_expr, false, ids, signals),
     ) {
         Ok(r) => r,
-        Err(v) => return v,
+        Err(v) => return *v,
     };
     let blocking = reasons(&as_is);
     if as_is.decision() == Decision::Allow {
@@ -77,7 +77,7 @@ pub(super) fn evaluate(
         call_context(&args_expr, true, ids, signals),
     ) {
         Ok(r) => r,
-        Err(v) => return v,
+        Err(v) => return *v,
     };
     if approved.decision() == Decision::Allow {
         return Verdict::new(
@@ -169,7 +169,7 @@ pub(super) fn evaluate_approve(
     let context = Context::from_pairs(pairs).map_err(|e| e.to_string());
     let r = match authorize(snap, approver, &action, tool, entities, context) {
         Ok(r) => r,
-        Err(deny) => return deny,
+        Err(deny) => return *deny,
     };
     let determining = reasons(&r);
     if r.decision() == Decision::Allow {
@@ -281,7 +281,7 @@ fn authorize(
     tool: &Tool,
     entities: &Entities,
     context: Result<Context, String>,
-) -> Result<Response, Verdict> {
+) -> Result<Response, Box<Verdict>> {
     let request = context
         .and_then(|ctx| {
             Request::new(
@@ -293,12 +293,12 @@ fn authorize(
             )
             .map_err(|e| e.to_string())
         })
-        .map_err(|e| internal_deny(tool, &e))?;
+        .map_err(|e| Box::new(internal_deny(tool, &e)))?;
     let response = snap
         .authorizer
         .is_authorized(&request, snap.policies_for(action), entities);
     match policy_errors(&response) {
-        Some(deny) => Err(deny.verdict(tool)),
+        Some(deny) => Err(Box::new(deny.verdict(tool))),
         None => Ok(response),
     }
 }

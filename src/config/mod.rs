@@ -452,7 +452,7 @@ impl Config {
             if let Some(Err(why)) = rate.as_ref().map(Rate::check) {
                 return Err(invalid(
                     format!("`rate_limits.{name}`: {why}"),
-                    "e.g. `per_principal = { per_second = 10, burst = 20 }`",
+                    "e.g. `per_principal = { per_second = 10, burst = 20 }` or `{ per_hour = 500 }`",
                 ));
             }
         }

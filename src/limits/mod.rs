@@ -1,90 +1,140 @@
-//! Rate limits: token buckets per (principal, tool), per principal and global, checked before
-//! Cedar. A bucket holds up to `burst` tokens and refills at `per_second`; a call takes one
-//! token from each bucket that applies, or none (tokens already taken are returned when a
-//! later bucket refuses), so concurrent callers never get more than a bucket holds.
+//! Rate limits: per (principal, tool), per principal and global, checked before Cedar.
 //!
-//! Time comes from a [`Clock`]: monotonic in the server, a [`ManualClock`] in tests. Buckets
-//! live in sharded maps; a full bucket is the same as no bucket, so full ones are dropped when
-//! a shard grows, which keeps memory bounded by the keys that are actually busy.
+//! Each level has a [`Rate`]: a token bucket (`burst` calls at once, refilled at
+//! `per_second`), fixed windows (`per_minute`, `per_hour`, `per_day`, reset on the minute, the
+//! hour and at 00:00 UTC), or both. A call takes one unit from every limit that applies, or
+//! none: a limit that refuses leaves the others untouched (units already taken further down are
+//! returned), so concurrent callers never get more than a limit allows.
+//!
+//! Time comes from a [`Clock`]: monotonic for buckets and wall time for windows in the server,
+//! a [`ManualClock`] in tests. Limits live in sharded maps; an entry that is full (bucket) and
+//! unused (windows) is the same as no entry, so such entries are dropped when a shard grows,
+//! which keeps memory bounded by the keys that are actually busy. Counts are in memory: a
+//! restart starts every limit afresh.
+
+mod clock;
+
+pub use clock::{Clock, ManualClock, MonotonicClock};
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-/// Shards of the bucket maps (a power of two).
+/// Shards of the maps (a power of two).
 const SHARDS: usize = 16;
-/// Entries per shard above which full buckets are dropped.
+/// Entries per shard above which unused entries are dropped.
 const SWEEP_ABOVE: usize = 1024;
 const NS: f64 = 1e9;
 
-/// A rate: `burst` calls at once, refilled at `per_second`.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// A fixed window's length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Per {
+    /// A token bucket (not a window).
+    Bucket,
+    /// On the minute.
+    Minute,
+    /// On the hour.
+    Hour,
+    /// At 00:00 UTC.
+    Day,
+}
+
+impl Per {
+    const WINDOWS: [Per; 3] = [Per::Minute, Per::Hour, Per::Day];
+
+    fn window_ms(self) -> u64 {
+        match self {
+            Per::Bucket => 1,
+            Per::Minute => 60_000,
+            Per::Hour => 3_600_000,
+            Per::Day => 86_400_000,
+        }
+    }
+
+    /// `minute`, `hour`, `day` (`second` for a bucket's refill).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Per::Bucket => "second",
+            Per::Minute => "minute",
+            Per::Hour => "hour",
+            Per::Day => "day",
+        }
+    }
+}
+
+/// One level's limit: a token bucket, fixed windows, or both.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Rate {
     /// Tokens added per second (may be fractional: 0.5 is one call every two seconds).
-    pub per_second: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_second: Option<f64>,
     /// Most tokens held: the largest burst.
-    pub burst: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u32>,
+    /// Calls per calendar minute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_minute: Option<u32>,
+    /// Calls per clock hour.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_hour: Option<u32>,
+    /// Calls per UTC day.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_day: Option<u32>,
 }
 
 impl Rate {
+    /// A token bucket only.
+    pub fn bucket(per_second: f64, burst: u32) -> Rate {
+        Rate {
+            per_second: Some(per_second),
+            burst: Some(burst),
+            ..Rate::default()
+        }
+    }
+
     /// Checks the numbers; the message says what to fix.
     pub fn check(&self) -> Result<(), String> {
-        if !(self.per_second.is_finite() && self.per_second > 0.0) {
-            return Err("`per_second` must be a number greater than 0".to_owned());
+        match (self.per_second, self.burst) {
+            (Some(p), Some(b)) => {
+                if !(p.is_finite() && p > 0.0) {
+                    return Err("`per_second` must be a number greater than 0".to_owned());
+                }
+                if b == 0 {
+                    return Err("`burst` must be at least 1".to_owned());
+                }
+            }
+            (None, None) => {}
+            _ => return Err("a token bucket needs both `per_second` and `burst`".to_owned()),
         }
-        if self.burst == 0 {
-            return Err("`burst` must be at least 1".to_owned());
+        for per in Per::WINDOWS {
+            if self.window(per) == Some(0) {
+                return Err(format!("`per_{}` must be at least 1", per.as_str()));
+            }
+        }
+        if self.per_second.is_none() && Per::WINDOWS.iter().all(|p| self.window(*p).is_none()) {
+            return Err(
+                "set `per_second` and `burst`, or `per_minute`, `per_hour` or `per_day`".to_owned(),
+            );
         }
         Ok(())
     }
-}
 
-/// Where time comes from, in nanoseconds since an arbitrary start.
-pub trait Clock: Send + Sync {
-    /// Now.
-    fn now_ns(&self) -> u64;
-}
-
-/// The server's clock: monotonic, immune to wall-clock changes.
-#[derive(Debug)]
-pub struct MonotonicClock(Instant);
-
-impl Default for MonotonicClock {
-    fn default() -> Self {
-        MonotonicClock(Instant::now())
+    fn window(&self, per: Per) -> Option<u32> {
+        match per {
+            Per::Bucket => None,
+            Per::Minute => self.per_minute,
+            Per::Hour => self.per_hour,
+            Per::Day => self.per_day,
+        }
     }
-}
 
-impl Clock for MonotonicClock {
-    fn now_ns(&self) -> u64 {
-        u64::try_from(self.0.elapsed().as_nanos()).unwrap_or(u64::MAX)
-    }
-}
-
-/// A clock that moves only when told (tests).
-#[derive(Debug, Default)]
-pub struct ManualClock(AtomicU64);
-
-impl ManualClock {
-    /// Moves the clock forward by `ms`.
-    pub fn advance_ms(&self, ms: u64) {
-        self.0
-            .fetch_add(ms.saturating_mul(1_000_000), Ordering::SeqCst);
-    }
-    /// Sets the clock (also backwards, to test jumps).
-    pub fn set_ms(&self, ms: u64) {
-        self.0.store(ms.saturating_mul(1_000_000), Ordering::SeqCst);
-    }
-}
-
-impl Clock for ManualClock {
-    fn now_ns(&self) -> u64 {
-        self.0.load(Ordering::SeqCst)
+    fn has_windows(&self) -> bool {
+        self.per_minute.is_some() || self.per_hour.is_some() || self.per_day.is_some()
     }
 }
 
@@ -99,47 +149,110 @@ pub struct LimitConfig {
     pub per_principal_tool: Option<Rate>,
 }
 
+/// Now, as each kind of limit reads it.
+#[derive(Debug, Clone, Copy)]
+struct Now {
+    /// Monotonic ns (buckets).
+    ns: u64,
+    /// Unix ms (windows); 0 when no window applies.
+    unix_ms: u64,
+}
+
+/// A fixed window's count: which window (unix ms / length) and how many calls in it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Count {
+    window: u64,
+    calls: u32,
+}
+
+impl Count {
+    /// The calls in the window `now` falls in. A clock that went back keeps the later window.
+    fn current(&mut self, per: Per, now: Now) -> u32 {
+        let window = now.unix_ms / per.window_ms();
+        if window > self.window {
+            *self = Count { window, calls: 0 };
+        }
+        self.calls
+    }
+}
+
+/// The state of one key's limit.
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
     tokens: f64,
     last_ns: u64,
+    /// Per minute, hour, day.
+    counts: [Count; 3],
     /// The rate it was last used with (a reload may change a tool's rate).
     rate: Rate,
 }
 
 impl Bucket {
-    fn full(rate: &Rate, now: u64) -> Bucket {
+    fn full(rate: &Rate, now: Now) -> Bucket {
         Bucket {
-            tokens: f64::from(rate.burst),
-            last_ns: now,
+            tokens: f64::from(rate.burst.unwrap_or(0)),
+            last_ns: now.ns,
+            counts: [Count::default(); 3],
             rate: *rate,
         }
     }
 
     /// Adds what accrued since the last look at `rate`. A clock that went backwards adds
     /// nothing.
-    fn refill(&mut self, rate: &Rate, now: u64) {
-        let elapsed = now.saturating_sub(self.last_ns) as f64 / NS;
-        self.tokens = (self.tokens + elapsed * rate.per_second).min(f64::from(rate.burst));
-        self.last_ns = self.last_ns.max(now);
+    fn refill(&mut self, rate: &Rate, now: Now) {
+        if let (Some(per_second), Some(burst)) = (rate.per_second, rate.burst) {
+            let elapsed = now.ns.saturating_sub(self.last_ns) as f64 / NS;
+            self.tokens = (self.tokens + elapsed * per_second).min(f64::from(burst));
+        }
+        self.last_ns = self.last_ns.max(now.ns);
         self.rate = *rate;
     }
 
-    /// Whether it would be full at `now`, at its own rate.
-    fn full_at(&self, now: u64) -> bool {
+    /// Whether it holds no state at `now`: bucket full, no calls in the current windows.
+    fn unused_at(&self, now: Now) -> bool {
         let mut probe = *self;
         probe.refill(&self.rate, now);
-        probe.tokens >= f64::from(self.rate.burst)
+        let bucket_full = probe.tokens >= f64::from(self.rate.burst.unwrap_or(0));
+        bucket_full
+            && Per::WINDOWS
+                .into_iter()
+                .zip(probe.counts.iter_mut())
+                .all(|(per, c)| c.current(per, now) == 0)
     }
 
-    fn quota(&self, rate: &Rate, scope: Scope) -> Quota {
-        let missing = f64::from(rate.burst) - self.tokens;
-        Quota {
-            scope,
-            limit: rate.burst,
-            remaining: self.tokens.max(0.0).floor() as u32,
-            reset_secs: (missing / rate.per_second).ceil().max(0.0) as u64,
+    /// Every limit of `rate` as (quota, seconds until one more call may pass).
+    fn quotas(&mut self, rate: &Rate, scope: Scope, now: Now) -> Vec<(Quota, u64)> {
+        let mut out = Vec::with_capacity(2);
+        if let (Some(per_second), Some(burst)) = (rate.per_second, rate.burst) {
+            let missing = f64::from(burst) - self.tokens;
+            let quota = Quota {
+                scope,
+                per: Per::Bucket,
+                limit: burst,
+                remaining: self.tokens.max(0.0).floor() as u32,
+                reset_secs: (missing / per_second).ceil().max(0.0) as u64,
+            };
+            let wait = ((1.0 - self.tokens) / per_second).ceil().max(1.0) as u64;
+            out.push((quota, wait));
         }
+        for (per, count) in Per::WINDOWS.into_iter().zip(self.counts.iter_mut()) {
+            let Some(limit) = rate.window(per) else {
+                continue;
+            };
+            let calls = count.current(per, now);
+            let len = per.window_ms();
+            let ends_in_ms = len - now.unix_ms % len;
+            let reset_secs = ends_in_ms.div_ceil(1000).max(1);
+            let quota = Quota {
+                scope,
+                per,
+                limit,
+                remaining: limit.saturating_sub(calls),
+                reset_secs,
+            };
+            out.push((quota, reset_secs));
+        }
+        out
     }
 }
 
@@ -155,14 +268,16 @@ pub enum Scope {
     Global,
 }
 
-/// Where a caller stands with the tightest bucket that applies.
+/// Where a caller stands with the tightest limit that applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Quota {
-    /// The bucket.
+    /// The level.
     pub scope: Scope,
+    /// The kind of limit: a token bucket or a fixed window.
+    pub per: Per,
     /// Its size (`X-RateLimit-Limit`).
     pub limit: u32,
-    /// Whole tokens left (`X-RateLimit-Remaining`).
+    /// Calls left (`X-RateLimit-Remaining`).
     pub remaining: u32,
     /// Seconds until it is full again (`X-RateLimit-Reset`).
     pub reset_secs: u64,
@@ -171,17 +286,17 @@ pub struct Quota {
 /// A refused call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limited {
-    /// The bucket that refused, as a quota.
+    /// The limit that refused (the one with the longest wait), as a quota.
     pub quota: Quota,
-    /// Seconds until one token is there (`Retry-After`, at least 1).
+    /// Seconds until a call may pass (`Retry-After`, at least 1).
     pub retry_after_secs: u64,
 }
 
-/// One bucket a call draws from: its scope, map key and rate.
+/// One entry a call draws from: its scope, map key and rate.
 struct Slot {
     scope: Scope,
     /// Tagged by scope, so no principal name can collide with a (principal, tool) key. Unused
-    /// for the global bucket.
+    /// for the global entry.
     key: String,
     rate: Rate,
 }
@@ -197,12 +312,20 @@ impl Slot {
     }
 }
 
+/// One shard of the entries.
+#[derive(Default)]
+struct Shard {
+    map: HashMap<String, Bucket>,
+    /// Sweep when the map grows past this (and past [`SWEEP_ABOVE`]).
+    sweep_above: usize,
+}
+
 /// The limiter.
 pub struct Limiter {
     config: LimitConfig,
     clock: Arc<dyn Clock>,
     global: Mutex<Option<Bucket>>,
-    shards: Vec<Mutex<HashMap<String, Bucket>>>,
+    shards: Vec<Mutex<Shard>>,
     hasher: RandomState,
     /// Calls refused so far.
     rejections: AtomicU64,
@@ -223,7 +346,7 @@ impl Limiter {
             config,
             clock,
             global: Mutex::new(None),
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             hasher: RandomState::new(),
             rejections: AtomicU64::new(0),
         }
@@ -234,10 +357,10 @@ impl Limiter {
         &self.config
     }
 
-    /// Takes one token for a call by `principal` to `tool`. `tool_rate` is the tool's own rate
-    /// (its manifest); `None` for a registered tool without one uses the configured default,
-    /// and `registered = false` skips the per-tool bucket (unknown names must not create
-    /// buckets). `Ok(None)`: no limit applies.
+    /// Takes one unit for a call by `principal` to `tool` from every limit that applies.
+    /// `tool_rate` is the tool's own rate (its manifest); `None` for a registered tool without
+    /// one uses the configured default, and `registered = false` skips the per-tool limit
+    /// (unknown names must not create entries). `Ok(None)`: no limit applies.
     pub fn check(
         &self,
         principal: &str,
@@ -250,18 +373,23 @@ impl Limiter {
         } else {
             None
         };
-        if per_tool.is_none() && self.config.per_principal.is_none() && self.config.global.is_none()
-        {
-            return Ok(None);
-        }
-        let now = self.clock.now_ns();
-        let mut taken: Vec<Slot> = Vec::with_capacity(3);
-        let mut tightest: Option<Quota> = None;
         let steps = [
             (Scope::PrincipalTool, per_tool),
             (Scope::Principal, self.config.per_principal),
             (Scope::Global, self.config.global),
         ];
+        if steps.iter().all(|(_, r)| r.is_none()) {
+            return Ok(None);
+        }
+        let windows = steps
+            .iter()
+            .any(|(_, r)| r.as_ref().is_some_and(Rate::has_windows));
+        let now = Now {
+            ns: self.clock.now_ns(),
+            unix_ms: if windows { self.clock.unix_ms() } else { 0 },
+        };
+        let mut taken: Vec<Slot> = Vec::with_capacity(3);
+        let mut tightest: Option<Quota> = None;
         for (scope, rate) in steps {
             let Some(rate) = rate else { continue };
             let slot = Slot::new(scope, principal, tool, rate);
@@ -284,8 +412,8 @@ impl Limiter {
         Ok(tightest)
     }
 
-    /// Runs `f` on the bucket for `slot`, created full when absent.
-    fn with_bucket<T>(&self, slot: &Slot, now: u64, f: impl FnOnce(&mut Bucket) -> T) -> T {
+    /// Runs `f` on the entry for `slot`, created unused when absent.
+    fn with_bucket<T>(&self, slot: &Slot, now: Now, f: impl FnOnce(&mut Bucket) -> T) -> T {
         let rate = &slot.rate;
         if slot.scope == Scope::Global {
             let mut g = self.global.lock().unwrap_or_else(PoisonError::into_inner);
@@ -295,50 +423,91 @@ impl Limiter {
         }
         let key = &slot.key;
         let shard = (self.hasher.hash_one(key) as usize) & (SHARDS - 1);
-        // Unreachable misses (the index is masked) fail closed with an empty bucket.
+        // Unreachable misses (the index is masked) fail closed with an empty entry.
         let empty = || Bucket {
             tokens: 0.0,
-            last_ns: now,
+            last_ns: now.ns,
+            counts: [Count {
+                window: u64::MAX,
+                calls: u32::MAX,
+            }; 3],
             rate: *rate,
         };
         let Some(shard) = self.shards.get(shard) else {
             return f(&mut empty());
         };
-        let mut map = shard.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
         // The busy path: one lookup, no allocation.
-        if let Some(b) = map.get_mut(key) {
+        if let Some(b) = shard.map.get_mut(key) {
             b.refill(rate, now);
             return f(b);
         }
-        if map.len() > SWEEP_ABOVE {
-            // Full buckets carry no state: dropping them changes no answer.
-            map.retain(|_, b| !b.full_at(now));
+        if shard.map.len() > shard.sweep_above.max(SWEEP_ABOVE) {
+            // Unused entries carry no state: dropping them changes no answer. The next sweep
+            // waits until the shard doubles, so a shard of busy keys is not swept per insert.
+            shard.map.retain(|_, b| !b.unused_at(now));
+            shard.sweep_above = shard.map.len().saturating_mul(2);
         }
-        let b = map
+        let b = shard
+            .map
             .entry(key.clone())
             .or_insert_with(|| Bucket::full(rate, now));
         f(b)
     }
 
-    fn take(&self, slot: &Slot, now: u64) -> Result<Quota, Limited> {
+    /// Takes one unit from every limit of `slot`, or none if any refuses.
+    fn take(&self, slot: &Slot, now: Now) -> Result<Quota, Limited> {
         let (rate, scope) = (&slot.rate, slot.scope);
         self.with_bucket(slot, now, |b| {
-            if b.tokens >= 1.0 {
-                b.tokens -= 1.0;
-                Ok(b.quota(rate, scope))
-            } else {
-                let wait = ((1.0 - b.tokens) / rate.per_second).ceil().max(1.0) as u64;
-                Err(Limited {
-                    quota: b.quota(rate, scope),
-                    retry_after_secs: wait,
-                })
+            let quotas = b.quotas(rate, scope, now);
+            let refusing = quotas
+                .iter()
+                .filter(|(q, _)| q.remaining == 0)
+                .max_by_key(|(_, wait)| *wait);
+            if let Some((quota, wait)) = refusing {
+                return Err(Limited {
+                    quota: *quota,
+                    retry_after_secs: *wait,
+                });
             }
+            if rate.per_second.is_some() {
+                b.tokens -= 1.0;
+            }
+            for (per, count) in Per::WINDOWS.into_iter().zip(b.counts.iter_mut()) {
+                if rate.window(per).is_some() {
+                    count.calls = count.calls.saturating_add(1);
+                }
+            }
+            let tightest = b
+                .quotas(rate, scope, now)
+                .into_iter()
+                .map(|(q, _)| q)
+                .min_by_key(|q| q.remaining);
+            // `quotas` holds at least one limit: `Rate::check` refuses a rate with none.
+            tightest.ok_or(Limited {
+                quota: Quota {
+                    scope,
+                    per: Per::Bucket,
+                    limit: 0,
+                    remaining: 0,
+                    reset_secs: 1,
+                },
+                retry_after_secs: 1,
+            })
         })
     }
 
-    fn give_back(&self, slot: &Slot, now: u64) {
+    fn give_back(&self, slot: &Slot, now: Now) {
+        let rate = &slot.rate;
         self.with_bucket(slot, now, |b| {
-            b.tokens = (b.tokens + 1.0).min(f64::from(slot.rate.burst));
+            if let Some(burst) = rate.burst {
+                b.tokens = (b.tokens + 1.0).min(f64::from(burst));
+            }
+            for (per, count) in Per::WINDOWS.into_iter().zip(b.counts.iter_mut()) {
+                if rate.window(per).is_some() && count.current(per, now) > 0 {
+                    count.calls -= 1;
+                }
+            }
         });
     }
 
@@ -347,11 +516,11 @@ impl Limiter {
         self.rejections.load(Ordering::Relaxed)
     }
 
-    /// Buckets currently held (for tests and metrics).
+    /// Entries currently held (for tests and metrics).
     pub fn buckets(&self) -> usize {
         self.shards
             .iter()
-            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).len())
+            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).map.len())
             .sum()
     }
 }
@@ -361,7 +530,14 @@ mod tests {
     use super::*;
 
     fn rate(per_second: f64, burst: u32) -> Rate {
-        Rate { per_second, burst }
+        Rate::bucket(per_second, burst)
+    }
+
+    fn now(ms: u64) -> Now {
+        Now {
+            ns: ms * 1_000_000,
+            unix_ms: ms,
+        }
     }
 
     fn limiter(config: LimitConfig) -> (Limiter, Arc<ManualClock>) {
@@ -437,7 +613,7 @@ mod tests {
         assert_eq!(refused.quota.scope, Scope::Principal);
         // The tool bucket got its token back: 3 of 5 left (two calls went through).
         let slot = Slot::new(Scope::PrincipalTool, "a", "t", rate(1.0, 5));
-        let q = l.with_bucket(&slot, 0, |b| b.tokens);
+        let q = l.with_bucket(&slot, now(0), |b| b.tokens);
         assert!((q - 3.0).abs() < 1e-9, "{q}");
     }
 
@@ -490,5 +666,141 @@ mod tests {
         assert!(rate(f64::NAN, 1).check().is_err());
         assert!(rate(1.0, 0).check().is_err());
         assert!(rate(0.5, 1).check().is_ok());
+        let only = |r: Rate| r.check();
+        assert!(only(Rate::default()).unwrap_err().contains("per_day"));
+        assert!(
+            only(Rate {
+                per_second: Some(1.0),
+                ..Rate::default()
+            })
+            .unwrap_err()
+            .contains("both")
+        );
+        assert!(
+            only(Rate {
+                per_hour: Some(0),
+                ..Rate::default()
+            })
+            .unwrap_err()
+            .contains("per_hour")
+        );
+        assert!(
+            only(Rate {
+                per_day: Some(5),
+                ..rate(1.0, 2)
+            })
+            .is_ok()
+        );
+    }
+
+    const MINUTE: u64 = 60_000;
+    const DAY: u64 = 86_400_000;
+
+    fn windows(per_minute: Option<u32>, per_day: Option<u32>) -> Rate {
+        Rate {
+            per_minute,
+            per_day,
+            ..Rate::default()
+        }
+    }
+
+    #[test]
+    fn fixed_windows_reset_on_the_minute_and_at_midnight_utc() {
+        let (l, clock) = limiter(per_tool(windows(Some(2), Some(3))));
+        // 20 days and 59 min 45 s after the epoch: 15 s to the next minute.
+        let start = 20 * DAY + 59 * MINUTE + 45_000;
+        clock.set_ms(start);
+        let q = l.check("a", "t", true, None).unwrap().unwrap();
+        assert_eq!(
+            (q.per, q.limit, q.remaining, q.reset_secs),
+            (Per::Minute, 2, 1, 15)
+        );
+        assert!(l.check("a", "t", true, None).is_ok());
+        let refused = l.check("a", "t", true, None).unwrap_err();
+        assert_eq!(refused.quota.per, Per::Minute);
+        assert_eq!(refused.retry_after_secs, 15);
+        // The next minute: the day allows one more.
+        clock.set_ms(start + 15_000);
+        let q = l.check("a", "t", true, None).unwrap().unwrap();
+        assert_eq!((q.per, q.remaining), (Per::Day, 0));
+        let refused = l.check("a", "t", true, None).unwrap_err();
+        assert_eq!(refused.quota.per, Per::Day);
+        assert_eq!(refused.retry_after_secs, (DAY - 60 * MINUTE) / 1000);
+        // A clock that goes back does not reopen the earlier minute's window.
+        clock.set_ms(start);
+        assert!(l.check("a", "t", true, None).is_err());
+        // At midnight UTC both windows start afresh.
+        clock.set_ms(21 * DAY);
+        assert!(l.check("a", "t", true, None).is_ok());
+        assert!(l.check("a", "t", true, None).is_ok());
+        assert!(l.check("a", "t", true, None).is_err());
+    }
+
+    #[test]
+    fn a_window_that_refuses_takes_nothing_from_the_bucket() {
+        let (l, clock) = limiter(per_tool(Rate {
+            per_minute: Some(1),
+            ..rate(1.0, 5)
+        }));
+        clock.set_ms(MINUTE);
+        let q = l.check("a", "t", true, None).unwrap().unwrap();
+        assert_eq!((q.per, q.remaining), (Per::Minute, 0));
+        for _ in 0..10 {
+            assert_eq!(
+                l.check("a", "t", true, None).unwrap_err().quota.per,
+                Per::Minute
+            );
+        }
+        clock.set_ms(2 * MINUTE);
+        let slot = Slot::new(Scope::PrincipalTool, "a", "t", rate(1.0, 5));
+        assert!(l.check("a", "t", true, None).is_ok());
+        let tokens = l.with_bucket(&slot, now(2 * MINUTE), |b| b.tokens);
+        assert!((tokens - 4.0).abs() < 1e-9, "{tokens}");
+    }
+
+    #[test]
+    fn racing_callers_get_exactly_the_window() {
+        let (l, clock) = limiter(LimitConfig {
+            per_principal: Some(windows(None, Some(250))),
+            ..LimitConfig::default()
+        });
+        clock.set_ms(DAY + 1);
+        let l = Arc::new(l);
+        let admitted = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                let (l, admitted) = (l.clone(), &admitted);
+                s.spawn(move || {
+                    for _ in 0..100 {
+                        if l.check("a", "t", true, None).is_ok() {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(admitted.load(Ordering::Relaxed), 250);
+    }
+
+    #[test]
+    fn entries_with_calls_in_the_current_window_are_kept() {
+        let (l, clock) = limiter(per_tool(windows(None, Some(1))));
+        clock.set_ms(DAY);
+        for i in 0..20_000 {
+            assert!(l.check(&format!("p{i}"), "t", true, None).is_ok());
+        }
+        // Still the same day (and over the sweep threshold): sweeping must not forget who used
+        // their call.
+        for i in 0..20_000 {
+            assert!(l.check(&format!("q{i}"), "t", true, None).is_ok());
+        }
+        assert_eq!(l.buckets(), 40_000);
+        assert!(l.check("p0", "t", true, None).is_err());
+        // The next day they are unused and get swept as new keys arrive.
+        clock.set_ms(2 * DAY);
+        for i in 0..40_000 {
+            assert!(l.check(&format!("r{i}"), "t", true, None).is_ok());
+        }
+        assert!(l.buckets() < 60_000, "{}", l.buckets());
     }
 }

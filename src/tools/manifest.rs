@@ -211,7 +211,7 @@ pub fn compile_manifest(text: &str, file_stem: &str) -> Result<Tool, ManifestErr
     {
         return Err(ManifestError::new(
             format!("`limits.rate`: {why}"),
-            "e.g. `\"rate\": {\"per_second\": 2, \"burst\": 10}`, or omit it for the configured default",
+            "e.g. `\"rate\": {\"per_second\": 2, \"burst\": 10}` or `{\"per_day\": 1000}`, or omit it for the configured default",
         ));
     }
     let validator = compile_schema(&raw.input_schema, "inputSchema")?;

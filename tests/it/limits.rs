@@ -33,10 +33,7 @@ fn header(h: &axum::http::HeaderMap, name: &str) -> String {
 #[tokio::test]
 async fn a_burst_is_allowed_then_429_with_retry_after_until_the_bucket_refills() {
     let config = LimitConfig {
-        per_principal_tool: Some(Rate {
-            per_second: 0.5,
-            burst: 3,
-        }),
+        per_principal_tool: Some(Rate::bucket(0.5, 3)),
         ..LimitConfig::default()
     };
     let (app, state, clock) = limited_app(config, shipped_snapshot());
@@ -92,10 +89,7 @@ async fn a_manifest_rate_overrides_the_default_and_unknown_tools_make_no_buckets
     });
     let snapshot = toolgate::policy::load(&set.sources()).unwrap().snapshot;
     let config = LimitConfig {
-        per_principal_tool: Some(Rate {
-            per_second: 100.0,
-            burst: 100,
-        }),
+        per_principal_tool: Some(Rate::bucket(100.0, 100)),
         ..LimitConfig::default()
     };
     let (app, state, _) = limited_app(config, snapshot);
@@ -128,4 +122,77 @@ async fn a_bad_rate_in_a_manifest_names_the_field() {
         text.contains("limits.rate") && text.contains("per_second"),
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn a_fixed_window_per_hour_answers_429_until_the_next_hour() {
+    let config = LimitConfig {
+        per_principal: Some(Rate {
+            per_hour: Some(2),
+            ..Rate::default()
+        }),
+        ..LimitConfig::default()
+    };
+    let (app, _, clock) = limited_app(config, shipped_snapshot());
+    // 10:59:30 on some day (the test clock's time is read as UTC).
+    let start = (20 * 24 + 10) * 3_600_000 + 59 * 60_000 + 30_000;
+    clock.set_ms(start);
+    for left in ["1", "0"] {
+        let (s, h, d) = send_full(&app, "POST", "/v1/authorize", Some(DEV), Some(READ)).await;
+        assert_eq!(s, StatusCode::OK, "{d}");
+        assert_eq!(header(&h, "x-ratelimit-limit"), "2");
+        assert_eq!(header(&h, "x-ratelimit-remaining"), left);
+        assert_eq!(header(&h, "x-ratelimit-reset"), "30");
+    }
+    let (s, h, d) = send_full(&app, "POST", "/v1/authorize", Some(DEV), Some(READ)).await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "{d}");
+    assert_eq!(header(&h, "retry-after"), "30");
+    assert_eq!(
+        (d["scope"].as_str(), d["per"].as_str()),
+        (Some("principal"), Some("hour"))
+    );
+    assert!(
+        d["message"].as_str().unwrap().contains("2 calls per hour"),
+        "{d}"
+    );
+    // The window is the agent's, across tools; another agent has its own.
+    let echo = r#"{"tool":"echo","args":{"message":"hi"}}"#;
+    let (s, _) = send(&app, "POST", "/v1/authorize", Some(DEV), Some(echo)).await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS);
+    let (s, _) = send(&app, "POST", "/v1/authorize", Some(SRE), Some(READ)).await;
+    assert_eq!(s, StatusCode::OK);
+    // On the hour it starts again.
+    clock.set_ms(start + 29_999);
+    let (s, _) = send(&app, "POST", "/v1/authorize", Some(DEV), Some(READ)).await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS);
+    clock.set_ms(start + 30_000);
+    let (s, h, _) = send_full(&app, "POST", "/v1/authorize", Some(DEV), Some(READ)).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(header(&h, "x-ratelimit-reset"), "3600");
+}
+
+#[test]
+fn window_limits_in_the_config_are_checked_by_name() {
+    let set = TempSet::new();
+    for (extra, says) in [
+        (
+            "[rate_limits]\nper_principal = { per_hour = 0 }\n",
+            "`rate_limits.per_principal`: `per_hour` must be at least 1",
+        ),
+        (
+            "[rate_limits]\nglobal = { per_second = 5 }\n",
+            "`rate_limits.global`: a token bucket needs both",
+        ),
+        ("[rate_limits]\nglobal = { per_week = 5 }\n", "per_week"),
+    ] {
+        std::fs::write(
+            set.dir.path().join("bad.toml"),
+            format!("policies_dir = \"policies\"\nschemas_dir = \"schemas\"\n{extra}"),
+        )
+        .unwrap();
+        let out = crate::process::toolgate(set.dir.path(), &["serve", "--config", "bad.toml"], &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(err.contains(says), "{err}");
+    }
 }
