@@ -182,6 +182,51 @@ fn limiter(c: &mut Criterion) {
     g.bench_function("check_three_buckets", |b| {
         b.iter(|| limiter.check(&agent, "read_file", true, None))
     });
+    // The same three levels with a bucket and all three fixed windows each.
+    let windowed = Rate {
+        per_minute: Some(u32::MAX),
+        per_hour: Some(u32::MAX),
+        per_day: Some(u32::MAX),
+        ..wide
+    };
+    let limiter = Limiter::new(
+        LimitConfig {
+            global: Some(windowed),
+            per_principal: Some(windowed),
+            per_principal_tool: Some(windowed),
+        },
+        std::sync::Arc::new(MonotonicClock::default()),
+    );
+    g.bench_function("check_three_buckets_and_windows", |b| {
+        b.iter(|| limiter.check(&agent, "read_file", true, None))
+    });
+    g.finish();
+}
+
+/// What the decision path records per answer in the metrics recorder: the decision counter
+/// (tool, outcome, stage), the latency histogram, the per-tool summary and the audit write
+/// latency. Upkeep runs now and then so recorded samples do not pile up.
+fn metrics(c: &mut Criterion) {
+    use std::time::Duration;
+    use toolgate::authz::{Outcome, Stage};
+    let m = toolgate::metrics::Metrics::new();
+    let mut g = c.benchmark_group("metrics");
+    let mut n = 0u32;
+    g.bench_function("record_decision", |b| {
+        b.iter(|| {
+            m.decision(
+                Some("read_file"),
+                Outcome::Allow,
+                Stage::Policy,
+                Duration::from_micros(120),
+            );
+            m.audit_write(Duration::from_micros(40));
+            n = n.wrapping_add(1);
+            if n.is_multiple_of(100_000) {
+                m.upkeep();
+            }
+        })
+    });
     g.finish();
 }
 
@@ -211,5 +256,5 @@ fn anomaly(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, decisions, scale, limiter, anomaly);
+criterion_group!(benches, decisions, scale, limiter, anomaly, metrics);
 criterion_main!(benches);

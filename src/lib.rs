@@ -13,6 +13,7 @@
 //! - [`policy`]: loads and validates policies, schema, entities and manifests into a snapshot.
 //! - [`config`]: the TOML config file → validated settings.
 //! - [`audit`], [`approvals`], [`storage`]: the hash-chained log and the approval queue in sled.
+//! - [`metrics`]: the Prometheus recorder behind `/metrics`.
 //! - [`sched`]: scheduler hints: short slices for serving threads, nice 19 for rebuilds.
 //! - [`cli`]: the `toolgate` subcommands (`serve`, `validate`, `authorize`, `schema`, `audit`,
 //!   `approvals`).
@@ -27,6 +28,7 @@ pub mod authz;
 pub mod cli;
 pub mod config;
 pub mod limits;
+pub mod metrics;
 pub mod policy;
 pub mod sched;
 pub mod storage;

@@ -29,7 +29,7 @@ use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use crate::admin::{Admin, Quarantined};
-use crate::approvals::Webhook;
+use crate::approvals::{Webhook, WebhookStats};
 use crate::audit::{Audit, Entry, EntryKind, now_ms};
 use crate::authz::{AnomalyKind, AnomalyKinds, Outcome, Signals, Stage};
 use crate::limits::Clock;
@@ -84,6 +84,8 @@ pub struct Monitor {
     tx: Option<SyncSender<Msg>>,
     /// Counters for `/metrics`.
     pub stats: Arc<AnomalyStats>,
+    /// The alert webhook's delivery counters, when one is configured.
+    pub webhook_stats: Option<Arc<WebhookStats>>,
 }
 
 impl std::fmt::Debug for Monitor {
@@ -101,6 +103,7 @@ impl Monitor {
             active: Arc::default(),
             tx: None,
             stats: Arc::default(),
+            webhook_stats: None,
         }
     }
 
@@ -113,6 +116,7 @@ impl Monitor {
         let (tx, rx) = sync_channel(QUEUE);
         let mut monitor = Monitor::counting_only(clock);
         monitor.tx = Some(tx);
+        monitor.webhook_stats = alerts.webhook.as_ref().map(|w| w.stats.clone());
         let active = monitor.active.clone();
         let stats = monitor.stats.clone();
         std::thread::Builder::new()

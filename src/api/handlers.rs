@@ -80,10 +80,8 @@ pub async fn authorize(
         Ok(who) => who,
         Err(ApiError::Unauthenticated(body)) => {
             let entry = audit_entry(&body, None, None, started);
-            return match state.audit.record(entry).await {
-                Ok(_) => Err(ApiError::Unauthenticated(body)),
-                Err(e) => Err(audit_failed(*body, &e)),
-            };
+            let body = commit(&state, *body, entry, started).await?;
+            return Err(ApiError::Unauthenticated(Box::new(body)));
         }
         Err(other) => return Err(other),
     };
@@ -158,7 +156,6 @@ pub async fn authorize(
         verdict,
         &decision_id,
     )?;
-    state.decisions.count(verdict.decision);
     state
         .monitor
         .observe(&principal_id, &call.tool, verdict.decision, verdict.stage);
@@ -178,8 +175,30 @@ pub async fn authorize(
         .as_ref()
         .map(super::error::quota_headers)
         .unwrap_or_default();
-    match state.audit.record(entry).await {
-        Ok(_) => Ok((headers, Json(body))),
+    let body = commit(&state, body, entry, started).await?;
+    Ok((headers, Json(body)))
+}
+
+/// Records `entry` (the audit record of `body`), then counts the answer in the metrics. A
+/// record that cannot be written turns the answer into a 503 deny at stage `audit`.
+async fn commit(
+    state: &AppState,
+    body: DecisionBody,
+    entry: Entry,
+    started: std::time::Instant,
+) -> Result<DecisionBody, ApiError> {
+    let writing = std::time::Instant::now();
+    let recorded = state.audit.record(entry).await;
+    state.metrics.audit_write(writing.elapsed());
+    let (outcome, stage) = match &recorded {
+        Ok(()) => (body.decision, body.stage),
+        Err(_) => (crate::authz::Outcome::Deny, Stage::Audit),
+    };
+    state
+        .metrics
+        .decision(body.tool.as_deref(), outcome, stage, started.elapsed());
+    match recorded {
+        Ok(()) => Ok(body),
         Err(e) => Err(audit_failed(body, &e)),
     }
 }
@@ -228,13 +247,9 @@ async fn record_early(
         .monitor
         .observe(principal_id, &call.tool, verdict.decision, verdict.stage);
     let body = DecisionBody::new(verdict, new_decision_id(), snap.revision.clone());
-    state.decisions.count(body.decision);
     let digest = args_digest(&call.args);
     let entry = audit_entry(&body, Some(who), Some((call, &digest)), started);
-    match state.audit.record(entry).await {
-        Ok(()) => Ok(body),
-        Err(e) => Err(audit_failed(body, &e)),
-    }
+    commit(state, body, entry, started).await
 }
 
 /// The audit entry for an answered decision.

@@ -1,5 +1,6 @@
-//! `GET /metrics`: Prometheus text exposition of decision and reload counters. Counters are
-//! relaxed atomics: one increment per decision, no lock on the request path.
+//! `GET /metrics`: the Prometheus text exposition. Decisions and latencies are recorded as
+//! they happen (see [`crate::metrics`]); the counters and gauges other components keep are
+//! copied into the recorder here, at scrape time, so nothing extra runs per decision.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,146 +11,91 @@ use axum::http::header;
 use axum::response::IntoResponse;
 
 use super::AppState;
-use crate::authz::Outcome;
+use crate::approvals::{Status, WebhookStats};
+use crate::audit::now_ms;
 
-/// Decisions answered, by outcome.
-#[derive(Debug, Default)]
-pub struct DecisionStats {
-    allow: AtomicU64,
-    deny: AtomicU64,
-    pending: AtomicU64,
+fn get(a: &AtomicU64) -> u64 {
+    a.load(Ordering::Relaxed)
 }
 
-impl DecisionStats {
-    /// Counts one decision.
-    pub fn count(&self, outcome: Outcome) {
-        let c = match outcome {
-            Outcome::Allow => &self.allow,
-            Outcome::Deny => &self.deny,
-            Outcome::PendingApproval => &self.pending,
-        };
-        c.fetch_add(1, Ordering::Relaxed);
-    }
+fn webhook(state: &AppState, name: &'static str, stats: Option<&WebhookStats>) {
+    let Some(w) = stats else { return };
+    let m = &state.metrics;
+    m.set_counter(name, &[("result", "delivered")], get(&w.delivered));
+    m.set_counter(name, &[("result", "failed")], get(&w.failed));
+    m.set_counter(name, &[("result", "dropped")], get(&w.dropped));
 }
 
 /// Renders the metrics.
 pub async fn render(State(state): State<AppState>) -> impl IntoResponse {
     let snap = state.policy.current();
+    let m = &state.metrics;
+    m.set_counter(
+        "toolgate_rate_limited_total",
+        &[],
+        state.limiter.rejections(),
+    );
+    for (kind, n) in state.monitor.stats.raised() {
+        m.set_counter("toolgate_anomalies_total", &[("kind", kind.as_str())], n);
+    }
+    m.set_counter(
+        "toolgate_anomaly_observations_dropped_total",
+        &[],
+        get(&state.monitor.stats.dropped),
+    );
+    webhook(
+        &state,
+        "toolgate_anomaly_webhook_total",
+        state.monitor.webhook_stats.as_deref(),
+    );
+    webhook(
+        &state,
+        "toolgate_approval_webhook_total",
+        state.approvals.webhook_stats(),
+    );
     let r = &state.policy.stats;
-    let d = &state.decisions;
-    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let reloads = "toolgate_policy_reloads_total";
+    m.set_counter(reloads, &[("result", "applied")], get(&r.applied));
+    m.set_counter(reloads, &[("result", "failed")], get(&r.failed));
+    m.set_counter(reloads, &[("result", "unchanged")], get(&r.unchanged));
+    let failing = state.policy.last_error().is_some();
+    m.set_gauge(
+        "toolgate_policy_reload_failing",
+        &[],
+        f64::from(u8::from(failing)),
+    );
     let loaded = snap
         .loaded_at
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
-    let mut out = String::with_capacity(1024);
-    family(
-        &mut out,
-        "toolgate_decisions_total",
-        "counter",
-        "Tool-call decisions answered, by outcome.",
-        &[
-            ("decision=\"allow\"", get(&d.allow).to_string()),
-            ("decision=\"deny\"", get(&d.deny).to_string()),
-            ("decision=\"pending_approval\"", get(&d.pending).to_string()),
-        ],
-    );
-    family(
-        &mut out,
-        "toolgate_rate_limited_total",
-        "counter",
-        "Calls refused by a rate limit (answered 429).",
-        &[("", state.limiter.rejections().to_string())],
-    );
-    let anomalies: Vec<(String, String)> = state
-        .monitor
-        .stats
-        .raised()
-        .map(|(kind, n)| (format!("kind=\"{}\"", kind.as_str()), n.to_string()))
-        .collect();
-    family(
-        &mut out,
-        "toolgate_anomalies_total",
-        "counter",
-        "Anomaly signals raised (one per episode and principal), by kind.",
-        &anomalies,
-    );
-    family(
-        &mut out,
-        "toolgate_anomaly_observations_dropped_total",
-        "counter",
-        "Decisions the anomaly detectors never saw because their queue was full.",
-        &[("", get(&state.monitor.stats.dropped).to_string())],
-    );
-    if let Some(w) = state.approvals.webhook_stats() {
-        family(
-            &mut out,
-            "toolgate_approval_webhook_total",
-            "counter",
-            "Approver notifications, by result.",
-            &[
-                ("result=\"delivered\"", get(&w.delivered).to_string()),
-                ("result=\"failed\"", get(&w.failed).to_string()),
-                ("result=\"dropped\"", get(&w.dropped).to_string()),
-            ],
-        );
+    m.set_gauge("toolgate_policy_loaded_timestamp_seconds", &[], loaded);
+    let approvals = state.approvals.clone();
+    let pending =
+        tokio::task::spawn_blocking(move || approvals.list(Some(Status::Pending), now_ms())).await;
+    match pending {
+        Ok(Ok(pending)) => m.set_gauge("toolgate_approvals_pending", &[], pending.len() as f64),
+        // Left at its last value; the store's failure shows in /readyz and the logs.
+        Ok(Err(e)) => tracing::warn!(error = %e, "approval queue depth not read"),
+        Err(e) => tracing::warn!(error = %e, "approval queue depth not read"),
     }
-    family(
-        &mut out,
-        "toolgate_policy_reloads_total",
-        "counter",
-        "Policy reload attempts, by result.",
-        &[
-            ("result=\"applied\"", get(&r.applied).to_string()),
-            ("result=\"failed\"", get(&r.failed).to_string()),
-            ("result=\"unchanged\"", get(&r.unchanged).to_string()),
-        ],
+    m.set_gauge(
+        "toolgate_quarantined_agents",
+        &[],
+        state.admin.quarantine().len() as f64,
     );
-    family(
-        &mut out,
-        "toolgate_policy_reload_failing",
-        "gauge",
-        "1 while the files on disk do not load and the last good set is serving.",
-        &[(
-            "",
-            u8::from(state.policy.last_error().is_some()).to_string(),
-        )],
+    m.set_gauge(
+        "toolgate_kill_switch_on",
+        &[],
+        f64::from(u8::from(state.admin.kill_switch_on())),
     );
-    let revision = format!("revision=\"{}\"", snap.revision);
-    family(
-        &mut out,
-        "toolgate_policy_info",
-        "gauge",
-        "The policy revision in force.",
-        &[(&revision, "1".to_owned())],
-    );
-    family(
-        &mut out,
-        "toolgate_policy_loaded_timestamp_seconds",
-        "gauge",
-        "When the policy set in force was loaded.",
-        &[("", format!("{loaded:.3}"))],
+    let mut out = m.render();
+    // The revision label changes on every reload, so this family is written here rather than
+    // kept in the recorder, where each past revision would stay as a series.
+    let _ = writeln!(
+        out,
+        "# HELP toolgate_policy_info The policy revision in force.\n# TYPE toolgate_policy_info gauge\ntoolgate_policy_info{{revision=\"{}\"}} 1",
+        snap.revision
     );
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
-}
-
-/// One metric family: HELP and TYPE lines, then one sample per (labels, value).
-fn family<L: AsRef<str>>(
-    out: &mut String,
-    name: &str,
-    kind: &str,
-    help: &str,
-    samples: &[(L, String)],
-) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-    for (labels, value) in samples {
-        let labels = labels.as_ref();
-        if labels.is_empty() {
-            let _ = writeln!(out, "{name} {value}");
-        } else {
-            let _ = writeln!(out, "{name}{{{labels}}} {value}");
-        }
-    }
 }

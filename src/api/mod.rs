@@ -12,7 +12,6 @@ mod metrics;
 
 pub use body::RawCall;
 pub use error::ApiError;
-pub use metrics::DecisionStats;
 
 use std::sync::Arc;
 
@@ -28,6 +27,7 @@ use crate::approvals::{Approvals, Ttl};
 use crate::audit::{Audit, Chain, Durability, StoreError};
 use crate::auth::Authenticator;
 use crate::limits::{LimitConfig, Limiter, MonotonicClock};
+use crate::metrics::Metrics;
 use crate::policy::{PolicyStore, Snapshot};
 use crate::storage::Stores;
 
@@ -58,8 +58,8 @@ pub struct AppState {
     pub policy: Arc<PolicyStore>,
     /// Credential verification.
     pub auth: Arc<Authenticator>,
-    /// Decision counters for `/metrics`.
-    pub decisions: Arc<DecisionStats>,
+    /// The Prometheus recorder behind `/metrics`.
+    pub metrics: Arc<Metrics>,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
     /// The audit trail; every decision is recorded before it is answered.
@@ -116,7 +116,7 @@ impl AppState {
         AppState {
             policy,
             auth: Arc::new(auth),
-            decisions: Arc::new(DecisionStats::default()),
+            metrics: Arc::new(Metrics::new()),
             max_body_bytes,
             audit,
             approvals,

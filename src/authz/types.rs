@@ -213,6 +213,17 @@ pub enum Outcome {
     PendingApproval,
 }
 
+impl Outcome {
+    /// The name used in answers, the audit log and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Allow => "allow",
+            Outcome::Deny => "deny",
+            Outcome::PendingApproval => "pending_approval",
+        }
+    }
+}
+
 /// The stage of the request path that decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -235,6 +246,36 @@ pub enum Stage {
     Quarantine,
     /// The decision could not be recorded in the audit log, so it is a deny (fail closed).
     Audit,
+}
+
+impl Stage {
+    /// Every stage, in request-path order.
+    pub const ALL: [Stage; 9] = [
+        Stage::Auth,
+        Stage::Registry,
+        Stage::Validation,
+        Stage::KillSwitch,
+        Stage::Quarantine,
+        Stage::RateLimit,
+        Stage::Policy,
+        Stage::Approval,
+        Stage::Audit,
+    ];
+
+    /// The name used in answers, the audit log and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Auth => "auth",
+            Stage::Registry => "registry",
+            Stage::Validation => "validation",
+            Stage::KillSwitch => "kill_switch",
+            Stage::Quarantine => "quarantine",
+            Stage::RateLimit => "rate_limit",
+            Stage::Policy => "policy",
+            Stage::Approval => "approval",
+            Stage::Audit => "audit",
+        }
+    }
 }
 
 /// An error an agent can act on.

@@ -125,6 +125,17 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
                 }
             })
         };
+        let upkeep = {
+            let metrics = state.metrics.clone();
+            tokio::spawn(async move {
+                // Folds recorded latencies into their histograms even when nobody scrapes.
+                let mut every = tokio::time::interval(std::time::Duration::from_secs(5));
+                loop {
+                    every.tick().await;
+                    metrics.upkeep();
+                }
+            })
+        };
         let retention = cfg
             .audit_retention
             .clone()
@@ -134,6 +145,7 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
             .await?;
         drop(watcher);
         expiry.abort();
+        upkeep.abort();
         if let Some(r) = retention {
             r.abort();
         }

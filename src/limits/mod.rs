@@ -220,9 +220,10 @@ impl Bucket {
                 .all(|(per, c)| c.current(per, now) == 0)
     }
 
-    /// Every limit of `rate` as (quota, seconds until one more call may pass).
-    fn quotas(&mut self, rate: &Rate, scope: Scope, now: Now) -> Vec<(Quota, u64)> {
-        let mut out = Vec::with_capacity(2);
+    /// Every limit of `rate` as (quota, seconds until one more call may pass): the bucket,
+    /// then the windows (no allocation: at most four limits).
+    fn quotas(&mut self, rate: &Rate, scope: Scope, now: Now) -> Quotas {
+        let mut out = Quotas::default();
         if let (Some(per_second), Some(burst)) = (rate.per_second, rate.burst) {
             let missing = f64::from(burst) - self.tokens;
             let quota = Quota {
@@ -233,9 +234,14 @@ impl Bucket {
                 reset_secs: (missing / per_second).ceil().max(0.0) as u64,
             };
             let wait = ((1.0 - self.tokens) / per_second).ceil().max(1.0) as u64;
-            out.push((quota, wait));
+            out.0[0] = Some((quota, wait));
         }
-        for (per, count) in Per::WINDOWS.into_iter().zip(self.counts.iter_mut()) {
+        let slots = out.0.iter_mut().skip(1);
+        for ((per, count), slot) in Per::WINDOWS
+            .into_iter()
+            .zip(self.counts.iter_mut())
+            .zip(slots)
+        {
             let Some(limit) = rate.window(per) else {
                 continue;
             };
@@ -250,9 +256,19 @@ impl Bucket {
                 remaining: limit.saturating_sub(calls),
                 reset_secs,
             };
-            out.push((quota, reset_secs));
+            *slot = Some((quota, reset_secs));
         }
         out
+    }
+}
+
+/// The limits of one entry: bucket, minute, hour, day (each when configured).
+#[derive(Debug, Default)]
+struct Quotas([Option<(Quota, u64)>; 4]);
+
+impl Quotas {
+    fn iter(&self) -> impl Iterator<Item = &(Quota, u64)> {
+        self.0.iter().flatten()
     }
 }
 
@@ -459,29 +475,36 @@ impl Limiter {
     fn take(&self, slot: &Slot, now: Now) -> Result<Quota, Limited> {
         let (rate, scope) = (&slot.rate, slot.scope);
         self.with_bucket(slot, now, |b| {
-            let quotas = b.quotas(rate, scope, now);
+            let mut quotas = b.quotas(rate, scope, now);
             let refusing = quotas
                 .iter()
                 .filter(|(q, _)| q.remaining == 0)
-                .max_by_key(|(_, wait)| *wait);
+                .max_by_key(|(_, wait)| *wait)
+                .copied();
             if let Some((quota, wait)) = refusing {
                 return Err(Limited {
-                    quota: *quota,
-                    retry_after_secs: *wait,
+                    quota,
+                    retry_after_secs: wait,
                 });
             }
-            if rate.per_second.is_some() {
+            if let (Some(per_second), Some(burst)) = (rate.per_second, rate.burst) {
                 b.tokens -= 1.0;
+                if let Some(Some((q, _))) = quotas.0.first_mut() {
+                    q.reset_secs = ((f64::from(burst) - b.tokens) / per_second).ceil() as u64;
+                }
             }
             for (per, count) in Per::WINDOWS.into_iter().zip(b.counts.iter_mut()) {
                 if rate.window(per).is_some() {
                     count.calls = count.calls.saturating_add(1);
                 }
             }
-            let tightest = b
-                .quotas(rate, scope, now)
-                .into_iter()
-                .map(|(q, _)| q)
+            // Every limit gave one unit: the quotas as they stand after this call.
+            let tightest = quotas
+                .iter()
+                .map(|(q, _)| Quota {
+                    remaining: q.remaining.saturating_sub(1),
+                    ..*q
+                })
                 .min_by_key(|q| q.remaining);
             // `quotas` holds at least one limit: `Rate::check` refuses a rate with none.
             tightest.ok_or(Limited {

@@ -21,6 +21,7 @@ mod http;
 mod kill_switch;
 mod ledger;
 mod limits;
+mod metrics;
 mod openapi;
 mod operators;
 mod process;
