@@ -233,13 +233,13 @@ pub async fn send_text(app: &Router, uri: &str) -> (StatusCode, String) {
     (status, String::from_utf8_lossy(&bytes).into_owned())
 }
 
-/// The audit records of `stage` (at most 10, newest first).
+/// The audit records of `stage` (at most 1,000).
 pub fn recorded_at(audit: &toolgate::audit::Audit, stage: &str) -> Vec<toolgate::audit::Record> {
     audit
         .store()
         .query(&toolgate::audit::Query {
             stage: Some(stage.into()),
-            limit: 10,
+            limit: 1000,
             ..toolgate::audit::Query::default()
         })
         .unwrap()

@@ -196,3 +196,50 @@ fn window_limits_in_the_config_are_checked_by_name() {
         assert!(err.contains(says), "{err}");
     }
 }
+
+/// Many requests race one limit through the router on a multi-threaded runtime: exactly the
+/// capacity is admitted, the rest are answered 429, and the audit log has every answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_requests_get_exactly_the_capacity_of_a_bucket_or_a_window() {
+    for (rate, capacity) in [
+        (Rate::bucket(0.001, 25), 25),
+        (
+            Rate {
+                per_minute: Some(30),
+                ..Rate::default()
+            },
+            30,
+        ),
+    ] {
+        let config = LimitConfig {
+            per_principal: Some(rate),
+            ..LimitConfig::default()
+        };
+        let (app, state, clock) = limited_app(config, shipped_snapshot());
+        clock.set_ms(60_000 * 1000 + 1);
+        let tasks: Vec<_> = (0..120)
+            .map(|_| {
+                let app = app.clone();
+                tokio::spawn(async move {
+                    send(&app, "POST", "/v1/authorize", Some(DEV), Some(READ))
+                        .await
+                        .0
+                })
+            })
+            .collect();
+        let mut ok = 0;
+        let mut limited = 0;
+        for t in tasks {
+            match t.await.unwrap() {
+                StatusCode::OK => ok += 1,
+                StatusCode::TOO_MANY_REQUESTS => limited += 1,
+                other => panic!("unexpected {other}"),
+            }
+        }
+        assert_eq!((ok, limited), (capacity, 120 - capacity), "{rate:?}");
+        assert_eq!(
+            recorded_at(&state.audit, "rate_limit").len(),
+            120 - capacity
+        );
+    }
+}
