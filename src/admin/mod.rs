@@ -110,8 +110,15 @@ impl AdminStore for SledAdmin {
 
     fn remove_quarantined(&self, principal: &str) -> Result<(), StoreError> {
         let key = format!("{QUARANTINE_PREFIX}{principal}");
-        self.tree.remove(key).map_err(store_err)?;
-        self.tree.flush().map_err(store_err)?;
+        let old = self.tree.remove(key.as_bytes()).map_err(store_err)?;
+        if let Err(e) = self.tree.flush() {
+            // The caller is told the release failed, so it must not surface after a restart.
+            if let Some(old) = old {
+                let _ = self.tree.insert(key.as_bytes(), old);
+                let _ = self.tree.flush();
+            }
+            return Err(store_err(e));
+        }
         Ok(())
     }
 }

@@ -166,12 +166,16 @@ impl Detector {
         }
 
         let denied = o.outcome == Outcome::Deny;
-        st.recent.push_back(denied);
-        while st.recent.len() > c.failures_window as usize {
-            st.recent.pop_front();
+        // A 429 says more about the limits (possibly the global one, used up by another
+        // agent) than about this agent's calls: it is neither a failure nor a success here.
+        if o.stage != Stage::RateLimit {
+            st.recent.push_back(denied);
+            while st.recent.len() > c.failures_window as usize {
+                st.recent.pop_front();
+            }
         }
         let failed = st.recent.iter().filter(|d| **d).count();
-        if failed >= c.failures as usize {
+        if o.stage != Stage::RateLimit && failed >= c.failures as usize {
             raise(
                 AnomalyKind::RepeatedFailures,
                 format!("{failed} of the last {} calls were denied", st.recent.len()),
@@ -328,6 +332,15 @@ mod tests {
         }
         assert!(seen[..7].iter().all(Vec::is_empty));
         assert_eq!(seen[7], vec![AnomalyKind::RepeatedFailures]);
+
+        // 429s are neither: another agent may have used up a shared limit.
+        let mut d = Detector::new(DetectorConfig::default());
+        for i in 0..50 {
+            assert!(
+                d.observe(&obs("t", Outcome::Deny, Stage::RateLimit, i))
+                    .is_empty()
+            );
+        }
 
         let mut d = Detector::new(DetectorConfig::default());
         let mut seen = Vec::new();

@@ -221,7 +221,17 @@ pub async fn set_quarantine(
         }
     };
     let quarantine = state.admin.quarantine();
-    if !body.on && quarantine.get(&target_id).is_none() {
+    let already = quarantine.get(&target_id).is_some();
+    if body.on == already {
+        // Nothing to change; recorded all the same, since it was asked for.
+        state
+            .audit
+            .record(entry("quarantine_unchanged", allowed))
+            .await
+            .map_err(record_failed)?;
+        if body.on {
+            return Ok(Json(quarantine_view(&state)));
+        }
         return Err(ApiError::NotQuarantined(target_id));
     }
     // Recorded first: a change that took effect is never missing from the log.
@@ -235,24 +245,31 @@ pub async fn set_quarantine(
         .record(entry(word, allowed))
         .await
         .map_err(record_failed)?;
-    let changed = if body.on {
-        quarantine
-            .enter(Quarantined {
-                principal: target_id.clone(),
-                cause: "manual".to_owned(),
-                by: by.clone(),
-                reason: reason.clone().unwrap_or_default(),
-                at_ms: now_ms(),
-            })
-            .map(|_| ())
-    } else {
-        quarantine.release(&target_id).map(|released| {
-            if released.is_some() {
-                // Its history must not raise the same signal again at its next call.
-                state.monitor.forget(&target_id);
-            }
-        })
-    };
+    // The store flushes to disk: off the async workers.
+    let admin = state.admin.clone();
+    let (on, target, who_id, why) = (body.on, target_id.clone(), by.clone(), reason.clone());
+    let changed = tokio::task::spawn_blocking(move || {
+        let quarantine = admin.quarantine();
+        if on {
+            quarantine
+                .enter(Quarantined {
+                    principal: target,
+                    cause: "manual".to_owned(),
+                    by: who_id,
+                    reason: why.unwrap_or_default(),
+                    at_ms: now_ms(),
+                })
+                .map(|_| false)
+        } else {
+            quarantine.release(&target).map(|r| r.is_some())
+        }
+    })
+    .await
+    .unwrap_or_else(|e| Err(crate::audit::StoreError(format!("store task failed: {e}"))));
+    if let Ok(true) = changed {
+        // Released: its history must not raise the same signal again at its next call.
+        state.monitor.forget(&target_id);
+    }
     if let Err(e) = changed {
         tracing::error!(error = %e, agent = target_id, on = body.on, "quarantine change not stored");
         state

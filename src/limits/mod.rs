@@ -132,10 +132,6 @@ impl Rate {
             Per::Day => self.per_day,
         }
     }
-
-    fn has_windows(&self) -> bool {
-        self.per_minute.is_some() || self.per_hour.is_some() || self.per_day.is_some()
-    }
 }
 
 /// The configured limits. A missing rate means no limit at that level.
@@ -166,10 +162,13 @@ struct Count {
 }
 
 impl Count {
-    /// The calls in the window `now` falls in. A clock that went back keeps the later window.
+    /// The calls in the window `now` falls in. A clock that stepped back into the window just
+    /// before keeps counting in the later one (no quota twice for a small NTP step); a jump
+    /// back further than that is a correction of a bad forward jump and starts afresh, so a
+    /// clock once set years ahead does not lock callers out for years.
     fn current(&mut self, per: Per, now: Now) -> u32 {
         let window = now.unix_ms / per.window_ms();
-        if window > self.window {
+        if window > self.window || self.window - window > 1 {
             *self = Count { window, calls: 0 };
         }
         self.calls
@@ -397,12 +396,11 @@ impl Limiter {
         if steps.iter().all(|(_, r)| r.is_none()) {
             return Ok(None);
         }
-        let windows = steps
-            .iter()
-            .any(|(_, r)| r.as_ref().is_some_and(Rate::has_windows));
+        // Wall time is read even when this call's limits have no windows: a sweep it
+        // triggers must judge other entries' windows by the real time.
         let now = Now {
             ns: self.clock.now_ns(),
-            unix_ms: if windows { self.clock.unix_ms() } else { 0 },
+            unix_ms: self.clock.unix_ms(),
         };
         let mut taken: Vec<Slot> = Vec::with_capacity(3);
         let mut tightest: Option<Quota> = None;
@@ -527,7 +525,10 @@ impl Limiter {
                 b.tokens = (b.tokens + 1.0).min(f64::from(burst));
             }
             for (per, count) in Per::WINDOWS.into_iter().zip(b.counts.iter_mut()) {
-                if rate.window(per).is_some() && count.current(per, now) > 0 {
+                // Only into the window the unit was taken from: if a later call already moved
+                // the count on to the next window, that window's calls are not ours to lower.
+                let taken_in = now.unix_ms / per.window_ms();
+                if rate.window(per).is_some() && count.window == taken_in && count.calls > 0 {
                     count.calls -= 1;
                 }
             }
@@ -749,7 +750,7 @@ mod tests {
         let refused = l.check("a", "t", true, None).unwrap_err();
         assert_eq!(refused.quota.per, Per::Day);
         assert_eq!(refused.retry_after_secs, (DAY - 60 * MINUTE) / 1000);
-        // A clock that goes back does not reopen the earlier minute's window.
+        // A clock that steps back into the minute before does not reopen it.
         clock.set_ms(start);
         assert!(l.check("a", "t", true, None).is_err());
         // At midnight UTC both windows start afresh.
@@ -757,6 +758,34 @@ mod tests {
         assert!(l.check("a", "t", true, None).is_ok());
         assert!(l.check("a", "t", true, None).is_ok());
         assert!(l.check("a", "t", true, None).is_err());
+    }
+
+    #[test]
+    fn a_clock_set_far_ahead_then_corrected_does_not_lock_callers_out() {
+        let (l, clock) = limiter(per_tool(windows(Some(1), Some(1))));
+        clock.set_ms(3 * DAY);
+        assert!(l.check("a", "t", true, None).is_ok());
+        // Set a year ahead by mistake: a new day, one call.
+        clock.set_ms(368 * DAY);
+        assert!(l.check("a", "t", true, None).is_ok());
+        assert!(l.check("a", "t", true, None).is_err());
+        // Corrected to the day after the first call: counted afresh, not against next year.
+        clock.set_ms(4 * DAY);
+        assert!(l.check("a", "t", true, None).is_ok());
+        assert!(l.check("a", "t", true, None).is_err());
+    }
+
+    #[test]
+    fn a_give_back_never_lowers_a_later_window() {
+        let (l, _) = limiter(per_tool(windows(Some(2), None)));
+        let slot = Slot::new(Scope::PrincipalTool, "a", "t", windows(Some(2), None));
+        // One call in minute 5 (at 5:59.999), then one in minute 6 moves the count on.
+        assert!(l.take(&slot, now(6 * MINUTE - 1)).is_ok());
+        assert!(l.take(&slot, now(6 * MINUTE)).is_ok());
+        // The first call is refused further up: its give-back must not touch minute 6.
+        l.give_back(&slot, now(6 * MINUTE - 1));
+        assert!(l.take(&slot, now(6 * MINUTE)).is_ok());
+        assert!(l.take(&slot, now(6 * MINUTE)).is_err());
     }
 
     #[test]
