@@ -203,3 +203,68 @@ fn a_configured_sequence_alerts_through_the_signed_webhook_of_the_real_binary() 
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Waits (bounded) until the detectors' thread has raised `kind` for the dev agent.
+async fn raised(state: &AppState, kind: AnomalyKind) {
+    let start = Instant::now();
+    while !state.monitor.raised_for(DEV_AGENT).contains(kind) {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{kind:?} not raised"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_spike_over_the_agents_baseline_and_repeated_failures_reach_the_policies() {
+    let snap = snapshot_with(
+        r#"@id("stop-on-spike-or-failures")
+forbid (principal, action in [Action::"read", Action::"write", Action::"destructive"], resource)
+when { context.anomaly.kinds.containsAny(["spike", "repeated_failures"]) };"#,
+    );
+    let clock = Arc::new(ManualClock::default());
+    let state = AppState::new(snap, demo_auth(), 64 * 1024).unwrap();
+    let config = DetectorConfig {
+        spike_factor: 2.0,
+        spike_min_calls: 10,
+        baseline_minutes: 2,
+        ..DetectorConfig::default()
+    };
+    let alerts = Alerts {
+        audit: Some(state.audit.clone()),
+        webhook: None,
+        quarantine: None,
+    };
+    let state = state.with_monitor(Monitor::start(config, clock.clone(), alerts).unwrap());
+    let app = router(state.clone());
+    // Two minutes at 3 calls a minute: the baseline.
+    for _ in 0..2 {
+        for _ in 0..3 {
+            assert_eq!(echo(&app).await["decision"], "allow");
+        }
+        clock.advance_ms(60_000);
+    }
+    // Then 10 calls within the minute: over 2 × 3 and at least 10.
+    for _ in 0..10 {
+        assert_eq!(echo(&app).await["decision"], "allow");
+    }
+    raised(&state, AnomalyKind::Spike).await;
+    let d = echo(&app).await;
+    assert_eq!(d["reasons"], json!(["stop-on-spike-or-failures"]), "{d}");
+    let records = recorded_at(&state.audit, "anomaly");
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].entry.decision, "spike");
+
+    // After the hold, 8 failures out of the last 10 calls (invalid arguments, not policy).
+    clock.advance_ms(400_000);
+    assert_eq!(echo(&app).await["decision"], "allow");
+    let bad = r#"{"tool":"echo","args":{"message":7}}"#;
+    for _ in 0..8 {
+        let (_, d) = send(&app, "POST", "/v1/authorize", Some(DEV), Some(bad)).await;
+        assert_eq!(d["stage"], "validation", "{d}");
+    }
+    raised(&state, AnomalyKind::RepeatedFailures).await;
+    let d = echo(&app).await;
+    assert_eq!(d["decision"], "deny", "{d}");
+}
