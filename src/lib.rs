@@ -14,6 +14,7 @@
 //! - [`config`]: the TOML config file → validated settings.
 //! - [`audit`], [`approvals`], [`storage`]: the hash-chained log and the approval queue in sled.
 //! - [`metrics`]: the Prometheus recorder behind `/metrics`.
+//! - [`redact`]: finds and masks secrets and personal data (the gates API).
 //! - [`sched`]: scheduler hints: short slices for serving threads, nice 19 for rebuilds.
 //! - [`cli`]: the `toolgate` subcommands (`serve`, `validate`, `authorize`, `schema`, `audit`,
 //!   `approvals`).
@@ -30,6 +31,7 @@ pub mod config;
 pub mod limits;
 pub mod metrics;
 pub mod policy;
+pub mod redact;
 pub mod sched;
 pub mod storage;
 pub mod tools;

@@ -28,6 +28,8 @@ pub const DECISION_SECONDS: &str = "toolgate_decision_duration_seconds";
 pub const TOOL_SECONDS: &str = "toolgate_tool_decision_duration_seconds";
 /// Time the decision path waited for its audit record.
 pub const AUDIT_WRITE_SECONDS: &str = "toolgate_audit_write_duration_seconds";
+/// Gate verdicts.
+pub const GATES: &str = "toolgate_gate_decisions_total";
 /// The label value for calls naming no registered tool.
 pub const UNREGISTERED: &str = "unregistered";
 
@@ -154,6 +156,18 @@ impl Metrics {
         handles.latency.record(secs);
     }
 
+    /// Counts one gate verdict (`gate` and `decision` are fixed names).
+    pub fn gate(&self, gate: &'static str, decision: &'static str) {
+        self.counter(
+            GATES,
+            vec![
+                Label::from_static_parts("gate", gate),
+                Label::from_static_parts("decision", decision),
+            ],
+        )
+        .increment(1);
+    }
+
     /// Records how long the decision path waited for its audit record.
     pub fn audit_write(&self, took: Duration) {
         self.audit_write.record(took.as_secs_f64());
@@ -231,7 +245,11 @@ fn static_labels(labels: &[(&'static str, &'static str)]) -> Vec<Label> {
 }
 
 /// Help text of every family the recorder renders.
-const HELP: [(&str, &str); 15] = [
+const HELP: [(&str, &str); 16] = [
+    (
+        GATES,
+        "Gate verdicts, by gate and decision (allow, warn, mask, block).",
+    ),
     (
         DECISIONS,
         "Tool-call decisions answered, by tool, outcome and deciding stage.",

@@ -58,6 +58,8 @@ pub enum ApiError {
     KillSwitchForced(String),
     /// A release named an agent that is not quarantined.
     NotQuarantined(String),
+    /// No such gate (or not served yet).
+    UnknownGate,
     /// A rate limit refused the call: a deny decided before Cedar, answered 429.
     RateLimited {
         /// The decision (recorded in the audit log).
@@ -127,6 +129,7 @@ impl ApiError {
             ApiError::RateLimited { .. } => "rate_limited",
             ApiError::KillSwitchForced(_) => "kill_switch_forced",
             ApiError::NotQuarantined(_) => "not_quarantined",
+            ApiError::UnknownGate => "unknown_gate",
         }
     }
 
@@ -309,6 +312,12 @@ impl IntoResponse for ApiError {
                 code,
                 &format!("{agent} is not quarantined"),
                 "see GET /v1/admin/quarantine for the quarantined agents",
+            ),
+            ApiError::UnknownGate => plain(
+                StatusCode::NOT_FOUND,
+                code,
+                "no such gate; served gates are input, context, tool_call and output (stream is not served yet)",
+                "POST /v1/gates/{input|context|tool_call|output}",
             ),
             ApiError::RateLimited { body, limited } => {
                 let per = match limited.quota.per {

@@ -7,6 +7,7 @@ mod approvals;
 mod audit;
 mod body;
 mod error;
+mod gates;
 mod handlers;
 mod metrics;
 
@@ -29,6 +30,7 @@ use crate::auth::Authenticator;
 use crate::limits::{LimitConfig, Limiter, MonotonicClock};
 use crate::metrics::Metrics;
 use crate::policy::{PolicyStore, Snapshot};
+use crate::redact::Gates;
 use crate::storage::Stores;
 
 /// Every route, as documented in `docs/openapi.json` (a test keeps the two in step).
@@ -49,6 +51,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/admin/kill-switch"),
     ("GET", "/v1/admin/quarantine"),
     ("POST", "/v1/admin/quarantine"),
+    ("POST", "/v1/gates/{gate}"),
 ];
 
 /// Shared state: cheap to clone, every field an `Arc`.
@@ -72,6 +75,9 @@ pub struct AppState {
     pub admin: Arc<Admin>,
     /// Usage counters and anomaly signals.
     pub monitor: Arc<Monitor>,
+    /// The redaction detectors and the gates' rules (`None` only if the shipped detectors
+    /// failed to compile; the gates then refuse to answer).
+    pub gates: Option<Arc<Gates>>,
 }
 
 impl AppState {
@@ -126,7 +132,21 @@ impl AppState {
             )),
             admin: Arc::new(Admin::unstored()),
             monitor: Arc::new(Monitor::counting_only(Arc::new(MonotonicClock::default()))),
+            gates: match Gates::builtin() {
+                Ok(g) => Some(Arc::new(g)),
+                Err(e) => {
+                    tracing::error!(error = %e, "gates unavailable");
+                    None
+                }
+            },
         }
+    }
+
+    /// The same state with `gates` (configured detectors and rules).
+    #[must_use]
+    pub fn with_gates(mut self, gates: Gates) -> Self {
+        self.gates = Some(Arc::new(gates));
+        self
     }
 
     /// The same state with `monitor` (usage counters and anomaly detectors).
@@ -174,6 +194,7 @@ pub fn router(state: AppState) -> Router {
             "/v1/admin/quarantine",
             get(admin::show_quarantine).post(admin::set_quarantine),
         )
+        .route("/v1/gates/{gate}", post(gates::screen))
         .fallback(handlers::not_found)
         .method_not_allowed_fallback(handlers::method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))

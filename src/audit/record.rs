@@ -21,6 +21,8 @@ pub enum EntryKind {
     Admin,
     /// An anomaly signal raised for a principal.
     Anomaly,
+    /// A gate found something (masked, blocked or warned; never the content itself).
+    Gate,
 }
 
 /// One audit entry as the sidecar submits it. The writer adds the sequence number and hashes.

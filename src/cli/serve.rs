@@ -1,6 +1,7 @@
 //! `toolgate serve`: load, check credentials against the entities, bind, serve until a
 //! shutdown signal. Refuses to start (exit 1) on any policy problem, before binding a port.
 
+use crate::redact::Gates;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
@@ -96,6 +97,9 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
         cfg.rate_limits,
         Arc::new(MonotonicClock::default()),
     ))
+    .with_gates(
+        Gates::new(&cfg.redaction, cfg.gate_rules.clone()).map_err(|e| anyhow::anyhow!("{e}"))?,
+    )
     .with_monitor(monitor(&cfg, &audit, &admin)?)
     .with_admin(admin);
     // Cedar denies (fail closed) when under 100 KiB of stack remain; long `||` chains in a

@@ -2,6 +2,8 @@
 //! [`Config`] the rest of the program takes. Relative paths are resolved against the config
 //! file's directory, so a config works from any working directory.
 
+mod gates;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -12,6 +14,7 @@ use crate::approvals::Ttl;
 use crate::audit::{Durability, Retention};
 use crate::authz::{AnomalyKind, AnomalyKinds};
 use crate::limits::{LimitConfig, Rate};
+use crate::redact::{Gate, GateRules, RedactConfig};
 
 use std::time::Duration;
 
@@ -77,6 +80,10 @@ struct RawConfig {
     kill_switch: bool,
     #[serde(default)]
     anomaly: RawAnomaly,
+    #[serde(default)]
+    redaction: gates::RawRedaction,
+    #[serde(default)]
+    gates: gates::RawGates,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -220,6 +227,10 @@ pub struct Config {
     pub anomaly_webhook: Option<WebhookSettings>,
     /// Anomaly kinds that quarantine the principal they are raised for.
     pub quarantine_on: AnomalyKinds,
+    /// Which detectors run, and their thresholds.
+    pub redaction: RedactConfig,
+    /// Each gate's rules (checked against the detectors when they are built).
+    pub gate_rules: Vec<(Gate, GateRules)>,
 }
 
 /// The approver webhook, as configured (the secret is read when serving starts).
@@ -308,6 +319,11 @@ impl Config {
             anomaly: Some(DetectorConfig::default()),
             anomaly_webhook: None,
             quarantine_on: AnomalyKinds::NONE,
+            redaction: RedactConfig::default(),
+            gate_rules: Gate::ALL
+                .into_iter()
+                .map(|g| (g, GateRules::default_for(g)))
+                .collect(),
         })
     }
 
@@ -480,6 +496,8 @@ impl Config {
         )
         .map_err(|(m, h)| invalid(m, h))?;
         let quarantine_on = quarantine_kinds(&raw.anomaly).map_err(|(m, h)| invalid(m, h))?;
+        let redaction = gates::redaction(&raw.redaction).map_err(|(m, h)| invalid(m, h))?;
+        let gate_rules = gates::gate_rules(raw.gates);
         let anomaly = detector_config(raw.anomaly).map_err(|(m, h)| invalid(m, h))?;
         if raw.audit.retain_records == Some(0) || raw.audit.retain_days == Some(0) {
             return Err(invalid(
@@ -507,6 +525,8 @@ impl Config {
             anomaly,
             anomaly_webhook,
             quarantine_on,
+            redaction,
+            gate_rules,
             listen,
             sources,
             max_body_bytes,

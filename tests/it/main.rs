@@ -16,6 +16,7 @@ mod cli;
 mod crash;
 mod decisions;
 mod examples;
+mod gates;
 mod helpers;
 mod http;
 mod kill_switch;

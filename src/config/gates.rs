@@ -1,0 +1,80 @@
+//! `[redaction]` and `[gates.<gate>]` → the detectors' settings and each gate's rules. Names in
+//! the rule lists are checked against the detectors when `serve` builds them.
+
+use serde::Deserialize;
+
+use crate::redact::{Gate, GateRules, RedactConfig};
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRedaction {
+    ip_addresses: Option<bool>,
+    entropy: Option<bool>,
+    entropy_min_length: Option<usize>,
+    entropy_bits: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawGates {
+    input: Option<RawGate>,
+    context: Option<RawGate>,
+    tool_call: Option<RawGate>,
+    output: Option<RawGate>,
+    stream: Option<RawGate>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGate {
+    block: Option<Vec<String>>,
+    mask: Option<Vec<String>>,
+    warn: Option<Vec<String>>,
+}
+
+/// The detectors' settings, every one checked.
+pub(super) fn redaction(raw: &RawRedaction) -> Result<RedactConfig, (String, &'static str)> {
+    let d = RedactConfig::default();
+    let (min_len, bits) = d.entropy.unwrap_or((24, 4.0));
+    let min_len = raw.entropy_min_length.unwrap_or(min_len);
+    let bits = raw.entropy_bits.unwrap_or(bits);
+    if !(8..=1024).contains(&min_len) {
+        return Err((
+            format!("`redaction.entropy_min_length` = {min_len} must be 8 to 1024"),
+            "24 suits API keys; shorter lengths flag ordinary identifiers",
+        ));
+    }
+    if !(bits.is_finite() && (1.0..=8.0).contains(&bits)) {
+        return Err((
+            format!("`redaction.entropy_bits` = {bits} must be 1.0 to 8.0 (bits per character)"),
+            "4.0 suits random base64-like tokens",
+        ));
+    }
+    Ok(RedactConfig {
+        ip_addresses: raw.ip_addresses.unwrap_or(d.ip_addresses),
+        entropy: (raw.entropy != Some(false)).then_some((min_len, bits)),
+    })
+}
+
+/// Each gate's rules: a list left out keeps the gate's default list.
+pub(super) fn gate_rules(raw: RawGates) -> Vec<(Gate, GateRules)> {
+    let all = [
+        (Gate::Input, raw.input),
+        (Gate::Context, raw.context),
+        (Gate::ToolCall, raw.tool_call),
+        (Gate::Output, raw.output),
+        (Gate::Stream, raw.stream),
+    ];
+    all.into_iter()
+        .map(|(gate, raw)| {
+            let d = GateRules::default_for(gate);
+            let raw = raw.unwrap_or_default();
+            let rules = GateRules {
+                block: raw.block.unwrap_or(d.block),
+                mask: raw.mask.unwrap_or(d.mask),
+                warn: raw.warn.unwrap_or(d.warn),
+            };
+            (gate, rules)
+        })
+        .collect()
+}

@@ -1,0 +1,241 @@
+//! The five guardrail gates (input, context, tool_call, output, stream) and what each does
+//! with a finding: block, mask or warn, chosen per gate by category (`secret`, `pii`,
+//! `entropy`) or by kind (`email`, `jwt`, …). A kind named in a list wins over its category.
+
+use serde_json::Value;
+
+use super::{Category, Redactor};
+
+/// A gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Gate {
+    /// The user's message.
+    Input,
+    /// System prompts and retrieved content.
+    Context,
+    /// A tool call's arguments.
+    ToolCall,
+    /// Tool results and model replies.
+    Output,
+    /// Streamed chunks.
+    Stream,
+}
+
+impl Gate {
+    /// Every gate.
+    pub const ALL: [Gate; 5] = [
+        Gate::Input,
+        Gate::Context,
+        Gate::ToolCall,
+        Gate::Output,
+        Gate::Stream,
+    ];
+
+    /// The name in routes and config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Gate::Input => "input",
+            Gate::Context => "context",
+            Gate::ToolCall => "tool_call",
+            Gate::Output => "output",
+            Gate::Stream => "stream",
+        }
+    }
+
+    /// The gate named `name`.
+    pub fn parse(name: &str) -> Option<Gate> {
+        Gate::ALL.into_iter().find(|g| g.as_str() == name)
+    }
+}
+
+/// What a gate does with a finding, from least to most severe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Nothing found, or nothing that matters here.
+    Allow,
+    /// Let it through; report the finding.
+    Warn,
+    /// Let it through with the finding replaced by `<redacted:KIND>`.
+    Mask,
+    /// Refuse the content.
+    Block,
+}
+
+impl Action {
+    /// The name in answers and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Allow => "allow",
+            Action::Warn => "warn",
+            Action::Mask => "mask",
+            Action::Block => "block",
+        }
+    }
+}
+
+/// One gate's rules: the categories and kinds each action applies to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GateRules {
+    /// Refused.
+    pub block: Vec<String>,
+    /// Masked.
+    pub mask: Vec<String>,
+    /// Reported.
+    pub warn: Vec<String>,
+}
+
+impl GateRules {
+    fn of(block: &[&str], mask: &[&str], warn: &[&str]) -> GateRules {
+        let own = |l: &[&str]| l.iter().map(|s| (*s).to_owned()).collect();
+        GateRules {
+            block: own(block),
+            mask: own(mask),
+            warn: own(warn),
+        }
+    }
+
+    /// The shipped rules for `gate`.
+    pub fn default_for(gate: Gate) -> GateRules {
+        match gate {
+            Gate::Input => GateRules::of(&[], &["secret"], &["pii", "entropy"]),
+            Gate::Context => GateRules::of(&[], &["secret", "pii"], &["entropy"]),
+            Gate::ToolCall => GateRules::of(&["secret"], &["pii"], &["entropy"]),
+            Gate::Output | Gate::Stream => GateRules::of(&[], &["secret", "pii"], &["entropy"]),
+        }
+    }
+
+    /// The action for a finding: a list naming its kind decides; else a list naming its
+    /// category; the most severe wins within each step.
+    pub fn action(&self, kind: &str, category: Category) -> Action {
+        let lists = [
+            (Action::Block, &self.block),
+            (Action::Mask, &self.mask),
+            (Action::Warn, &self.warn),
+        ];
+        for (action, list) in lists {
+            if list.iter().any(|k| k == kind) {
+                return action;
+            }
+        }
+        for (action, list) in lists {
+            if list.iter().any(|c| c == category.as_str()) {
+                return action;
+            }
+        }
+        Action::Allow
+    }
+
+    /// Every name the lists use that is neither a category nor a kind the detectors know.
+    pub fn unknown_names<'a>(&'a self, redactor: &'a Redactor) -> impl Iterator<Item = &'a str> {
+        self.block
+            .iter()
+            .chain(&self.mask)
+            .chain(&self.warn)
+            .map(String::as_str)
+            .filter(move |n| {
+                !Category::ALL.iter().any(|c| c.as_str() == *n)
+                    && !redactor.kinds().any(|(k, _)| k == *n)
+                    && !matches!(*n, "sensitive-key" | "high-entropy")
+            })
+    }
+}
+
+/// One violation in a gate's answer.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Violation {
+    /// The detector's kind.
+    pub kind: &'static str,
+    /// Its category.
+    pub category: Category,
+    /// What this gate does with it.
+    pub action: Action,
+    /// JSON pointer to the string, for JSON content.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Byte range in the (original) string; absent for a masked JSON key's value.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub span: Option<[usize; 2]>,
+}
+
+/// A gate's verdict on some content.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Screened {
+    /// The most severe action among the violations.
+    pub decision: Action,
+    /// The content with every finding this gate masks or blocks replaced.
+    pub content: Value,
+    /// What was found.
+    pub violations: Vec<Violation>,
+}
+
+impl Redactor {
+    /// Screens `content` (a string or any JSON) with `rules`.
+    pub fn screen(&self, rules: &GateRules, content: &Value) -> Screened {
+        let hide = |kind: &str, category: Category| rules.action(kind, category) >= Action::Mask;
+        let mut violations = Vec::new();
+        let masked = match content {
+            Value::String(s) => {
+                let found = self.scan(s);
+                violations.extend(found.iter().map(|f| Violation {
+                    kind: f.kind,
+                    category: f.category,
+                    action: rules.action(f.kind, f.category),
+                    path: None,
+                    span: Some([f.start, f.end]),
+                }));
+                Value::String(Redactor::mask(s, &found, |f| hide(f.kind, f.category)))
+            }
+            other => {
+                violations.extend(self.scan_json(other).into_iter().map(|f| Violation {
+                    kind: f.kind,
+                    category: f.category,
+                    action: rules.action(f.kind, f.category),
+                    path: Some(f.path),
+                    span: f.finding.map(|f| [f.start, f.end]),
+                }));
+                self.mask_json(other, &hide)
+            }
+        };
+        violations.retain(|v| v.action != Action::Allow);
+        let decision = violations
+            .iter()
+            .map(|v| v.action)
+            .max()
+            .unwrap_or(Action::Allow);
+        Screened {
+            decision,
+            content: masked,
+            violations,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redact::RedactConfig;
+    use serde_json::json;
+
+    #[test]
+    fn kinds_override_categories_and_the_worst_action_decides() {
+        let r = Redactor::new(&RedactConfig::default()).unwrap();
+        let rules = GateRules {
+            warn: vec!["email".to_owned()],
+            ..GateRules::default_for(Gate::ToolCall)
+        };
+        let s = r.screen(&rules, &json!("mail a@b.io"));
+        assert_eq!(s.decision, Action::Warn);
+        assert_eq!(s.content, json!("mail a@b.io"));
+        let s = r.screen(&rules, &json!({"q": "call 415-555-0142", "token": "abc"}));
+        assert_eq!(s.decision, Action::Block);
+        assert_eq!(
+            s.content,
+            json!({"q": "call <redacted:phone>", "token": "<redacted:sensitive-key>"})
+        );
+        assert!(rules.unknown_names(&r).next().is_none());
+        let bad = GateRules::of(&["secrets"], &[], &[]);
+        assert_eq!(bad.unknown_names(&r).collect::<Vec<_>>(), ["secrets"]);
+    }
+}

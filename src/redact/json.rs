@@ -1,0 +1,181 @@
+//! Redaction inside JSON: every string is scanned, and the value of a sensitive key is masked
+//! whole. Structure is kept: objects keep their keys, arrays their length.
+
+use serde_json::Value;
+
+use super::{Category, Finding, Redactor};
+
+/// Keys whose values are secrets, after lowercasing and dropping `_`, `-`, `.` and spaces.
+const EXACT: [&str; 14] = [
+    "password",
+    "passwd",
+    "pwd",
+    "passphrase",
+    "secret",
+    "authorization",
+    "proxyauthorization",
+    "cookie",
+    "setcookie",
+    "credentials",
+    "connectionstring",
+    "sessionid",
+    "xapikey",
+    "otp",
+];
+/// Endings that make a key sensitive (`db_password`, `github_token`, `aws_secret_access_key`).
+const ENDINGS: [&str; 9] = [
+    "password",
+    "secret",
+    "token",
+    "apikey",
+    "privatekey",
+    "accesskey",
+    "secretkey",
+    "clientsecret",
+    "signingkey",
+];
+
+/// Whether a JSON key names a secret (case- and separator-insensitive).
+pub fn sensitive_key(key: &str) -> bool {
+    let norm: String = key
+        .chars()
+        .filter(|c| !matches!(c, '_' | '-' | '.' | ' '))
+        .flat_map(char::to_lowercase)
+        .collect();
+    EXACT.contains(&norm.as_str()) || ENDINGS.iter().any(|e| norm.ends_with(e))
+}
+
+/// A finding inside a JSON document: where (a JSON pointer) and what. A sensitive key's
+/// finding covers the whole value (`finding` is `None`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct JsonFinding {
+    /// JSON pointer to the string or value (`/user/password`).
+    pub path: String,
+    /// The finding inside that string; `None` when the whole value is masked for its key.
+    pub finding: Option<Finding>,
+    /// The kind (`sensitive-key` for a masked key's value).
+    pub kind: &'static str,
+    /// Its category.
+    pub category: Category,
+}
+
+fn pointer_push(path: &str, token: &str) -> String {
+    format!("{path}/{}", token.replace('~', "~0").replace('/', "~1"))
+}
+
+impl Redactor {
+    /// Every finding in `value` (depth-first, keys in document order).
+    pub fn scan_json(&self, value: &Value) -> Vec<JsonFinding> {
+        let mut out = Vec::new();
+        self.walk(value, String::new(), &mut out);
+        out
+    }
+
+    fn walk(&self, value: &Value, path: String, out: &mut Vec<JsonFinding>) {
+        match value {
+            Value::String(s) => out.extend(self.scan(s).into_iter().map(|f| JsonFinding {
+                path: path.clone(),
+                kind: f.kind,
+                category: f.category,
+                finding: Some(f),
+            })),
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    self.walk(item, pointer_push(&path, &i.to_string()), out);
+                }
+            }
+            Value::Object(map) => {
+                for (k, v) in map {
+                    let here = pointer_push(&path, k);
+                    if sensitive_key(k) && !v.is_null() {
+                        out.push(JsonFinding {
+                            path: here,
+                            finding: None,
+                            kind: "sensitive-key",
+                            category: Category::Secret,
+                        });
+                    } else {
+                        self.walk(v, here, out);
+                    }
+                }
+            }
+            Value::Null | Value::Bool(_) | Value::Number(_) => {}
+        }
+    }
+
+    /// `value` with the findings `keep` selects masked: strings in place, a sensitive key's
+    /// value replaced by `"<redacted:sensitive-key>"`.
+    pub fn mask_json(&self, value: &Value, keep: &dyn Fn(&str, Category) -> bool) -> Value {
+        match value {
+            Value::String(s) => {
+                let found = self.scan(s);
+                Value::String(Redactor::mask(s, &found, |f| keep(f.kind, f.category)))
+            }
+            Value::Array(items) => {
+                Value::Array(items.iter().map(|v| self.mask_json(v, keep)).collect())
+            }
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(k, v)| {
+                        let masked = if sensitive_key(k)
+                            && !v.is_null()
+                            && keep("sensitive-key", Category::Secret)
+                        {
+                            Value::String("<redacted:sensitive-key>".to_owned())
+                        } else {
+                            self.mask_json(v, keep)
+                        };
+                        (k.clone(), masked)
+                    })
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redact::RedactConfig;
+    use serde_json::json;
+
+    #[test]
+    fn keys_are_matched_loosely_and_values_masked_whole() {
+        for k in [
+            "password",
+            "DB_Password",
+            "api-key",
+            "X-Api-Key",
+            "githubToken",
+            "private_key",
+        ] {
+            assert!(sensitive_key(k), "{k}");
+        }
+        for k in [
+            "max_tokens",
+            "token_count",
+            "username",
+            "keyboard",
+            "secretary_name",
+        ] {
+            assert!(!sensitive_key(k), "{k}");
+        }
+        let r = Redactor::new(&RedactConfig::default()).unwrap();
+        let doc = json!({"user": {"name": "a", "Password": 1234, "notes": ["mail me: a@b.io"]}});
+        let masked = r.mask_json(&doc, &|_, _| true);
+        assert_eq!(
+            masked,
+            json!({"user": {"name": "a", "Password": "<redacted:sensitive-key>", "notes": ["mail me: <redacted:email>"]}})
+        );
+        let found = r.scan_json(&doc);
+        let paths: Vec<_> = found.iter().map(|f| (f.path.as_str(), f.kind)).collect();
+        assert_eq!(
+            paths,
+            [
+                ("/user/Password", "sensitive-key"),
+                ("/user/notes/0", "email")
+            ]
+        );
+    }
+}

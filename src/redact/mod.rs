@@ -1,0 +1,356 @@
+//! The redaction engine: finds secrets and personal data in text and JSON, and masks them as
+//! `<redacted:KIND>`. One ruleset for every place content flows: the gates API, and (as the
+//! issue's later parts land) audit records, approval previews and tool output.
+//!
+//! - Named detectors ([`patterns`]): one pass of a `RegexSet` over the bytes says which
+//!   detectors can match at all; only those run again to find their spans. The `regex` crate
+//!   runs in linear time, so no input can make a pattern backtrack (ReDoS-safe).
+//! - High-entropy tokens: runs of key-like characters that no named detector claimed, with
+//!   mixed case and digits and Shannon entropy over a threshold; hex-only runs (hashes, git
+//!   SHAs, UUIDs) and `base64,` data are left alone.
+//! - JSON: every string is scanned, and the value of a sensitive key (`password`, `token`,
+//!   `api_key`, `authorization`, `cookie`, `private_key`, …, matched case- and
+//!   separator-insensitively) is masked whole, keeping the structure.
+
+mod gates;
+mod json;
+mod patterns;
+mod validate;
+
+pub use gates::{Action, Gate, GateRules, Screened, Violation};
+pub use json::{JsonFinding, sensitive_key};
+pub use patterns::Category;
+
+use regex::bytes::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
+
+use patterns::PATTERNS;
+
+/// One finding in a text: byte offsets of the sensitive part.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Finding {
+    /// `aws-access-key`, `email`, `high-entropy`, …
+    pub kind: &'static str,
+    /// secret, pii or entropy.
+    pub category: Category,
+    /// Start, in bytes (a char boundary).
+    pub start: usize,
+    /// End, exclusive, in bytes (a char boundary).
+    pub end: usize,
+}
+
+/// Which optional detectors run, and the entropy thresholds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RedactConfig {
+    /// IPv4 and IPv6 addresses (off by default: noisy in code and logs).
+    pub ip_addresses: bool,
+    /// High-entropy tokens (`None`: off): shortest token and bits per character.
+    pub entropy: Option<(usize, f64)>,
+}
+
+impl Default for RedactConfig {
+    fn default() -> Self {
+        RedactConfig {
+            ip_addresses: false,
+            entropy: Some((24, 4.0)),
+        }
+    }
+}
+
+/// Why the detectors could not be built (a pattern over the size limit: a bug, not input).
+#[derive(Debug, thiserror::Error)]
+#[error("redaction detectors: {0}")]
+pub struct RedactError(String);
+
+/// The compiled detectors.
+pub struct Redactor {
+    set: RegexSet,
+    rows: Vec<(&'static patterns::Pattern, Regex)>,
+    token: Regex,
+    entropy: Option<(usize, f64)>,
+}
+
+impl std::fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redactor")
+            .field("detectors", &self.rows.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// ASCII-only classes and word boundaries: the DFA engines handle any input, also non-ASCII
+/// text, without falling back to slower ones.
+fn builder(pattern: &str) -> RegexBuilder {
+    let mut b = RegexBuilder::new(pattern);
+    b.unicode(false).size_limit(4 << 20);
+    b
+}
+
+impl Redactor {
+    /// Compiles the detectors `config` turns on.
+    pub fn new(config: &RedactConfig) -> Result<Redactor, RedactError> {
+        let active: Vec<&'static patterns::Pattern> = PATTERNS
+            .iter()
+            .filter(|p| !p.optional || config.ip_addresses)
+            .collect();
+        let set = RegexSetBuilder::new(active.iter().map(|p| p.regex))
+            .unicode(false)
+            .size_limit(64 << 20)
+            .dfa_size_limit(64 << 20)
+            .build()
+            .map_err(|e| RedactError(e.to_string()))?;
+        let rows = active
+            .into_iter()
+            .map(|p| {
+                builder(p.regex)
+                    .build()
+                    .map(|r| (p, r))
+                    .map_err(|e| RedactError(format!("{}: {e}", p.kind)))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let token = builder(r"[A-Za-z0-9+/_\-]{16,}={0,2}")
+            .build()
+            .map_err(|e| RedactError(e.to_string()))?;
+        Ok(Redactor {
+            set,
+            rows,
+            token,
+            entropy: config.entropy,
+        })
+    }
+
+    /// Kinds the named detectors know (for docs and config checks).
+    pub fn kinds(&self) -> impl Iterator<Item = (&'static str, Category)> + '_ {
+        self.rows.iter().map(|(p, _)| (p.kind, p.category))
+    }
+
+    /// Every finding in `text`, in order, without overlaps (on overlap the more specific
+    /// detector, then the longer span, wins).
+    pub fn scan(&self, text: &str) -> Vec<Finding> {
+        let bytes = text.as_bytes();
+        let mut found: Vec<(usize, Finding)> = Vec::new();
+        for i in self.set.matches(bytes).iter() {
+            let Some((row, regex)) = self.rows.get(i) else {
+                continue;
+            };
+            for caps in regex.captures_iter(bytes) {
+                let Some(m) = caps.get(row.group) else {
+                    continue;
+                };
+                let (start, end) = char_bounds(text, m.start(), m.end());
+                if start >= end {
+                    continue;
+                }
+                if let Some(check) = row.check
+                    && !text.get(start..end).is_some_and(check)
+                {
+                    continue;
+                }
+                found.push((
+                    i,
+                    Finding {
+                        kind: row.kind,
+                        category: row.category,
+                        start,
+                        end,
+                    },
+                ));
+            }
+        }
+        found.sort_by_key(|(rank, f)| (f.start, *rank, usize::MAX - f.end));
+        let mut out: Vec<Finding> = Vec::with_capacity(found.len());
+        for (_, f) in found {
+            if out.last().is_some_and(|last| f.start < last.end) {
+                continue;
+            }
+            out.push(f);
+        }
+        if let Some((min_len, bits)) = self.entropy {
+            self.high_entropy(text, min_len, bits, &mut out);
+        }
+        out
+    }
+
+    /// Adds high-entropy tokens that no finding covers.
+    fn high_entropy(&self, text: &str, min_len: usize, bits: f64, out: &mut Vec<Finding>) {
+        let bytes = text.as_bytes();
+        let mut extra = Vec::new();
+        for m in self.token.find_iter(bytes) {
+            let (start, end) = (m.start(), m.end());
+            let Some(token) = text.get(start..end) else {
+                continue;
+            };
+            if token.len() < min_len || token.len() > 1024 {
+                continue;
+            }
+            let before = text.get(start.saturating_sub(8)..start).unwrap_or("");
+            if before.ends_with("base64,") {
+                continue;
+            }
+            let has = |f: fn(&u8) -> bool| token.as_bytes().iter().any(f);
+            let digits = token.bytes().filter(u8::is_ascii_digit).count();
+            let hex_only = token.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+            if hex_only
+                || !has(u8::is_ascii_uppercase)
+                || !has(u8::is_ascii_lowercase)
+                || digits < 2
+            {
+                continue;
+            }
+            if out.iter().any(|f| f.start < end && start < f.end) {
+                continue;
+            }
+            if validate::entropy(token) >= bits {
+                extra.push(Finding {
+                    kind: "high-entropy",
+                    category: Category::Entropy,
+                    start,
+                    end,
+                });
+            }
+        }
+        if !extra.is_empty() {
+            out.extend(extra);
+            out.sort_by_key(|f| f.start);
+        }
+    }
+
+    /// `text` with the findings that `keep` selects replaced by `<redacted:KIND>`.
+    pub fn mask(text: &str, findings: &[Finding], keep: impl Fn(&Finding) -> bool) -> String {
+        let mut out = String::with_capacity(text.len());
+        let mut at = 0;
+        for f in findings.iter().filter(|f| keep(f)) {
+            if f.start < at {
+                continue;
+            }
+            out.push_str(text.get(at..f.start).unwrap_or(""));
+            out.push_str("<redacted:");
+            out.push_str(f.kind);
+            out.push('>');
+            at = f.end;
+        }
+        out.push_str(text.get(at..).unwrap_or(""));
+        out
+    }
+
+    /// `text` with every finding masked.
+    pub fn redact(&self, text: &str) -> String {
+        Redactor::mask(text, &self.scan(text), |_| true)
+    }
+}
+
+/// The detectors and every gate's rules, checked against each other.
+pub struct Gates {
+    redactor: Redactor,
+    rules: Vec<(Gate, GateRules)>,
+}
+
+impl std::fmt::Debug for Gates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gates").finish_non_exhaustive()
+    }
+}
+
+impl Gates {
+    /// Builds the detectors and checks that every name in `rules` is a category or a kind.
+    pub fn new(config: &RedactConfig, rules: Vec<(Gate, GateRules)>) -> Result<Gates, RedactError> {
+        let redactor = Redactor::new(config)?;
+        for (gate, r) in &rules {
+            if let Some(name) = r.unknown_names(&redactor).next() {
+                let mut kinds: Vec<&str> = redactor.kinds().map(|(k, _)| k).collect();
+                kinds.extend(["sensitive-key", "high-entropy"]);
+                return Err(RedactError(format!(
+                    "`gates.{}` names `{name}`, which is neither a category (secret, pii, entropy) nor a detector kind ({})",
+                    gate.as_str(),
+                    kinds.join(", ")
+                )));
+            }
+        }
+        Ok(Gates { redactor, rules })
+    }
+
+    /// The shipped detectors and rules.
+    pub fn builtin() -> Result<Gates, RedactError> {
+        let rules = Gate::ALL
+            .into_iter()
+            .map(|g| (g, GateRules::default_for(g)))
+            .collect();
+        Gates::new(&RedactConfig::default(), rules)
+    }
+
+    /// The detectors.
+    pub fn redactor(&self) -> &Redactor {
+        &self.redactor
+    }
+
+    /// `gate`'s verdict on `content`.
+    pub fn screen(&self, gate: Gate, content: &serde_json::Value) -> Screened {
+        let fallback = GateRules::default_for(gate);
+        let rules = self
+            .rules
+            .iter()
+            .find(|(g, _)| *g == gate)
+            .map_or(&fallback, |(_, r)| r);
+        self.redactor.screen(rules, content)
+    }
+}
+
+/// Widens a byte range to char boundaries (byte-level patterns may stop inside a character).
+fn char_bounds(text: &str, mut start: usize, mut end: usize) -> (usize, usize) {
+    while start > 0 && !text.is_char_boundary(start) {
+        start -= 1;
+    }
+    while end < text.len() && !text.is_char_boundary(end) {
+        end += 1;
+    }
+    (start, end.min(text.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kinds(text: &str) -> Vec<&'static str> {
+        let r = Redactor::new(&RedactConfig::default()).unwrap();
+        r.scan(text).into_iter().map(|f| f.kind).collect()
+    }
+
+    #[test]
+    fn named_detectors_win_over_entropy_and_mask_in_place() {
+        let r = Redactor::new(&RedactConfig::default()).unwrap();
+        let text = "key AKIAIOSFODNN7EXAMPLQ and mail bob@example.org, café ✓";
+        let found = r.scan(text);
+        assert_eq!(
+            found.iter().map(|f| f.kind).collect::<Vec<_>>(),
+            ["aws-access-key", "email"]
+        );
+        assert_eq!(
+            r.redact(text),
+            "key <redacted:aws-access-key> and mail <redacted:email>, café ✓"
+        );
+    }
+
+    #[test]
+    fn only_the_sensitive_group_is_masked() {
+        let r = Redactor::new(&RedactConfig::default()).unwrap();
+        assert_eq!(
+            r.redact("postgres://app:s3cr3t-pw@db:5432/x"),
+            "postgres://app:<redacted:database-url>@db:5432/x"
+        );
+        assert_eq!(
+            r.redact("password=hunter22!"),
+            "password=<redacted:password-assignment>"
+        );
+    }
+
+    #[test]
+    fn hashes_and_uuids_are_not_secrets() {
+        for text in [
+            "commit 9fceb02d0ae598e95dc970b74767f19372d61af8",
+            "id 123e4567-e89b-12d3-a456-426614174000",
+            "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+            "version 1.2.3.4 released",
+        ] {
+            assert!(kinds(text).is_empty(), "{text}: {:?}", kinds(text));
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! The detector table: one row per kind of secret or personal data, each a `regex` pattern
+//! (linear time, no backtracking) with an optional capture group that holds the sensitive part
+//! and an optional check that a candidate must pass (Luhn, IBAN checksum, SSN ranges, …).
+
+use super::validate;
+
+/// What a finding is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Category {
+    /// Credentials: keys, tokens, passwords.
+    Secret,
+    /// Personal data.
+    Pii,
+    /// A high-entropy token no named detector recognised.
+    Entropy,
+}
+
+impl Category {
+    /// Every category.
+    pub const ALL: [Category; 3] = [Category::Secret, Category::Pii, Category::Entropy];
+
+    /// The name used in config and answers.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Category::Secret => "secret",
+            Category::Pii => "pii",
+            Category::Entropy => "entropy",
+        }
+    }
+}
+
+/// One row of the table.
+pub(super) struct Pattern {
+    pub kind: &'static str,
+    pub category: Category,
+    pub regex: &'static str,
+    /// The capture group holding the sensitive part (0: the whole match).
+    pub group: usize,
+    /// A check the candidate must pass.
+    pub check: Option<fn(&str) -> bool>,
+    /// Off unless configured (noisy in code and logs).
+    pub optional: bool,
+}
+
+const fn p(kind: &'static str, category: Category, regex: &'static str) -> Pattern {
+    Pattern {
+        kind,
+        category,
+        regex,
+        group: 0,
+        check: None,
+        optional: false,
+    }
+}
+
+const fn g(kind: &'static str, regex: &'static str, group: usize) -> Pattern {
+    Pattern {
+        kind,
+        category: Category::Secret,
+        regex,
+        group,
+        check: None,
+        optional: false,
+    }
+}
+
+const fn checked(kind: &'static str, regex: &'static str, check: fn(&str) -> bool) -> Pattern {
+    Pattern {
+        kind,
+        category: Category::Pii,
+        regex,
+        group: 0,
+        check: Some(check),
+        optional: false,
+    }
+}
+
+use Category::{Pii, Secret};
+
+/// Every detector, most specific first (on overlap the earlier row wins).
+pub(super) const PATTERNS: &[Pattern] = &[
+    // Private keys: the whole block, or the header and what follows when the end is cut off.
+    p(
+        "private-key-rsa",
+        Secret,
+        r"-----BEGIN RSA PRIVATE KEY-----(?:[\s\S]*?-----END RSA PRIVATE KEY-----|[A-Za-z0-9+/=\s\\]*)",
+    ),
+    p(
+        "private-key-ec",
+        Secret,
+        r"-----BEGIN EC PRIVATE KEY-----(?:[\s\S]*?-----END EC PRIVATE KEY-----|[A-Za-z0-9+/=\s\\]*)",
+    ),
+    p(
+        "private-key-openssh",
+        Secret,
+        r"-----BEGIN OPENSSH PRIVATE KEY-----(?:[\s\S]*?-----END OPENSSH PRIVATE KEY-----|[A-Za-z0-9+/=\s\\]*)",
+    ),
+    p(
+        "private-key-pgp",
+        Secret,
+        r"-----BEGIN PGP PRIVATE KEY BLOCK-----(?:[\s\S]*?-----END PGP PRIVATE KEY BLOCK-----|[A-Za-z0-9+/=\s\\:]*)",
+    ),
+    p(
+        "private-key",
+        Secret,
+        r"-----BEGIN (?:ENCRYPTED |DSA )?PRIVATE KEY-----(?:[\s\S]*?-----END (?:ENCRYPTED |DSA )?PRIVATE KEY-----|[A-Za-z0-9+/=\s\\]*)",
+    ),
+    p(
+        "aws-access-key",
+        Secret,
+        r"\b(?:AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}\b",
+    ),
+    g(
+        "aws-secret-key",
+        r#"(?i:aws_?secret(?:_?access)?_?key|aws_?secret)["']?\s*[:=]\s*["']?([A-Za-z0-9/+]{40})(?:[^A-Za-z0-9/+]|$)"#,
+        1,
+    ),
+    p("gcp-api-key", Secret, r"\bAIza[0-9A-Za-z_\-]{35}"),
+    g(
+        "gcp-service-account",
+        r#""private_key_id"\s*:\s*"([a-f0-9]{40})""#,
+        1,
+    ),
+    g("azure-storage-key", r"AccountKey=([A-Za-z0-9+/]{86}==)", 1),
+    p(
+        "azure-client-secret",
+        Secret,
+        r"\b[A-Za-z0-9_~.]{3}[0-9]Q~[A-Za-z0-9_~.\-]{31,34}",
+    ),
+    p(
+        "stripe-live-key",
+        Secret,
+        r"\b(?:sk|rk)_live_[0-9A-Za-z]{24,99}\b",
+    ),
+    p(
+        "stripe-test-key",
+        Secret,
+        r"\b(?:sk|rk)_test_[0-9A-Za-z]{24,99}\b",
+    ),
+    p(
+        "anthropic-key",
+        Secret,
+        r"\bsk-ant-(?:api|admin)[0-9]{2}-[A-Za-z0-9_\-]{80,}",
+    ),
+    p(
+        "openai-key",
+        Secret,
+        r"\bsk-(?:(?:proj|svcacct|admin)-[A-Za-z0-9_\-]{40,}|[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9]{20})",
+    ),
+    p("github-pat", Secret, r"\bghp_[A-Za-z0-9]{36}\b"),
+    p(
+        "github-fine-grained-pat",
+        Secret,
+        r"\bgithub_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59}\b",
+    ),
+    p(
+        "github-app-token",
+        Secret,
+        r"\b(?:ghu|ghs)_[A-Za-z0-9]{36}\b",
+    ),
+    p(
+        "github-oauth-token",
+        Secret,
+        r"\b(?:gho|ghr)_[A-Za-z0-9]{36}\b",
+    ),
+    p(
+        "gitlab-token",
+        Secret,
+        r"\bgl(?:pat|ptt|rt)-[A-Za-z0-9_\-]{20}\b",
+    ),
+    p(
+        "slack-webhook",
+        Secret,
+        r"https://hooks\.slack\.com/(?:services|workflows)/T[A-Z0-9]+/[A-Z0-9]+/[A-Za-z0-9]{24}",
+    ),
+    p(
+        "slack-token",
+        Secret,
+        r"\bxox[abposr]-(?:[0-9]+-){1,3}[A-Za-z0-9]{10,}",
+    ),
+    p("npm-token", Secret, r"\bnpm_[A-Za-z0-9]{36}\b"),
+    p(
+        "pypi-token",
+        Secret,
+        r"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_\-]{50,}",
+    ),
+    p(
+        "sendgrid-key",
+        Secret,
+        r"\bSG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}\b",
+    ),
+    p("twilio-key", Secret, r"\bSK[0-9a-f]{32}\b"),
+    p("mailgun-key", Secret, r"\bkey-[0-9a-f]{32}\b"),
+    p("digitalocean-token", Secret, r"\bdo[opr]_v1_[a-f0-9]{64}\b"),
+    p("huggingface-token", Secret, r"\bhf_[A-Za-z0-9]{34,40}\b"),
+    p(
+        "shopify-token",
+        Secret,
+        r"\bshp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}\b",
+    ),
+    p(
+        "google-oauth-secret",
+        Secret,
+        r"\bGOCSPX-[A-Za-z0-9_\-]{28}",
+    ),
+    p(
+        "jwt",
+        Secret,
+        r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{16,}",
+    ),
+    g(
+        "database-url",
+        r#"\b(?:postgres(?:ql)?|mysql|mariadb|mongodb(?:\+srv)?|rediss?|amqps?|mssql|sqlserver|clickhouse)://[^\s:/@"'<>]+:([^\s@/"'<>]+)@"#,
+        1,
+    ),
+    g(
+        "url-credentials",
+        r#"\b[a-z][a-z0-9+.\-]*://[^\s:/@"'<>]+:([^\s@/"'<>]+)@"#,
+        1,
+    ),
+    g(
+        "authorization-header",
+        r"(?i:\bauthorization)\s*[:=]\s*(?i:bearer|basic|token)\s+([A-Za-z0-9._~+/=\-]{16,})",
+        1,
+    ),
+    g(
+        "env-secret",
+        r#"(?m)^[ \t]*(?:export[ \t]+)?[A-Z][A-Z0-9_]*(?:API_KEY|_TOKEN|_SECRET|SECRET_KEY|ACCESS_KEY|_PASSWORD)[ \t]*=[ \t]*["']?([^\s"']{8,})"#,
+        1,
+    ),
+    g(
+        "password-assignment",
+        r#"(?i:\b(?:password|passwd|pwd|secret|client_secret|api_secret|secret_key))["']?\s*[:=]\s*["']?([^\s"',;{}()\[\]<>]{4,})"#,
+        1,
+    ),
+    // Personal data.
+    p(
+        "email",
+        Pii,
+        r"\b[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,24}\b",
+    ),
+    checked(
+        "credit-card",
+        r"\b[0-9](?:[ \-]?[0-9]){12,18}\b",
+        validate::credit_card,
+    ),
+    checked(
+        "iban",
+        r"\b[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b",
+        validate::iban,
+    ),
+    checked("us-ssn", r"\b[0-9]{3}-[0-9]{2}-[0-9]{4}\b", validate::ssn),
+    checked(
+        "phone",
+        r"(?:\+[1-9][0-9]{0,2}[ .\-]?)?(?:\([0-9]{2,4}\)|\b[0-9]{2,4})[ .\-][0-9]{3,4}[ .\-][0-9]{3,4}\b",
+        validate::phone,
+    ),
+    Pattern {
+        kind: "ipv4",
+        category: Pii,
+        regex: r"\b(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])(?:\.(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])){3}\b",
+        group: 0,
+        check: None,
+        optional: true,
+    },
+    Pattern {
+        kind: "ipv6",
+        category: Pii,
+        regex: r"(?i:\b(?:[0-9a-f]{1,4}:){1,7}(?::|(?::[0-9a-f]{1,4}){1,6}|[0-9a-f]{1,4})\b)",
+        group: 0,
+        check: Some(validate::ipv6),
+        optional: true,
+    },
+];

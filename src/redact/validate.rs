@@ -1,0 +1,117 @@
+//! Checks a candidate must pass before it counts: checksums and number ranges that separate a
+//! real card number, IBAN or SSN from any other run of digits, and Shannon entropy.
+
+/// A card number: 13 to 19 digits (spaces and dashes allowed), a known network prefix, Luhn.
+pub(super) fn credit_card(s: &str) -> bool {
+    let digits: Vec<u32> = s.chars().filter_map(|c| c.to_digit(10)).collect();
+    if !(13..=19).contains(&digits.len()) {
+        return false;
+    }
+    let prefix = |n: usize| digits.iter().take(n).fold(0u32, |acc, d| acc * 10 + d);
+    let known = matches!(prefix(1), 4)
+        || (51..=55).contains(&prefix(2))
+        || (2221..=2720).contains(&prefix(4))
+        || matches!(prefix(2), 34 | 37 | 36 | 38 | 62 | 65)
+        || matches!(prefix(4), 6011)
+        || (3528..=3589).contains(&prefix(4));
+    known && luhn(&digits)
+}
+
+fn luhn(digits: &[u32]) -> bool {
+    let sum: u32 = digits
+        .iter()
+        .rev()
+        .enumerate()
+        .map(|(i, d)| {
+            if i % 2 == 1 {
+                let x = d * 2;
+                if x > 9 { x - 9 } else { x }
+            } else {
+                *d
+            }
+        })
+        .sum();
+    sum.is_multiple_of(10)
+}
+
+/// An IBAN: country code, check digits, and the ISO 13616 mod-97 check.
+pub(super) fn iban(s: &str) -> bool {
+    let compact: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+    if !(15..=34).contains(&compact.len()) {
+        return false;
+    }
+    let (head, tail) = compact.split_at(4);
+    let mut rem: u32 = 0;
+    for c in tail.chars().chain(head.chars()) {
+        let v = match c.to_digit(36) {
+            Some(v) => v,
+            None => return false,
+        };
+        // Letters are two digits (A = 10 … Z = 35).
+        rem = if v >= 10 {
+            (rem * 100 + v) % 97
+        } else {
+            (rem * 10 + v) % 97
+        };
+    }
+    rem == 1
+}
+
+/// A US SSN: area not 000, 666 or 9xx; group not 00; serial not 0000.
+pub(super) fn ssn(s: &str) -> bool {
+    let mut parts = s.split('-').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (Some(area), Some(group), Some(serial)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    area != 0 && area != 666 && area < 900 && group != 0 && serial != 0
+}
+
+/// A phone number: 9 to 15 digits, not all the same digit.
+pub(super) fn phone(s: &str) -> bool {
+    let digits: Vec<char> = s.chars().filter(char::is_ascii_digit).collect();
+    (9..=15).contains(&digits.len()) && digits.iter().any(|d| Some(d) != digits.first())
+}
+
+/// A full IPv6 address (not a clock time or a MAC-like fragment).
+pub(super) fn ipv6(s: &str) -> bool {
+    s.parse::<std::net::Ipv6Addr>().is_ok() && s.matches(':').count() >= 2
+}
+
+/// Shannon entropy in bits per character.
+pub(super) fn entropy(s: &str) -> f64 {
+    let mut counts = [0u32; 256];
+    for b in s.bytes() {
+        if let Some(c) = counts.get_mut(usize::from(b)) {
+            *c += 1;
+        }
+    }
+    let n = s.len() as f64;
+    counts
+        .iter()
+        .filter(|c| **c > 0)
+        .map(|c| {
+            let p = f64::from(*c) / n;
+            -p * p.log2()
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checksums() {
+        assert!(credit_card("4111 1111 1111 1111"));
+        assert!(credit_card("5500-0000-0000-0004"));
+        assert!(!credit_card("4111 1111 1111 1112"));
+        assert!(!credit_card("1234567890123456"));
+        assert!(iban("GB82 WEST 1234 5698 7654 32"));
+        assert!(iban("DE89370400440532013000"));
+        assert!(!iban("DE89370400440532013001"));
+        assert!(ssn("123-45-6789"));
+        assert!(!ssn("666-45-6789") && !ssn("123-00-6789") && !ssn("912-45-6789"));
+        assert!(ipv6("2001:db8::8a2e:370:7334") && !ipv6("12:30:45"));
+        assert!(entropy("aaaa") < 0.1 && entropy("abcd") > 1.9);
+    }
+}
