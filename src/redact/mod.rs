@@ -140,9 +140,12 @@ impl Redactor {
                 if start >= end {
                     continue;
                 }
-                if let Some(check) = row.check
-                    && !text.get(start..end).is_some_and(check)
-                {
+                let value = text.get(start..end).unwrap_or("");
+                if row.check.is_some_and(|check| !check(value)) {
+                    continue;
+                }
+                // Documentation placeholders are not credentials.
+                if row.category == Category::Secret && validate::placeholder(value) {
                     continue;
                 }
                 found.push((
@@ -174,6 +177,7 @@ impl Redactor {
     fn high_entropy(&self, text: &str, min_len: usize, bits: f64, out: &mut Vec<Finding>) {
         let bytes = text.as_bytes();
         let mut extra = Vec::new();
+        let mut next = 0;
         for m in self.token.find_iter(bytes) {
             let (start, end) = (m.start(), m.end());
             let Some(token) = text.get(start..end) else {
@@ -182,8 +186,12 @@ impl Redactor {
             if token.len() < min_len || token.len() > 1024 {
                 continue;
             }
+            // Data URIs and integrity hashes (`sha512-…`, Go's `h1:…`) are not secrets.
             let before = text.get(start.saturating_sub(8)..start).unwrap_or("");
-            if before.ends_with("base64,") {
+            let digest = ["sha512-", "sha384-", "sha256-", "sha1-"]
+                .iter()
+                .any(|p| token.starts_with(p));
+            if before.ends_with("base64,") || before.ends_with("h1:") || digest {
                 continue;
             }
             let has = |f: fn(&u8) -> bool| token.as_bytes().iter().any(f);
@@ -196,10 +204,20 @@ impl Redactor {
             {
                 continue;
             }
-            if out.iter().any(|f| f.start < end && start < f.end) {
+            // `out` is sorted and tokens come in order: skip the findings that end before
+            // this token, then look at the next one only.
+            while out.get(next).is_some_and(|f| f.end <= start) {
+                next += 1;
+            }
+            if out.get(next).is_some_and(|f| f.start < end) {
                 continue;
             }
-            if validate::entropy(token) >= bits {
+            // Random tokens switch between upper, lower and digits about every other
+            // character; identifiers (`AbstractProxyFactoryBean2`) do so once per word and are
+            // mostly runs of lowercase letters.
+            let h = validate::entropy(token);
+            let shaped = validate::class_switches(token) >= 0.42 || !validate::wordy(token);
+            if h >= bits && shaped {
                 extra.push(Finding {
                     kind: "high-entropy",
                     category: Category::Entropy,

@@ -113,13 +113,13 @@ pub(super) const PATTERNS: &[Pattern] = &[
     ),
     g(
         "aws-secret-key",
-        r#"(?i:aws_?secret(?:_?access)?_?key|aws_?secret)["']?\s*[:=]\s*["']?([A-Za-z0-9/+]{40})(?:[^A-Za-z0-9/+]|$)"#,
+        r#"(?i:aws_?secret(?:_?access)?_?key|aws_?secret)(?:\\?["'])?\s*[:=]\s*(?:\\?["'])?([A-Za-z0-9/+]{40})(?:[^A-Za-z0-9/+]|$)"#,
         1,
     ),
     p("gcp-api-key", Secret, r"\bAIza[0-9A-Za-z_\-]{35}"),
     g(
         "gcp-service-account",
-        r#""private_key_id"\s*:\s*"([a-f0-9]{40})""#,
+        r#"\\?"private_key_id\\?"\s*:\s*\\?"([a-f0-9]{40})\\?""#,
         1,
     ),
     g("azure-storage-key", r"AccountKey=([A-Za-z0-9+/]{86}==)", 1),
@@ -226,12 +226,12 @@ pub(super) const PATTERNS: &[Pattern] = &[
     ),
     g(
         "env-secret",
-        r#"(?m)^[ \t]*(?:export[ \t]+)?[A-Z][A-Z0-9_]*(?:API_KEY|_TOKEN|_SECRET|SECRET_KEY|ACCESS_KEY|_PASSWORD)[ \t]*=[ \t]*["']?([^\s"']{8,})"#,
+        r#"(?m)(?:^|[\s"';,])(?:export[ \t]+)?[A-Z][A-Z0-9_]*(?:API_KEY|_TOKEN|_SECRET|SECRET_KEY|ACCESS_KEY|_PASSWORD)[ \t]*=[ \t]*(?:\\?["'])?([^\s"'\\]{8,})"#,
         1,
     ),
     g(
         "password-assignment",
-        r#"(?i:\b(?:password|passwd|pwd|secret|client_secret|api_secret|secret_key))["']?\s*[:=]\s*["']?([^\s"',;{}()\[\]<>]{4,})"#,
+        r#"(?i:\b(?:password|passwd|pwd|secret|client_secret|api_secret|secret_key))(?:\\?["'])?\s*[:=]\s*(?:\\?["'])?([^\s"'\\,;{}()\[\]<>]{4,})"#,
         1,
     ),
     // Personal data.

@@ -77,6 +77,74 @@ pub(super) fn ipv6(s: &str) -> bool {
     s.parse::<std::net::Ipv6Addr>().is_ok() && s.matches(':').count() >= 2
 }
 
+/// A documentation placeholder rather than a credential: `AKIAIOSFODNN7EXAMPLE`,
+/// `your-api-key-here`, `********`, `sk_test_XXXXXXXX…`, `<token>`, or a bare word such as
+/// `password`.
+pub(super) fn placeholder(s: &str) -> bool {
+    let lower = s.to_ascii_lowercase();
+    const WORDS: [&str; 6] = [
+        "example",
+        "your",
+        "placeholder",
+        "redacted",
+        "changeme",
+        "dummy",
+    ];
+    const BARE: [&str; 8] = [
+        "password", "passwd", "secret", "token", "pass", "apikey", "api_key", "none",
+    ];
+    if WORDS.iter().any(|w| lower.contains(w)) || BARE.contains(&lower.as_str()) {
+        return true;
+    }
+    if s.starts_with('<') || s.starts_with("${") || s.starts_with("{{") {
+        return true;
+    }
+    // Mostly one repeated character (`XXXX`, `****`, `0000`) after any known prefix.
+    let mut counts = [0usize; 256];
+    for b in s.bytes() {
+        if let Some(c) = counts.get_mut(usize::from(b)) {
+            *c += 1;
+        }
+    }
+    let top = counts.iter().max().copied().unwrap_or(0);
+    s.len() >= 6 && top * 10 >= s.len() * 6
+}
+
+/// The share of neighbouring characters that differ in class (upper, lower, digit, other).
+pub(super) fn class_switches(s: &str) -> f64 {
+    let class = |b: &u8| match b {
+        b'A'..=b'Z' => 0u8,
+        b'a'..=b'z' => 1,
+        b'0'..=b'9' => 2,
+        _ => 3,
+    };
+    let b = s.as_bytes();
+    if b.len() < 2 {
+        return 0.0;
+    }
+    let switches = b
+        .windows(2)
+        .filter(|w| w.first().map(class) != w.get(1).map(class))
+        .count();
+    switches as f64 / (b.len() - 1) as f64
+}
+
+/// Whether at least half of `s` is runs of four or more lowercase letters (words).
+pub(super) fn wordy(s: &str) -> bool {
+    let (mut in_words, mut run) = (0usize, 0usize);
+    for b in s.bytes().chain(std::iter::once(b' ')) {
+        if b.is_ascii_lowercase() {
+            run += 1;
+        } else {
+            if run >= 4 {
+                in_words += run;
+            }
+            run = 0;
+        }
+    }
+    in_words * 2 >= s.len()
+}
+
 /// Shannon entropy in bits per character.
 pub(super) fn entropy(s: &str) -> f64 {
     let mut counts = [0u32; 256];
@@ -113,5 +181,16 @@ mod tests {
         assert!(!ssn("666-45-6789") && !ssn("123-00-6789") && !ssn("912-45-6789"));
         assert!(ipv6("2001:db8::8a2e:370:7334") && !ipv6("12:30:45"));
         assert!(entropy("aaaa") < 0.1 && entropy("abcd") > 1.9);
+        for p in [
+            "AKIAIOSFODNN7EXAMPLE",
+            "your-api-key-here",
+            "********",
+            "sk_test_XXXXXXXXXXXXXXXXXXXXXXXX",
+            "<token>",
+            "password",
+        ] {
+            assert!(placeholder(p), "{p}");
+        }
+        assert!(!placeholder("AKIAQWERTYUIOPASDFGH") && !placeholder("hunter22!"));
     }
 }

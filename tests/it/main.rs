@@ -13,6 +13,7 @@ mod approvals;
 mod audit;
 mod auth;
 mod cli;
+mod corpus;
 mod crash;
 mod decisions;
 mod examples;
