@@ -23,6 +23,37 @@ use crate::audit::{Entry, EntryKind, now_ms};
 use crate::authz;
 use crate::policy::Snapshot;
 
+/// What an admin request's audit records share: who asked, under which revision, and why.
+struct AdminRecord {
+    by: String,
+    revision: String,
+    detail: String,
+}
+
+impl AdminRecord {
+    fn entry(&self, decision: &str, reasons: Vec<String>) -> Entry {
+        Entry {
+            kind: EntryKind::Admin,
+            id: uuid::Uuid::now_v7().to_string(),
+            at_ms: now_ms(),
+            principal: Some(self.by.clone()),
+            decision: decision.to_owned(),
+            reasons,
+            policy_revision: Some(self.revision.clone()),
+            detail: Some(self.detail.clone()),
+            ..Entry::default()
+        }
+    }
+}
+
+/// The answer when an admin request cannot be recorded: nothing changes (fail closed).
+fn not_recorded(what: &'static str) -> impl Fn(crate::audit::StoreError) -> ApiError {
+    move |e| {
+        tracing::error!(error = %e, "{what} request not recorded; nothing changed");
+        ApiError::StoreUnavailable
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KillSwitchBody {
@@ -65,21 +96,13 @@ pub async fn set_kill_switch(
     } else {
         "kill_switch_off"
     };
-    let entry = |decision: &str, reasons: Vec<String>| Entry {
-        kind: EntryKind::Admin,
-        id: uuid::Uuid::now_v7().to_string(),
-        at_ms: now_ms(),
-        principal: Some(by.clone()),
-        decision: decision.to_owned(),
-        reasons,
-        policy_revision: Some(snap.revision.clone()),
-        detail: Some(format!("reason: {}", reason.as_deref().unwrap_or("-"))),
-        ..Entry::default()
+    let record = AdminRecord {
+        by: by.clone(),
+        revision: snap.revision.clone(),
+        detail: format!("reason: {}", reason.as_deref().unwrap_or("-")),
     };
-    let record_failed = |e: crate::audit::StoreError| {
-        tracing::error!(error = %e, "kill switch request not recorded; nothing changed");
-        ApiError::StoreUnavailable
-    };
+    let entry = |decision: &str, reasons: Vec<String>| record.entry(decision, reasons);
+    let record_failed = not_recorded("kill switch");
     let allowed = match authz::may_flip_kill_switch(&snap, &who, body.on) {
         Ok(policies) => policies,
         Err(advice) => {
@@ -191,24 +214,16 @@ pub async fn set_quarantine(
     let reason = body.reason.map(|r| r.chars().take(500).collect::<String>());
     let snap: Arc<Snapshot> = state.policy.current();
     let by = who.uid.to_string();
-    let entry = |decision: &str, reasons: Vec<String>| Entry {
-        kind: EntryKind::Admin,
-        id: uuid::Uuid::now_v7().to_string(),
-        at_ms: now_ms(),
-        principal: Some(by.clone()),
-        decision: decision.to_owned(),
-        reasons,
-        policy_revision: Some(snap.revision.clone()),
-        detail: Some(format!(
+    let record = AdminRecord {
+        by: by.clone(),
+        revision: snap.revision.clone(),
+        detail: format!(
             "agent: {target_id}; reason: {}",
             reason.as_deref().unwrap_or("-")
-        )),
-        ..Entry::default()
+        ),
     };
-    let record_failed = |e: crate::audit::StoreError| {
-        tracing::error!(error = %e, "quarantine request not recorded; nothing changed");
-        ApiError::StoreUnavailable
-    };
+    let entry = |decision: &str, reasons: Vec<String>| record.entry(decision, reasons);
+    let record_failed = not_recorded("quarantine");
     let allowed = match authz::may_quarantine(&snap, &who, body.on, &target) {
         Ok(policies) => policies,
         Err(advice) => {
