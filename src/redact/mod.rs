@@ -2,7 +2,7 @@
 //! `<redacted:KIND>`. One ruleset for every place content flows: the gates API, and (as the
 //! issue's later parts land) audit records, approval previews and tool output.
 //!
-//! - Named detectors ([`patterns`]): one pass of a `RegexSet` over the bytes says which
+//! - Named detectors (the table in `patterns.rs`): one pass of a `RegexSet` over the bytes says which
 //!   detectors can match at all; only those run again to find their spans. The `regex` crate
 //!   runs in linear time, so no input can make a pattern backtrack (ReDoS-safe).
 //! - High-entropy tokens: runs of key-like characters that no named detector claimed, with
