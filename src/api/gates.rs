@@ -38,10 +38,16 @@ pub async fn screen(
     };
     let Json(body) = body?;
     // Fail closed: without detectors nothing is screened, so nothing passes.
-    let Some(gates) = state.gates.as_ref() else {
+    let Some(gates) = state.gates.clone() else {
         return Err(ApiError::StoreUnavailable);
     };
-    let screened = gates.screen(gate, &body.content);
+    // A large body takes milliseconds to scan: off the async workers that answer /authorize.
+    let screened = tokio::task::spawn_blocking(move || gates.screen(gate, &body.content))
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "gate scan failed; refusing to answer");
+            ApiError::StoreUnavailable
+        })?;
     state
         .metrics
         .gate(gate.as_str(), screened.decision.as_str());
@@ -61,7 +67,7 @@ pub async fn screen(
             decision: screened.decision.as_str().to_owned(),
             stage: Some(gate.as_str().to_owned()),
             reasons: kinds,
-            detail: Some(format!("{} violations", screened.violations.len())),
+            detail: Some(format!("{} violations", screened.found)),
             ..Entry::default()
         };
         state.audit.record(entry).await.map_err(|e| {

@@ -99,10 +99,12 @@ impl GateRules {
     /// The shipped rules for `gate`.
     pub fn default_for(gate: Gate) -> GateRules {
         match gate {
+            // High-entropy tokens are masked wherever content leaves toward a tool, a model or
+            // a store: they are the backstop for credentials in formats no detector knows.
             Gate::Input => GateRules::of(&[], &["secret"], &["pii", "entropy"]),
-            Gate::Context => GateRules::of(&[], &["secret", "pii"], &["entropy"]),
-            Gate::ToolCall => GateRules::of(&["secret"], &["pii"], &["entropy"]),
-            Gate::Output | Gate::Stream => GateRules::of(&[], &["secret", "pii"], &["entropy"]),
+            Gate::Context => GateRules::of(&[], &["secret", "pii", "entropy"], &[]),
+            Gate::ToolCall => GateRules::of(&["secret"], &["pii", "entropy"], &[]),
+            Gate::Output | Gate::Stream => GateRules::of(&[], &["secret", "pii", "entropy"], &[]),
         }
     }
 
@@ -166,9 +168,14 @@ pub struct Screened {
     pub decision: Action,
     /// The content with every finding this gate masks or blocks replaced.
     pub content: Value,
-    /// What was found.
+    /// What was found (at most [`MAX_VIOLATIONS`], in order).
     pub violations: Vec<Violation>,
+    /// How many violations there were in all.
+    pub found: usize,
 }
+
+/// The most violations an answer lists.
+pub const MAX_VIOLATIONS: usize = 1000;
 
 impl Redactor {
     /// Screens `content` (a string or any JSON) with `rules`.
@@ -199,6 +206,9 @@ impl Redactor {
             }
         };
         violations.retain(|v| v.action != Action::Allow);
+        // Masking covers every finding; the list in the answer is bounded.
+        let found = violations.len();
+        violations.truncate(MAX_VIOLATIONS);
         let decision = violations
             .iter()
             .map(|v| v.action)
@@ -208,6 +218,7 @@ impl Redactor {
             decision,
             content: masked,
             violations,
+            found,
         }
     }
 }

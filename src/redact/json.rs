@@ -23,8 +23,11 @@ const EXACT: [&str; 14] = [
     "otp",
 ];
 /// Endings that make a key sensitive (`db_password`, `github_token`, `aws_secret_access_key`).
-const ENDINGS: [&str; 9] = [
+const ENDINGS: [&str; 12] = [
     "password",
+    "passwords",
+    "secrets",
+    "cookies",
     "secret",
     "token",
     "apikey",
@@ -59,6 +62,17 @@ pub struct JsonFinding {
     pub category: Category,
 }
 
+/// A `{"name": "DB_PASSWORD", "value": "…"}` pair (Kubernetes env, HAR headers): its
+/// `value` is as sensitive as a key of that name.
+fn named_secret(map: &serde_json::Map<String, Value>, key: &str) -> bool {
+    key == "value"
+        && ["name", "key"].iter().any(|k| {
+            map.get(*k)
+                .and_then(Value::as_str)
+                .is_some_and(sensitive_key)
+        })
+}
+
 fn pointer_push(path: &str, token: &str) -> String {
     format!("{path}/{}", token.replace('~', "~0").replace('/', "~1"))
 }
@@ -87,7 +101,7 @@ impl Redactor {
             Value::Object(map) => {
                 for (k, v) in map {
                     let here = pointer_push(&path, k);
-                    if sensitive_key(k) && !v.is_null() {
+                    if (sensitive_key(k) || named_secret(map, k)) && !v.is_null() {
                         out.push(JsonFinding {
                             path: here,
                             finding: None,
@@ -117,7 +131,7 @@ impl Redactor {
             Value::Object(map) => Value::Object(
                 map.iter()
                     .map(|(k, v)| {
-                        let masked = if sensitive_key(k)
+                        let masked = if (sensitive_key(k) || named_secret(map, k))
                             && !v.is_null()
                             && keep("sensitive-key", Category::Secret)
                         {
@@ -167,6 +181,11 @@ mod tests {
         assert_eq!(
             masked,
             json!({"user": {"name": "a", "Password": "<redacted:sensitive-key>", "notes": ["mail me: <redacted:email>"]}})
+        );
+        let env = json!([{"name": "DB_PASSWORD", "value": "p4ss"}, {"name": "MODE", "value": "x"}]);
+        assert_eq!(
+            r.mask_json(&env, &|_, _| true),
+            json!([{"name": "DB_PASSWORD", "value": "<redacted:sensitive-key>"}, {"name": "MODE", "value": "x"}])
         );
         let found = r.scan_json(&doc);
         let paths: Vec<_> = found.iter().map(|f| (f.path.as_str(), f.kind)).collect();

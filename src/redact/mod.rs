@@ -123,54 +123,88 @@ impl Redactor {
         self.rows.iter().map(|(p, _)| (p.kind, p.category))
     }
 
-    /// Every finding in `text`, in order, without overlaps (on overlap the more specific
-    /// detector, then the longer span, wins).
+    /// Every finding in `text`, in order, without overlaps. On overlap a secret beats personal
+    /// data (an AWS key inside an email-shaped string is a key), then the more specific
+    /// detector, then the longer span.
     pub fn scan(&self, text: &str) -> Vec<Finding> {
-        let bytes = text.as_bytes();
+        // Detection reads a copy where the escapes `\n`, `\r`, `\t` are two spaces (same
+        // offsets), so a key right after an escaped newline still starts at a word boundary.
+        let unescaped = unescape_whitespace(text);
+        let bytes = unescaped.as_bytes();
         let mut found: Vec<(usize, Finding)> = Vec::new();
         for i in self.set.matches(bytes).iter() {
             let Some((row, regex)) = self.rows.get(i) else {
                 continue;
             };
-            for caps in regex.captures_iter(bytes) {
-                let Some(m) = caps.get(row.group) else {
-                    continue;
-                };
-                let (start, end) = char_bounds(text, m.start(), m.end());
-                if start >= end {
-                    continue;
-                }
-                let value = text.get(start..end).unwrap_or("");
-                if row.check.is_some_and(|check| !check(value)) {
-                    continue;
-                }
-                // Documentation placeholders are not credentials.
-                if row.category == Category::Secret && validate::placeholder(value) {
-                    continue;
-                }
-                found.push((
-                    i,
-                    Finding {
+            // Capture groups cost a second engine per match: only rows that need one use it.
+            let spans: Box<dyn Iterator<Item = (usize, usize)>> = if row.group == 0 {
+                Box::new(regex.find_iter(bytes).map(|m| (m.start(), m.end())))
+            } else {
+                Box::new(
+                    regex
+                        .captures_iter(bytes)
+                        .filter_map(|c| c.get(row.group).map(|m| (m.start(), m.end()))),
+                )
+            };
+            for (start, end) in spans {
+                if let Some((start, end)) = self.accept(row, text, start, end) {
+                    let f = Finding {
                         kind: row.kind,
                         category: row.category,
                         start,
                         end,
-                    },
-                ));
+                    };
+                    found.push((i, f));
+                }
             }
         }
-        found.sort_by_key(|(rank, f)| (f.start, *rank, usize::MAX - f.end));
-        let mut out: Vec<Finding> = Vec::with_capacity(found.len());
+        found.sort_by_key(|(rank, f)| (f.category, f.start, *rank, usize::MAX - f.end));
+        // Accepted spans by start; a candidate is kept when it overlaps none of them.
+        let mut kept: std::collections::BTreeMap<usize, Finding> =
+            std::collections::BTreeMap::new();
         for (_, f) in found {
-            if out.last().is_some_and(|last| f.start < last.end) {
+            let before = kept.range(..f.end).next_back();
+            if before.is_some_and(|(_, k)| k.end > f.start) {
                 continue;
             }
-            out.push(f);
+            kept.insert(f.start, f);
         }
+        let mut out: Vec<Finding> = kept.into_values().collect();
         if let Some((min_len, bits)) = self.entropy {
             self.high_entropy(text, min_len, bits, &mut out);
         }
         out
+    }
+
+    /// The span a candidate match stands for, if it passes its row's check and is not a
+    /// placeholder. A checked candidate that fails may pass with trailing groups cut off
+    /// (`4111 1111 1111 1111 12/29` → the card without the date).
+    fn accept(
+        &self,
+        row: &patterns::Pattern,
+        text: &str,
+        start: usize,
+        end: usize,
+    ) -> Option<(usize, usize)> {
+        let (start, mut end) = char_bounds(text, start, end);
+        loop {
+            if start >= end {
+                return None;
+            }
+            let value = text.get(start..end)?;
+            let passes = row.check.is_none_or(|check| check(value));
+            if passes {
+                // Documentation placeholders are not credentials.
+                if row.category == Category::Secret && validate::placeholder(value) {
+                    return None;
+                }
+                return Some((start, end));
+            }
+            row.check?;
+            // Cut the last separator-delimited group and try again.
+            let cut = value.rfind([' ', '-'])?;
+            end = start + cut;
+        }
     }
 
     /// Adds high-entropy tokens that no finding covers.
@@ -310,6 +344,29 @@ impl Gates {
             .map_or(&fallback, |(_, r)| r);
         self.redactor.screen(rules, content)
     }
+}
+
+/// `text` with each `\n`, `\r` and `\t` escape replaced by two spaces (offsets unchanged).
+fn unescape_whitespace(text: &str) -> std::borrow::Cow<'_, str> {
+    let bytes = text.as_bytes();
+    let escape = |w: &[u8]| matches!(w, [b'\\', b'n' | b'r' | b't']);
+    if !bytes.windows(2).any(escape) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = bytes.to_vec();
+    let mut i = 0;
+    while i + 1 < out.len() {
+        if out.get(i..i + 2).is_some_and(escape) {
+            if let Some(pair) = out.get_mut(i..i + 2) {
+                pair.copy_from_slice(b"  ");
+            }
+            i += 2;
+        } else {
+            i += 1;
+        }
+    }
+    // ASCII replaced by ASCII: still UTF-8; if not, detection reads the text as it is.
+    String::from_utf8(out).map_or(std::borrow::Cow::Borrowed(text), std::borrow::Cow::Owned)
 }
 
 /// Widens a byte range to char boundaries (byte-level patterns may stop inside a character).

@@ -84,27 +84,33 @@ pub(super) const PATTERNS: &[Pattern] = &[
     p(
         "private-key-rsa",
         Secret,
-        r"-----BEGIN RSA PRIVATE KEY-----(?:[\s\S]*?-----END RSA PRIVATE KEY-----|[A-Za-z0-9+/=\s\\]*)",
+        r"-----BEGIN RSA PRIVATE KEY-----[A-Za-z0-9+/=\s\\:,\-]*(?:-----END RSA PRIVATE KEY-----)?",
     ),
     p(
         "private-key-ec",
         Secret,
-        r"-----BEGIN EC PRIVATE KEY-----(?:[\s\S]*?-----END EC PRIVATE KEY-----|[A-Za-z0-9+/=\s\\]*)",
+        r"-----BEGIN EC PRIVATE KEY-----[A-Za-z0-9+/=\s\\:,\-]*(?:-----END EC PRIVATE KEY-----)?",
     ),
     p(
         "private-key-openssh",
         Secret,
-        r"-----BEGIN OPENSSH PRIVATE KEY-----(?:[\s\S]*?-----END OPENSSH PRIVATE KEY-----|[A-Za-z0-9+/=\s\\]*)",
+        r"-----BEGIN OPENSSH PRIVATE KEY-----[A-Za-z0-9+/=\s\\:,\-]*(?:-----END OPENSSH PRIVATE KEY-----)?",
     ),
     p(
         "private-key-pgp",
         Secret,
-        r"-----BEGIN PGP PRIVATE KEY BLOCK-----(?:[\s\S]*?-----END PGP PRIVATE KEY BLOCK-----|[A-Za-z0-9+/=\s\\:]*)",
+        r"-----BEGIN PGP PRIVATE KEY BLOCK-----[A-Za-z0-9+/=\s\\:,.()\-]*(?:-----END PGP PRIVATE KEY BLOCK-----)?",
     ),
     p(
         "private-key",
         Secret,
-        r"-----BEGIN (?:ENCRYPTED |DSA )?PRIVATE KEY-----(?:[\s\S]*?-----END (?:ENCRYPTED |DSA )?PRIVATE KEY-----|[A-Za-z0-9+/=\s\\]*)",
+        r"-----BEGIN (?:ENCRYPTED |DSA )?PRIVATE KEY-----[A-Za-z0-9+/=\s\\:,\-]*(?:-----END (?:ENCRYPTED |DSA )?PRIVATE KEY-----)?",
+    ),
+    // A PEM private key, base64-encoded again (kubeconfig `client-key-data`, Helm values).
+    p(
+        "private-key-base64",
+        Secret,
+        r"LS0tLS1CRUdJTiB(?:SU0EgUFJJVkFURSBLRVkt|QUklWQVRFIEtFWS0|FQyBQUklWQVRFIEtFWS0|PUEVOU1NIIFBSSVZBVEUgS0VZLS0|FTkNSWVBURUQgUFJJVkFURSBLRVkt)[A-Za-z0-9+/=]*",
     ),
     p(
         "aws-access-key",
@@ -167,7 +173,7 @@ pub(super) const PATTERNS: &[Pattern] = &[
     p(
         "gitlab-token",
         Secret,
-        r"\bgl(?:pat|ptt|rt)-[A-Za-z0-9_\-]{20}\b",
+        r"\bgl(?:pat|ptt|rt)-[A-Za-z0-9_\-]{20}",
     ),
     p(
         "slack-webhook",
@@ -188,7 +194,7 @@ pub(super) const PATTERNS: &[Pattern] = &[
     p(
         "sendgrid-key",
         Secret,
-        r"\bSG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}\b",
+        r"\bSG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}",
     ),
     p("twilio-key", Secret, r"\bSK[0-9a-f]{32}\b"),
     p("mailgun-key", Secret, r"\bkey-[0-9a-f]{32}\b"),
@@ -211,27 +217,27 @@ pub(super) const PATTERNS: &[Pattern] = &[
     ),
     g(
         "database-url",
-        r#"\b(?:postgres(?:ql)?|mysql|mariadb|mongodb(?:\+srv)?|rediss?|amqps?|mssql|sqlserver|clickhouse)://[^\s:/@"'<>]+:([^\s@/"'<>]+)@"#,
+        r#"\b(?:postgres(?:ql)?|mysql|mariadb|mongodb(?:\+srv)?|rediss?|amqps?|mssql|sqlserver|clickhouse)://[^\s:/@"'<>]*:([^\s@/"'<>]+)@"#,
         1,
     ),
     g(
         "url-credentials",
-        r#"\b[a-z][a-z0-9+.\-]*://[^\s:/@"'<>]+:([^\s@/"'<>]+)@"#,
+        r#"\b[a-z][a-z0-9+.\-]*://[^\s:/@"'<>]*:([^\s@/"'<>]+)@"#,
         1,
     ),
     g(
         "authorization-header",
-        r"(?i:\bauthorization)\s*[:=]\s*(?i:bearer|basic|token)\s+([A-Za-z0-9._~+/=\-]{16,})",
+        r#"(?i:\bauthorization)(?:\\?["'])?\s*[:=]\s*(?:\\?["'])?(?i:bearer|basic|token)\s+([A-Za-z0-9._~+/=\-]{16,})"#,
         1,
     ),
     g(
         "env-secret",
-        r#"(?m)(?:^|[\s"';,])(?:export[ \t]+)?[A-Z][A-Z0-9_]*(?:API_KEY|_TOKEN|_SECRET|SECRET_KEY|ACCESS_KEY|_PASSWORD)[ \t]*=[ \t]*(?:\\?["'])?([^\s"'\\]{8,})"#,
+        r#"(?m)(?:^|[\s"';,{])(?:export[ \t]+)?[A-Z][A-Z0-9_]*(?:API_KEY|_TOKEN|_SECRET|SECRET_KEY|ACCESS_KEY|_PASSWORD)[ \t]*=[ \t]*(?:\\?["'])?([^\s"'\\]{8,})"#,
         1,
     ),
     g(
         "password-assignment",
-        r#"(?i:\b(?:password|passwd|pwd|secret|client_secret|api_secret|secret_key))(?:\\?["'])?\s*[:=]\s*(?:\\?["'])?([^\s"'\\,;{}()\[\]<>]{4,})"#,
+        r#"(?i:password|passwd|passphrase|secret|api_?key|access_?token|auth_?token|refresh_?token|private_?key)(?:\\?["'])?\s*[:=]\s*(?:\\?["'])?([^\s"'\\,;{}()\[\]<>]{4,})"#,
         1,
     ),
     // Personal data.

@@ -78,28 +78,37 @@ pub(super) fn ipv6(s: &str) -> bool {
 }
 
 /// A documentation placeholder rather than a credential: `AKIAIOSFODNN7EXAMPLE`,
-/// `your-api-key-here`, `********`, `sk_test_XXXXXXXX…`, `<token>`, or a bare word such as
-/// `password`.
+/// `your-api-key-here`, `********`, `sk_test_XXXXXXXX…`, `<token>`, `${TOKEN}`, or a bare word
+/// such as `password` or `true`. Only short values qualify (a real key's random body may
+/// contain any word), and only clear markers count: a real password such as `Yourname1985`
+/// is not a placeholder.
 pub(super) fn placeholder(s: &str) -> bool {
+    if s.len() > 48 {
+        return false;
+    }
     let lower = s.to_ascii_lowercase();
-    const WORDS: [&str; 6] = [
-        "example",
-        "your",
-        "placeholder",
+    const MARKERS: [&str; 6] = ["example", "your-", "your_", "-here", "_here", "placeholder"];
+    const BARE: [&str; 12] = [
+        "password",
+        "passwd",
+        "secret",
+        "token",
+        "apikey",
+        "api_key",
+        "none",
+        "null",
+        "true",
+        "false",
+        "undefined",
         "redacted",
-        "changeme",
-        "dummy",
     ];
-    const BARE: [&str; 8] = [
-        "password", "passwd", "secret", "token", "pass", "apikey", "api_key", "none",
-    ];
-    if WORDS.iter().any(|w| lower.contains(w)) || BARE.contains(&lower.as_str()) {
+    if MARKERS.iter().any(|w| lower.contains(w)) || BARE.contains(&lower.as_str()) {
         return true;
     }
     if s.starts_with('<') || s.starts_with("${") || s.starts_with("{{") {
         return true;
     }
-    // Mostly one repeated character (`XXXX`, `****`, `0000`) after any known prefix.
+    // Mostly one repeated character (`XXXXXXXX`, `********`) after any known prefix.
     let mut counts = [0usize; 256];
     for b in s.bytes() {
         if let Some(c) = counts.get_mut(usize::from(b)) {
@@ -107,7 +116,7 @@ pub(super) fn placeholder(s: &str) -> bool {
         }
     }
     let top = counts.iter().max().copied().unwrap_or(0);
-    s.len() >= 6 && top * 10 >= s.len() * 6
+    s.len() >= 8 && top * 10 >= s.len() * 7
 }
 
 /// The share of neighbouring characters that differ in class (upper, lower, digit, other).
@@ -191,6 +200,14 @@ mod tests {
         ] {
             assert!(placeholder(p), "{p}");
         }
-        assert!(!placeholder("AKIAQWERTYUIOPASDFGH") && !placeholder("hunter22!"));
+        for real in [
+            "AKIAQWERTYUIOPASDFGH",
+            "hunter22!",
+            "Yourname1985",
+            "MyExampl3!",
+            "aaaaaa1",
+        ] {
+            assert!(!placeholder(real), "{real}");
+        }
     }
 }

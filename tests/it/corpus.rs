@@ -88,7 +88,13 @@ fn positives() -> Vec<(&'static str, String, String)> {
     for i in 0..8 {
         let mut add = |kind: &'static str, secret: String, line: String| {
             out.push((kind, secret.clone(), line.clone()));
-            // The same in a JSON document, as an agent would send it.
+            // The same in a JSON document, as an agent would send it; every other sample
+            // after an escaped newline, as stringified tool output carries it.
+            let line = if i % 2 == 0 {
+                line
+            } else {
+                format!("log:\n{line}")
+            };
             let json = serde_json::json!({"note": line, "i": i}).to_string();
             out.push((kind, secret, json));
         };
@@ -257,6 +263,49 @@ fn positives() -> Vec<(&'static str, String, String)> {
         add("us-ssn", s.clone(), format!("SSN {s} on file"));
         let s = format!("+1 {}-555-{}", 200 + r.next() % 700, 1000 + r.next() % 8999);
         add("phone", s.clone(), format!("call {s} after 5"));
+        // Labels in other spellings, and forms seen in configs and manifests.
+        let s = r.pick(AN, 16);
+        add(
+            "password-assignment",
+            s.clone(),
+            format!("db_password: {s}"),
+        );
+        let s = r.pick(AN, 20);
+        add(
+            "password-assignment",
+            s.clone(),
+            format!("\"apiKey\": \"{s}\""),
+        );
+        let s = r.pick(AN, 24);
+        add(
+            "password-assignment",
+            s.clone(),
+            format!("openai_api_key: {s}"),
+        );
+        let s = r.pick(URL, 40);
+        add(
+            "authorization-header",
+            s.clone(),
+            format!("{{\"Authorization\": \"Bearer {s}\"}}"),
+        );
+        let s = r.pick(AN, 12);
+        add(
+            "database-url",
+            s.clone(),
+            format!("REDIS_URL=redis://:{s}@cache:6379/0"),
+        );
+        let s = format!(
+            "LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQo{}",
+            r.pick(B64, 200)
+        );
+        add(
+            "private-key-base64",
+            s.clone(),
+            format!("    client-key-data: {s}"),
+        );
+        let s = luhn_complete(&mut r, "4", 16);
+        let spaced = format!("{} {} {} {}", &s[0..4], &s[4..8], &s[8..12], &s[12..16]);
+        add("credit-card", spaced.clone(), format!("card {spaced} 123"));
         // A credential in no known format: only its entropy gives it away.
         let s = format!("{}{}{}", r.pick(UP, 2), r.digits(2), r.pick(AN, 28));
         add("high-entropy", s.clone(), format!("X-Internal-Auth: {s}"));
@@ -329,6 +378,19 @@ fn negatives() -> Vec<String> {
             "class AbstractSingletonProxyFactoryBeanImpl{i}V2 extends Base"
         ));
     }
+    // Labels with values that are not secrets.
+    for i in 0..5 {
+        for s in [
+            "secret: true",
+            "max_tokens: 4096",
+            "bypass: true",
+            "token_count: 1200",
+            "password_min_length: 12",
+            "\"secret\": null",
+        ] {
+            out.push(format!("{s} # {i}"));
+        }
+    }
     // Example keys from documentation.
     for s in [
         "aws_access_key_id = AKIAIOSFODNN7EXAMPLE",
@@ -366,7 +428,9 @@ fn precision_and_recall_per_kind() {
         if hit {
             e.0 += 1
         } else {
-            e.1 += 1
+            e.1 += 1;
+            let got: Vec<_> = found.iter().map(|f| f.kind).collect();
+            eprintln!("missed {kind} (found {got:?}): {text}");
         }
         for f in found.iter().filter(|f| f.kind != *kind) {
             score.entry(f.kind).or_default().2 += 1;
@@ -412,5 +476,16 @@ fn precision_and_recall_per_kind() {
     );
     assert!(pos.len() >= 300 && neg.len() >= 300);
     assert!(recall >= 0.95, "recall {recall:.3}");
+    // And no kind may fall away behind a good total.
+    for (kind, (t, n, p)) in &score {
+        if t + n > 0 {
+            let recall = f64::from(*t) / f64::from(t + n);
+            let precision = f64::from(*t) / f64::from((t + p).max(1));
+            assert!(
+                recall >= 0.9 && precision >= 0.9,
+                "{kind}: recall {recall:.2}, precision {precision:.2}"
+            );
+        }
+    }
     assert!(precision >= 0.95, "precision {precision:.3}");
 }
