@@ -17,7 +17,7 @@ mod json;
 mod patterns;
 mod validate;
 
-pub use gates::{Action, Gate, GateRules, Screened, Violation};
+pub use gates::{Action, Gate, GateRules, MAX_VIOLATIONS, Screened, Violation};
 pub use json::{JsonFinding, sensitive_key};
 pub use patterns::Category;
 
