@@ -88,46 +88,15 @@ pub async fn authorize(
     let (call, approval_id) = body?.0.into_call()?;
     // `Agent::"dev-agent"`: the key of the principal's limits, usage and signals.
     let principal_id = who.uid.to_string();
-    if state.admin.kill_switch_on() {
-        let verdict = Verdict::deny(
-            Stage::KillSwitch,
-            snap.tools.get(&call.tool),
-            Advice::new(
-                "kill_switch",
-                "an operator has stopped every tool call (kill switch on)",
-                "do not retry; wait until an operator turns the kill switch off",
-            ),
-        );
-        let body = record_early(
-            &state,
-            &snap,
-            (&who, &principal_id),
-            &call,
-            verdict,
-            started,
-        )
-        .await?;
-        return Ok((HeaderMap::new(), Json(body)));
-    }
-    if let Some(q) = state.admin.quarantine().get(&principal_id) {
-        let verdict = Verdict::deny(
-            Stage::Quarantine,
-            snap.tools.get(&call.tool),
-            Advice::new(
-                "quarantined",
-                format!(
-                    "this agent is quarantined (cause: {}, since unix ms {}); its calls are denied until a human releases it",
-                    q.cause, q.at_ms
-                ),
-                "do not retry; an operator reviews the audit log and releases it (POST /v1/admin/quarantine)",
-            ),
-        );
+    let tool = snap.tools.get(&call.tool);
+    // Operators' stops come first: the kill switch, then this agent's quarantine.
+    if let Some((stage, advice)) = stopped(&state, &principal_id) {
+        let verdict = Verdict::deny(stage, tool, advice);
         let caller = (&who, principal_id.as_str());
         let body = record_early(&state, &snap, caller, &call, verdict, started).await?;
         return Ok((HeaderMap::new(), Json(body)));
     }
     // Limits come before Cedar: a flood costs a map lookup per call, not an evaluation.
-    let tool = snap.tools.get(&call.tool);
     let quota = match state.limiter.check(
         &principal_id,
         &call.tool,
@@ -201,6 +170,33 @@ async fn commit(
         Ok(()) => Ok(body),
         Err(e) => Err(audit_failed(body, &e)),
     }
+}
+
+/// Whether an operator has stopped this principal's calls: the kill switch (everyone), or a
+/// quarantine (this agent). The stage and advice of the deny.
+fn stopped(state: &AppState, principal_id: &str) -> Option<(Stage, Advice)> {
+    if state.admin.kill_switch_on() {
+        return Some((
+            Stage::KillSwitch,
+            Advice::new(
+                "kill_switch",
+                "an operator has stopped every tool call (kill switch on)",
+                "do not retry; wait until an operator turns the kill switch off",
+            ),
+        ));
+    }
+    let q = state.admin.quarantine().get(principal_id)?;
+    Some((
+        Stage::Quarantine,
+        Advice::new(
+            "quarantined",
+            format!(
+                "this agent is quarantined (cause: {}, since unix ms {}); its calls are denied until a human releases it",
+                q.cause, q.at_ms
+            ),
+            "do not retry; an operator reviews the audit log and releases it (POST /v1/admin/quarantine)",
+        ),
+    ))
 }
 
 /// The answer to a call a rate limit refused: recorded like any deny, then a 429.

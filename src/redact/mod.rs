@@ -293,7 +293,8 @@ impl Redactor {
 /// The detectors and every gate's rules, checked against each other.
 pub struct Gates {
     redactor: Redactor,
-    rules: Vec<(Gate, GateRules)>,
+    /// By gate, in [`Gate::ALL`] order.
+    rules: [GateRules; Gate::ALL.len()],
 }
 
 impl std::fmt::Debug for Gates {
@@ -317,16 +318,19 @@ impl Gates {
                 )));
             }
         }
+        // Every gate has rules: a gate the list leaves out keeps its defaults.
+        let rules = Gate::ALL.map(|gate| {
+            rules
+                .iter()
+                .find(|(g, _)| *g == gate)
+                .map_or_else(|| GateRules::default_for(gate), |(_, r)| r.clone())
+        });
         Ok(Gates { redactor, rules })
     }
 
     /// The shipped detectors and rules.
     pub fn builtin() -> Result<Gates, RedactError> {
-        let rules = Gate::ALL
-            .into_iter()
-            .map(|g| (g, GateRules::default_for(g)))
-            .collect();
-        Gates::new(&RedactConfig::default(), rules)
+        Gates::new(&RedactConfig::default(), Vec::new())
     }
 
     /// The detectors.
@@ -336,12 +340,11 @@ impl Gates {
 
     /// `gate`'s verdict on `content`.
     pub fn screen(&self, gate: Gate, content: &serde_json::Value) -> Screened {
-        let fallback = GateRules::default_for(gate);
-        let rules = self
-            .rules
-            .iter()
-            .find(|(g, _)| *g == gate)
-            .map_or(&fallback, |(_, r)| r);
+        // `Gate::ALL` is in declaration order, so a gate's discriminant is its index.
+        let Some(rules) = self.rules.get(gate as usize) else {
+            // Unreachable (every gate has rules); screen with the defaults rather than none.
+            return self.redactor.screen(&GateRules::default_for(gate), content);
+        };
         self.redactor.screen(rules, content)
     }
 }

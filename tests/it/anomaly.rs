@@ -24,6 +24,22 @@ fn snapshot_with(policy: &str) -> toolgate::policy::Snapshot {
     toolgate::policy::load(&set.sources()).unwrap().snapshot
 }
 
+/// State over `snap` with the detectors running on a virtual clock, alerting to its audit log.
+fn detecting(
+    snap: toolgate::policy::Snapshot,
+    config: DetectorConfig,
+) -> (AppState, Arc<ManualClock>) {
+    let clock = Arc::new(ManualClock::default());
+    let state = AppState::new(snap, demo_auth(), 64 * 1024).unwrap();
+    let alerts = Alerts {
+        audit: Some(state.audit.clone()),
+        webhook: None,
+        quarantine: None,
+    };
+    let monitor = Monitor::start(config, clock.clone(), alerts).unwrap();
+    (state.with_monitor(monitor), clock)
+}
+
 async fn echo(app: &axum::Router) -> Value {
     let (s, d) = send(app, "POST", "/v1/authorize", Some(DEV), Some(ECHO)).await;
     assert_eq!(s, StatusCode::OK, "{d}");
@@ -70,19 +86,14 @@ async fn policy_violations_raise_a_signal_that_policies_see_until_the_hold_ends(
 forbid (principal, action in [Action::"read", Action::"write", Action::"destructive"], resource)
 when { context.anomaly.kinds.contains("violation_rate") };"#,
     );
-    let clock = Arc::new(ManualClock::default());
-    let state = AppState::new(snap, demo_auth(), 64 * 1024).unwrap();
-    let config = DetectorConfig {
-        violations_per_minute: 2,
-        hold_secs: 300,
-        ..DetectorConfig::default()
-    };
-    let alerts = Alerts {
-        audit: Some(state.audit.clone()),
-        webhook: None,
-        quarantine: None,
-    };
-    let state = state.with_monitor(Monitor::start(config, clock.clone(), alerts).unwrap());
+    let (state, clock) = detecting(
+        snap,
+        DetectorConfig {
+            violations_per_minute: 2,
+            hold_secs: 300,
+            ..DetectorConfig::default()
+        },
+    );
     let app = router(state.clone());
     assert_eq!(echo(&app).await["decision"], "allow");
     // Three policy denials (a deny-listed path) within the minute: over 2 a minute.
@@ -96,15 +107,7 @@ when { context.anomaly.kinds.contains("violation_rate") };"#,
         );
     }
     // The detectors run off the request path: wait (bounded) for the signal.
-    let start = Instant::now();
-    while !state
-        .monitor
-        .raised_for(DEV_AGENT)
-        .contains(AnomalyKind::ViolationRate)
-    {
-        assert!(start.elapsed() < Duration::from_secs(5), "no signal raised");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    raised(&state, AnomalyKind::ViolationRate).await;
     let d = echo(&app).await;
     assert_eq!(d["decision"], "deny", "{d}");
     assert_eq!(d["reasons"], json!(["stop-on-violations"]));
@@ -223,20 +226,15 @@ async fn a_spike_over_the_agents_baseline_and_repeated_failures_reach_the_polici
 forbid (principal, action in [Action::"read", Action::"write", Action::"destructive"], resource)
 when { context.anomaly.kinds.containsAny(["spike", "repeated_failures"]) };"#,
     );
-    let clock = Arc::new(ManualClock::default());
-    let state = AppState::new(snap, demo_auth(), 64 * 1024).unwrap();
-    let config = DetectorConfig {
-        spike_factor: 2.0,
-        spike_min_calls: 10,
-        baseline_minutes: 2,
-        ..DetectorConfig::default()
-    };
-    let alerts = Alerts {
-        audit: Some(state.audit.clone()),
-        webhook: None,
-        quarantine: None,
-    };
-    let state = state.with_monitor(Monitor::start(config, clock.clone(), alerts).unwrap());
+    let (state, clock) = detecting(
+        snap,
+        DetectorConfig {
+            spike_factor: 2.0,
+            spike_min_calls: 10,
+            baseline_minutes: 2,
+            ..DetectorConfig::default()
+        },
+    );
     let app = router(state.clone());
     // Two minutes at 3 calls a minute: the baseline.
     for _ in 0..2 {

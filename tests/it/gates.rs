@@ -157,16 +157,6 @@ fn gate_rules_come_from_the_config_and_bad_names_stop_serve() {
     assert_eq!(v["content"], format!("{AWS} <redacted:email>"));
     drop(server);
 
-    std::fs::write(
-        set.dir.path().join("bad.toml"),
-        format!(
-            "policies_dir = \"policies\"\nschemas_dir = \"schemas\"\n[auth]\ntokens_file = \"{}\"\n[gates.tool_call]\nblock = [\"secrets\"]\n",
-            repo().join("examples/demo-tokens.json").display()
-        ),
-    )
-    .unwrap();
-    let out = crate::process::toolgate(set.dir.path(), &["serve", "--config", "bad.toml"], &[]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let err = crate::process::serve_refuses(&set, "[gates.tool_call]\nblock = [\"secrets\"]\n");
     assert!(err.contains("`gates.tool_call` names `secrets`"), "{err}");
 }

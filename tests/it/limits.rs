@@ -185,14 +185,7 @@ fn window_limits_in_the_config_are_checked_by_name() {
         ),
         ("[rate_limits]\nglobal = { per_week = 5 }\n", "per_week"),
     ] {
-        std::fs::write(
-            set.dir.path().join("bad.toml"),
-            format!("policies_dir = \"policies\"\nschemas_dir = \"schemas\"\n{extra}"),
-        )
-        .unwrap();
-        let out = crate::process::toolgate(set.dir.path(), &["serve", "--config", "bad.toml"], &[]);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success());
+        let err = crate::process::serve_refuses(&set, extra);
         assert!(err.contains(says), "{err}");
     }
 }

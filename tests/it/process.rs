@@ -129,6 +129,22 @@ pub fn start_with_env(set: &TempSet, extra: &str, env: &[(&str, &str)]) -> Serve
     server
 }
 
+/// Runs `toolgate serve` on a config of `set` with `extra` (before `[auth]`), expects it to
+/// refuse to start, and returns what it printed on stderr.
+pub fn serve_refuses(set: &TempSet, extra: &str) -> String {
+    std::fs::write(
+        set.dir.path().join("bad.toml"),
+        format!(
+            "policies_dir = \"policies\"\nschemas_dir = \"schemas\"\n{extra}\n[auth]\ntokens_file = \"{}\"\n",
+            repo().join("examples/demo-tokens.json").display()
+        ),
+    )
+    .unwrap();
+    let out = toolgate(set.dir.path(), &["serve", "--config", "bad.toml"], &[]);
+    assert!(!out.status.success(), "serve started with:\n{extra}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 pub fn start(set: &TempSet) -> Server {
     start_with(set, "")
 }

@@ -180,14 +180,7 @@ fn quarantine_on_must_name_known_kinds_and_needs_the_detectors() {
             "needs the detectors",
         ),
     ] {
-        std::fs::write(
-            dir.dir.path().join("bad.toml"),
-            format!("policies_dir = \"policies\"\nschemas_dir = \"schemas\"\n{extra}"),
-        )
-        .unwrap();
-        let out = crate::process::toolgate(dir.dir.path(), &["serve", "--config", "bad.toml"], &[]);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success());
+        let err = crate::process::serve_refuses(&dir, extra);
         assert!(err.contains(says), "{err}");
         assert!(err.contains("anomaly.quarantine_on"), "{err}");
     }
