@@ -58,8 +58,12 @@ pub enum ApiError {
     KillSwitchForced(String),
     /// A release named an agent that is not quarantined.
     NotQuarantined(String),
-    /// No such gate (or not served yet).
+    /// No such gate.
     UnknownGate,
+    /// The redaction detectors are not available, so nothing is screened (fail closed).
+    GatesUnavailable,
+    /// A stream chunk was refused before it was screened.
+    Stream(crate::redact::StreamError),
     /// A rate limit refused the call: a deny decided before Cedar, answered 429.
     RateLimited {
         /// The decision (recorded in the audit log).
@@ -130,6 +134,9 @@ impl ApiError {
             ApiError::KillSwitchForced(_) => "kill_switch_forced",
             ApiError::NotQuarantined(_) => "not_quarantined",
             ApiError::UnknownGate => "unknown_gate",
+            ApiError::GatesUnavailable => "gates_unavailable",
+            ApiError::Stream(crate::redact::StreamError::TooMany(_)) => "too_many_streams",
+            ApiError::Stream(crate::redact::StreamError::Blocked) => "stream_blocked",
         }
     }
 
@@ -316,9 +323,27 @@ impl IntoResponse for ApiError {
             ApiError::UnknownGate => plain(
                 StatusCode::NOT_FOUND,
                 code,
-                "no such gate; served gates are input, context, tool_call and output (stream is not served yet)",
-                "POST /v1/gates/{input|context|tool_call|output}",
+                "no such gate; the gates are input, context, tool_call, output and stream",
+                "POST /v1/gates/{input|context|tool_call|output|stream}",
             ),
+            ApiError::GatesUnavailable => plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                code,
+                "the redaction detectors are not available, so content cannot be screened (fail closed)",
+                "operators: see the logs at startup for why the detectors failed to build",
+            ),
+            ApiError::Stream(e) => {
+                let status = match e {
+                    crate::redact::StreamError::TooMany(_) => StatusCode::TOO_MANY_REQUESTS,
+                    crate::redact::StreamError::Blocked => StatusCode::CONFLICT,
+                };
+                plain(
+                    status,
+                    code,
+                    &e.to_string(),
+                    "send each stream's chunks in order and end it with `\"final\": true`",
+                )
+            }
             ApiError::RateLimited { body, limited } => {
                 let per = match limited.quota.per {
                     Per::Bucket => "burst".to_owned(),

@@ -30,7 +30,12 @@ use crate::auth::Authenticator;
 use crate::limits::{LimitConfig, Limiter, MonotonicClock};
 use crate::metrics::Metrics;
 use crate::policy::{PolicyStore, Snapshot};
-use crate::redact::Gates;
+use crate::redact::{Gates, Streams};
+
+/// Open streams the stream gate keeps at most.
+const MAX_STREAMS: usize = 10_000;
+/// A stream with no chunk for this long is dropped (when the table is full).
+const STREAM_IDLE_MS: u64 = 10 * 60 * 1000;
 use crate::storage::Stores;
 
 /// Every route, as documented in `docs/openapi.json` (a test keeps the two in step).
@@ -78,6 +83,8 @@ pub struct AppState {
     /// The redaction detectors and the gates' rules (`None` only if the shipped detectors
     /// failed to compile; the gates then refuse to answer).
     pub gates: Option<Arc<Gates>>,
+    /// The stream gate's open streams.
+    pub streams: Arc<Streams>,
 }
 
 impl AppState {
@@ -132,6 +139,7 @@ impl AppState {
             )),
             admin: Arc::new(Admin::unstored()),
             monitor: Arc::new(Monitor::counting_only(Arc::new(MonotonicClock::default()))),
+            streams: Arc::new(Streams::new(MAX_STREAMS, STREAM_IDLE_MS)),
             gates: match Gates::builtin() {
                 Ok(g) => Some(Arc::new(g)),
                 Err(e) => {

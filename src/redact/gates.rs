@@ -101,10 +101,15 @@ impl GateRules {
         match gate {
             // High-entropy tokens are masked wherever content leaves toward a tool, a model or
             // a store: they are the backstop for credentials in formats no detector knows.
+            // Content headed for the model (retrieved text, tool output) is where injected
+            // instructions hide: those gates report them, and mask invisible text.
             Gate::Input => GateRules::of(&[], &["secret"], &["pii", "entropy"]),
-            Gate::Context => GateRules::of(&[], &["secret", "pii", "entropy"], &[]),
+            Gate::Context | Gate::Output | Gate::Stream => GateRules::of(
+                &[],
+                &["secret", "pii", "entropy", "hidden-unicode"],
+                &["injection"],
+            ),
             Gate::ToolCall => GateRules::of(&["secret"], &["pii", "entropy"], &[]),
-            Gate::Output | Gate::Stream => GateRules::of(&[], &["secret", "pii", "entropy"], &[]),
         }
     }
 

@@ -15,11 +15,13 @@
 mod gates;
 mod json;
 mod patterns;
+mod stream;
 mod validate;
 
 pub use gates::{Action, Gate, GateRules, MAX_VIOLATIONS, Screened, Violation};
 pub use json::{JsonFinding, sensitive_key};
 pub use patterns::Category;
+pub use stream::{ChunkScreened, HOLD, MAX_CHUNK, MAX_HOLD, StreamError, StreamState, Streams};
 
 use regex::bytes::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
 
@@ -284,9 +286,16 @@ impl Redactor {
         out
     }
 
-    /// `text` with every finding masked.
+    /// `text` with every sensitive finding masked (secrets, personal data, high-entropy
+    /// tokens; injection signals are not sensitive and stay).
     pub fn redact(&self, text: &str) -> String {
-        Redactor::mask(text, &self.scan(text), |_| true)
+        Redactor::mask(text, &self.scan(text), |f| f.category.sensitive())
+    }
+
+    /// `value` with every sensitive finding masked, for what is stored or shown (audit and
+    /// approval previews).
+    pub fn redact_json(&self, value: &serde_json::Value) -> serde_json::Value {
+        self.mask_json(value, &|_, category| category.sensitive())
     }
 }
 
@@ -338,14 +347,21 @@ impl Gates {
         &self.redactor
     }
 
+    /// `gate`'s rules.
+    pub fn rules_for(&self, gate: Gate) -> &GateRules {
+        let [input, context, tool_call, output, stream] = &self.rules;
+        match gate {
+            Gate::Input => input,
+            Gate::Context => context,
+            Gate::ToolCall => tool_call,
+            Gate::Output => output,
+            Gate::Stream => stream,
+        }
+    }
+
     /// `gate`'s verdict on `content`.
     pub fn screen(&self, gate: Gate, content: &serde_json::Value) -> Screened {
-        // `Gate::ALL` is in declaration order, so a gate's discriminant is its index.
-        let Some(rules) = self.rules.get(gate as usize) else {
-            // Unreachable (every gate has rules); screen with the defaults rather than none.
-            return self.redactor.screen(&GateRules::default_for(gate), content);
-        };
-        self.redactor.screen(rules, content)
+        self.redactor.screen(self.rules_for(gate), content)
     }
 }
 

@@ -14,11 +14,25 @@ pub enum Category {
     Pii,
     /// A high-entropy token no named detector recognised.
     Entropy,
+    /// Prompt-injection signals: instructions aimed at the agent, fake tool-call syntax,
+    /// invisible Unicode. Never masked in stored text (they are not sensitive); gates warn,
+    /// mask or block them as configured.
+    Injection,
 }
 
 impl Category {
     /// Every category.
-    pub const ALL: [Category; 3] = [Category::Secret, Category::Pii, Category::Entropy];
+    pub const ALL: [Category; 4] = [
+        Category::Secret,
+        Category::Pii,
+        Category::Entropy,
+        Category::Injection,
+    ];
+
+    /// Whether findings of this category are masked in everything stored or shown.
+    pub fn sensitive(self) -> bool {
+        self != Category::Injection
+    }
 
     /// The name used in config and answers.
     pub fn as_str(self) -> &'static str {
@@ -26,6 +40,7 @@ impl Category {
             Category::Secret => "secret",
             Category::Pii => "pii",
             Category::Entropy => "entropy",
+            Category::Injection => "injection",
         }
     }
 }
@@ -76,7 +91,7 @@ const fn checked(kind: &'static str, regex: &'static str, check: fn(&str) -> boo
     }
 }
 
-use Category::{Pii, Secret};
+use Category::{Injection, Pii, Secret};
 
 /// Every detector, most specific first (on overlap the earlier row wins).
 pub(super) const PATTERNS: &[Pattern] = &[
@@ -278,4 +293,23 @@ pub(super) const PATTERNS: &[Pattern] = &[
         check: Some(validate::ipv6),
         optional: true,
     },
+    // Prompt-injection signals (category `injection`).
+    p(
+        "instruction-override",
+        Injection,
+        r"(?i:\b(?:ignore|disregard|forget|override|bypass)\s+(?:(?:all|any|every|the|your|of|these|those|my)\s+){0,3}(?:previous|prior|above|earlier|preceding|foregoing|system|original|initial)\s+(?:instructions?|prompts?|rules|directions|directives|guidelines|context|messages?)\b|\byou\s+are\s+now\s+(?:in\s+)?(?:dan|developer\s+mode|jailbroken|unrestricted|an?\s+unfiltered)\b|\bnew\s+(?:system\s+)?instructions?\s*:|\bdo\s+not\s+(?:tell|inform|alert|mention\s+(?:this\s+)?to)\s+the\s+user\b|\bsystem\s+override\b|\breveal\s+(?:your|the)\s+system\s+prompt\b)",
+    ),
+    p(
+        "fake-tool-call",
+        Injection,
+        r"(?i:<\s*/?\s*(?:tool_call|tool_use|tool_result|function_calls?|function_results?|invoke|antml:[a-z_]+)\b[^>]{0,200}>|<\|(?:im_start|im_end|system|assistant|user|endoftext)\|>|\[/?INST\]|\x22tool_calls\\?\x22\s*:|\x22function_call\\?\x22\s*:\s*\{)",
+    ),
+    p(
+        "hidden-unicode",
+        Injection,
+        // Unicode tag characters (U+E0000-E007F), zero-width space and non-joiner, word joiner
+        // and invisible operators (U+2060-2064), bidi embeddings, overrides and isolates. The
+        // zero-width joiner (emoji sequences) and a byte-order mark are left alone.
+        r"(?-u:(?:\xF3\xA0[\x80\x81][\x80-\xBF]|\xE2\x80[\x8B\x8C\xAA-\xAE]|\xE2\x81[\xA0-\xA4\xA6-\xA9])+)",
+    ),
 ];

@@ -109,8 +109,8 @@ async fn findings_are_audited_without_the_content_and_bad_requests_are_refused()
         "{m}"
     );
 
-    // Unknown gates, the stream gate (not served yet), bad bodies, no credential.
-    for name in ["tools", "stream"] {
+    // Unknown gates, bad bodies, no credential.
+    for name in ["tools", "streams", "Input"] {
         let (s, v) = gate(&app, name, json!("x")).await;
         assert_eq!(
             (s, v["error"].as_str()),

@@ -33,4 +33,5 @@ mod regressions;
 mod reload;
 mod server;
 mod slicing;
+mod stream;
 mod webhook;
