@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::handlers::{authenticate, human, word};
 use super::{ApiError, AppState};
 use crate::approvals::{Approval, ApprovalError, Status};
-use crate::audit::{Entry, EntryKind, args_preview, now_ms};
+use crate::audit::{Entry, EntryKind, now_ms};
 use crate::authz::{self, Advice, Call, Outcome, Principal, PrincipalKind, Stage, Verdict};
 use crate::policy::Snapshot;
 
@@ -44,7 +44,7 @@ pub(super) fn settle(
     state: &AppState,
     snap: &Snapshot,
     who: &Principal,
-    (call, digest): (&Call, &str),
+    (call, digest, preview): (&Call, &str, &str),
     approval_id: Option<String>,
     verdict: Verdict,
     decision_id: &str,
@@ -101,7 +101,7 @@ pub(super) fn settle(
                 expires_ms: now + state.approvals.ttl.for_risk_ms(&risk),
                 risk,
                 args_sha256: digest.to_owned(),
-                args_preview: args_preview(&call.args),
+                args_preview: preview.to_owned(),
                 policy_revision: snap.revision.clone(),
                 decision_id: decision_id.to_owned(),
                 created_ms: now,

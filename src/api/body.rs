@@ -128,6 +128,13 @@ pub struct DecisionBody {
     /// For an allow through an approval: the approval used.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approval_id: Option<String>,
+    /// What the tool_call gate found in the arguments (absent when nothing).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gate: Option<super::callgate::GateReport>,
+    /// The arguments the tool must run with, when the tool_call gate masked them and
+    /// `[gates.tool_call] apply_mask` is on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<Value>,
 }
 
 impl DecisionBody {
@@ -144,6 +151,8 @@ impl DecisionBody {
             errors: v.errors,
             limits: v.limits,
             approval_id: None,
+            gate: None,
+            arguments: None,
         }
     }
 }

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::body::{DecisionBody, RawCall};
-use super::{ApiError, AppState, approvals};
-use crate::audit::{Entry, EntryKind, args_digest, args_preview, now_ms, unix_ms};
+use super::{ApiError, AppState, approvals, callgate};
+use crate::audit::{Entry, EntryKind, args_digest, now_ms, unix_ms};
 use crate::authz::{self, Advice, Principal, Stage, Verdict};
 use crate::policy::{Problem, Snapshot};
 use crate::tools::Risk;
@@ -85,7 +85,7 @@ pub async fn authorize(
         }
         Err(other) => return Err(other),
     };
-    let (call, approval_id) = body?.0.into_call()?;
+    let (mut call, approval_id) = body?.0.into_call()?;
     // `Agent::"dev-agent"`: the key of the principal's limits, usage and signals.
     let principal_id = who.uid.to_string();
     let tool = snap.tools.get(&call.tool);
@@ -113,6 +113,8 @@ pub async fn authorize(
         .monitor
         .signals(&principal_id, &call.tool, tool.is_some());
     let verdict = authz::decide_with(&snap, &who, &call, &signals);
+    // The tool_call gate may deny, or (apply_mask) replace the arguments and decide again.
+    let gated = callgate::screen(&state, &snap, &who, &mut call, verdict, &signals);
     // Approvals and the audit record are bound to this one digest of the arguments.
     let digest = args_digest(&call.args);
     let decision_id = new_decision_id();
@@ -120,9 +122,9 @@ pub async fn authorize(
         &state,
         &snap,
         &who,
-        (&call, &digest),
+        (&call, &digest, &gated.preview),
         approval_id,
-        verdict,
+        gated.verdict,
         &decision_id,
     )?;
     state
@@ -139,7 +141,14 @@ pub async fn authorize(
     );
     let mut body = DecisionBody::new(verdict, decision_id, snap.revision.clone());
     body.approval_id = approval;
-    let entry = audit_entry(&body, Some(&who), Some((&call, &digest)), started);
+    body.gate = gated.report;
+    body.arguments = gated.arguments;
+    let call_record = CallRecord {
+        call: &call,
+        digest: &digest,
+        preview: gated.preview,
+    };
+    let entry = audit_entry(&body, Some(&who), Some(call_record), started);
     let headers = quota
         .as_ref()
         .map(super::error::quota_headers)
@@ -244,18 +253,31 @@ async fn record_early(
         .observe(principal_id, &call.tool, verdict.decision, verdict.stage);
     let body = DecisionBody::new(verdict, new_decision_id(), snap.revision.clone());
     let digest = args_digest(&call.args);
-    let entry = audit_entry(&body, Some(who), Some((call, &digest)), started);
+    let call_record = CallRecord {
+        call,
+        digest: &digest,
+        preview: callgate::preview(state, &call.args),
+    };
+    let entry = audit_entry(&body, Some(who), Some(call_record), started);
     commit(state, body, entry, started).await
+}
+
+/// A call as its audit record keeps it: the digest and the redacted preview.
+struct CallRecord<'a> {
+    call: &'a crate::authz::Call,
+    digest: &'a str,
+    preview: String,
 }
 
 /// The audit entry for an answered decision.
 fn audit_entry(
     body: &DecisionBody,
     who: Option<&Principal>,
-    call: Option<(&crate::authz::Call, &str)>,
+    record: Option<CallRecord<'_>>,
     started: std::time::Instant,
 ) -> Entry {
-    let (call, digest) = (call.map(|c| c.0), call.map(|c| c.1));
+    let call = record.as_ref().map(|r| r.call);
+    let digest = record.as_ref().map(|r| r.digest);
     Entry {
         kind: EntryKind::Decision,
         id: body.decision_id.clone(),
@@ -272,13 +294,33 @@ fn audit_entry(
         },
         policy_revision: Some(body.policy_revision.clone()),
         args_sha256: digest.map(str::to_owned),
-        args_preview: call.map(|c| args_preview(&c.args)),
+        args_preview: record.map(|r| r.preview),
         conv_id: call.and_then(|c| c.correlation.conv_id.clone()),
         trace_id: call.and_then(|c| c.correlation.trace_id.clone()),
         iter: call.and_then(|c| c.correlation.iter),
         duration_us: Some(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX)),
-        detail: body.approval_id.as_ref().map(|id| format!("approval {id}")),
+        detail: match (&body.approval_id, &body.gate) {
+            (Some(id), _) => Some(format!("approval {id}")),
+            (None, Some(g)) => Some(gate_detail(g)),
+            (None, None) => None,
+        },
     }
+}
+
+/// What the tool_call gate found, for the audit record: actions and kinds, no values.
+fn gate_detail(report: &callgate::GateReport) -> String {
+    let mut kinds: Vec<String> = report
+        .violations
+        .iter()
+        .map(|v| format!("{}:{}", v.action.as_str(), v.kind))
+        .collect();
+    kinds.sort();
+    kinds.dedup();
+    format!(
+        "tool_call gate {}: {}",
+        report.decision.as_str(),
+        kinds.join(",")
+    )
 }
 
 /// The answer when a decision could not be recorded: a deny, whatever was decided.

@@ -6,6 +6,7 @@ mod admin;
 mod approvals;
 mod audit;
 mod body;
+mod callgate;
 mod error;
 mod gates;
 mod handlers;

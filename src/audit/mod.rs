@@ -9,7 +9,7 @@ mod writer;
 
 pub use record::{
     Chain, Checkpoint, Entry, EntryKind, GENESIS, Record, args_digest, args_preview,
-    canonical_json, hmac_sha256_hex, now_ms, unix_ms,
+    canonical_json, hmac_sha256_hex, now_ms, redacted_preview, unix_ms,
 };
 pub(crate) use store::SledAudit;
 pub use store::{AuditStore, Query, StoreError, Stored};

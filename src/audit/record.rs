@@ -33,7 +33,9 @@ pub enum EntryKind {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Entry {
-    /// The arguments' shape: numbers and booleans as sent, strings as `<str:N>`.
+    /// The arguments, redacted (secrets, personal data and high-entropy tokens masked),
+    /// strings cut to 200 characters; only their shape (`<str:N>`) if the detectors are
+    /// unavailable.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub args_preview: Option<String>,
     /// SHA-256 of the canonical JSON of the arguments.
@@ -290,8 +292,8 @@ pub fn args_digest(args: &Value) -> String {
 /// Longest preview kept.
 const PREVIEW_MAX: usize = 512;
 
-/// The arguments' shape with every string replaced by its length (`<str:11>`): enough to see
-/// what kind of call it was, with no argument text stored (secrets cannot leak from here).
+/// The arguments' shape with every string replaced by its length (`<str:11>`): what is
+/// stored when the redaction detectors are not available (no argument text at all).
 /// Truncated to 512 bytes.
 pub fn args_preview(args: &Value) -> String {
     fn shape(v: &Value) -> Value {
@@ -304,8 +306,37 @@ pub fn args_preview(args: &Value) -> String {
             other => other.clone(),
         }
     }
+    bounded(&shape(args))
+}
+
+/// Longest string kept in a redacted preview, in characters.
+const PREVIEW_STRING_MAX: usize = 200;
+
+/// A preview of arguments that are already redacted (every secret, personal datum and
+/// high-entropy token masked): canonical JSON with each string cut to 200 characters, the
+/// whole to 512 bytes.
+pub fn redacted_preview(redacted: &Value) -> String {
+    fn cut(v: &Value) -> Value {
+        match v {
+            Value::String(s) if s.chars().count() > PREVIEW_STRING_MAX => {
+                let mut t: String = s.chars().take(PREVIEW_STRING_MAX).collect();
+                t.push('…');
+                Value::String(t)
+            }
+            Value::Array(items) => Value::Array(items.iter().map(cut).collect()),
+            Value::Object(map) => {
+                Value::Object(map.iter().map(|(k, v)| (k.clone(), cut(v))).collect())
+            }
+            other => other.clone(),
+        }
+    }
+    bounded(&cut(redacted))
+}
+
+/// Canonical JSON of `v`, cut to [`PREVIEW_MAX`] bytes.
+fn bounded(v: &Value) -> String {
     let mut bytes = Vec::new();
-    canonical_json(&shape(args), &mut bytes);
+    canonical_json(v, &mut bytes);
     let mut text = String::from_utf8_lossy(&bytes).into_owned();
     if text.len() > PREVIEW_MAX {
         let mut cut = PREVIEW_MAX;

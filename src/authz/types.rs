@@ -244,19 +244,22 @@ pub enum Stage {
     KillSwitch,
     /// The principal is quarantined: its calls are denied until a human releases it.
     Quarantine,
+    /// The tool_call gate found something it blocks (a secret) in the arguments.
+    Gate,
     /// The decision could not be recorded in the audit log, so it is a deny (fail closed).
     Audit,
 }
 
 impl Stage {
     /// Every stage, in request-path order.
-    pub const ALL: [Stage; 9] = [
+    pub const ALL: [Stage; 10] = [
         Stage::Auth,
         Stage::Registry,
         Stage::Validation,
         Stage::KillSwitch,
         Stage::Quarantine,
         Stage::RateLimit,
+        Stage::Gate,
         Stage::Policy,
         Stage::Approval,
         Stage::Audit,
@@ -271,6 +274,7 @@ impl Stage {
             Stage::KillSwitch => "kill_switch",
             Stage::Quarantine => "quarantine",
             Stage::RateLimit => "rate_limit",
+            Stage::Gate => "gate",
             Stage::Policy => "policy",
             Stage::Approval => "approval",
             Stage::Audit => "audit",

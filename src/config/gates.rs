@@ -30,6 +30,7 @@ struct RawGate {
     block: Option<Vec<String>>,
     mask: Option<Vec<String>>,
     warn: Option<Vec<String>>,
+    apply_mask: Option<bool>,
 }
 
 /// The detectors' settings, every one checked.
@@ -57,7 +58,7 @@ pub(super) fn redaction(raw: &RawRedaction) -> Result<RedactConfig, (String, &'s
 }
 
 /// Each gate's rules: a list left out keeps the gate's default list.
-pub(super) fn gate_rules(raw: RawGates) -> Vec<(Gate, GateRules)> {
+pub(super) fn gate_rules(raw: RawGates) -> Result<Vec<(Gate, GateRules)>, (String, &'static str)> {
     let all = [
         (Gate::Input, raw.input),
         (Gate::Context, raw.context),
@@ -69,12 +70,22 @@ pub(super) fn gate_rules(raw: RawGates) -> Vec<(Gate, GateRules)> {
         .map(|(gate, raw)| {
             let d = GateRules::default_for(gate);
             let raw = raw.unwrap_or_default();
+            if raw.apply_mask.is_some() && gate != Gate::ToolCall {
+                return Err((
+                    format!(
+                        "`gates.{}.apply_mask` is not a setting of this gate",
+                        gate.as_str()
+                    ),
+                    "only `[gates.tool_call]` has `apply_mask` (run calls with masked arguments)",
+                ));
+            }
             let rules = GateRules {
                 block: raw.block.unwrap_or(d.block),
                 mask: raw.mask.unwrap_or(d.mask),
                 warn: raw.warn.unwrap_or(d.warn),
+                apply_mask: raw.apply_mask.unwrap_or(d.apply_mask),
             };
-            (gate, rules)
+            Ok((gate, rules))
         })
         .collect()
 }

@@ -84,6 +84,9 @@ pub struct GateRules {
     pub mask: Vec<String>,
     /// Reported.
     pub warn: Vec<String>,
+    /// The tool_call gate only: a masked call is decided and run with the masked arguments
+    /// (otherwise masking changes only what is stored and shown).
+    pub apply_mask: bool,
 }
 
 impl GateRules {
@@ -93,6 +96,7 @@ impl GateRules {
             block: own(block),
             mask: own(mask),
             warn: own(warn),
+            apply_mask: false,
         }
     }
 
@@ -185,31 +189,33 @@ pub const MAX_VIOLATIONS: usize = 1000;
 impl Redactor {
     /// Screens `content` (a string or any JSON) with `rules`.
     pub fn screen(&self, rules: &GateRules, content: &Value) -> Screened {
+        self.screen_and_redact(rules, content, false).0
+    }
+
+    /// Screens `content` with `rules`; with `redacted`, also returns the content with every
+    /// sensitive finding masked whatever the rules say (for what is stored or shown), from the
+    /// same scan.
+    pub fn screen_and_redact(
+        &self,
+        rules: &GateRules,
+        content: &Value,
+        redacted: bool,
+    ) -> (Screened, Option<Value>) {
         let hide = |kind: &str, category: Category| rules.action(kind, category) >= Action::Mask;
-        let mut violations = Vec::new();
-        let masked = match content {
-            Value::String(s) => {
-                let found = self.scan(s);
-                violations.extend(found.iter().map(|f| Violation {
-                    kind: f.kind,
-                    category: f.category,
-                    action: rules.action(f.kind, f.category),
-                    path: None,
-                    span: Some([f.start, f.end]),
-                }));
-                Value::String(Redactor::mask(s, &found, |f| hide(f.kind, f.category)))
-            }
-            other => {
-                violations.extend(self.scan_json(other).into_iter().map(|f| Violation {
-                    kind: f.kind,
-                    category: f.category,
-                    action: rules.action(f.kind, f.category),
-                    path: Some(f.path),
-                    span: f.finding.map(|f| [f.start, f.end]),
-                }));
-                self.mask_json(other, &hide)
-            }
-        };
+        let found = self.scan_json(content);
+        let masked = Redactor::mask_found(content, &found, &hide);
+        let stored = redacted.then(|| Redactor::mask_found(content, &found, &|_, c| c.sensitive()));
+        let top_level_string = content.is_string();
+        let mut violations: Vec<Violation> = found
+            .into_iter()
+            .map(|f| Violation {
+                kind: f.kind,
+                category: f.category,
+                action: rules.action(f.kind, f.category),
+                path: (!top_level_string).then_some(f.path),
+                span: f.finding.map(|f| [f.start, f.end]),
+            })
+            .collect();
         violations.retain(|v| v.action != Action::Allow);
         // Masking covers every finding; the list in the answer is bounded.
         let found = violations.len();
@@ -219,12 +225,13 @@ impl Redactor {
             .map(|v| v.action)
             .max()
             .unwrap_or(Action::Allow);
-        Screened {
+        let screened = Screened {
             decision,
             content: masked,
             violations,
             found,
-        }
+        };
+        (screened, stored)
     }
 }
 

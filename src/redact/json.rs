@@ -117,6 +117,17 @@ impl Redactor {
         }
     }
 
+    /// `value` with the findings in `found` (from [`Redactor::scan_json`] of this `value`)
+    /// that `keep` selects masked, without scanning again.
+    pub fn mask_found(
+        value: &Value,
+        found: &[JsonFinding],
+        keep: &dyn Fn(&str, Category) -> bool,
+    ) -> Value {
+        let mut next = 0;
+        mask_walk(value, String::new(), found, &mut next, keep)
+    }
+
     /// `value` with the findings `keep` selects masked: strings in place, a sensitive key's
     /// value replaced by `"<redacted:sensitive-key>"`.
     pub fn mask_json(&self, value: &Value, keep: &dyn Fn(&str, Category) -> bool) -> Value {
@@ -145,6 +156,54 @@ impl Redactor {
             ),
             other => other.clone(),
         }
+    }
+}
+
+/// The walk behind [`Redactor::mask_found`]: `found` is in walk order, so the findings of
+/// each string (or key) are the next ones in the list with its path.
+fn mask_walk(
+    value: &Value,
+    path: String,
+    found: &[JsonFinding],
+    next: &mut usize,
+    keep: &dyn Fn(&str, Category) -> bool,
+) -> Value {
+    let here = |next: &usize| found.get(*next).is_some_and(|f| f.path == path);
+    if here(next) && found.get(*next).is_some_and(|f| f.finding.is_none()) {
+        *next += 1;
+        return if keep("sensitive-key", Category::Secret) {
+            Value::String("<redacted:sensitive-key>".to_owned())
+        } else {
+            value.clone()
+        };
+    }
+    match value {
+        Value::String(s) => {
+            let mut mine = Vec::new();
+            while here(next) {
+                if let Some(f) = found.get(*next).and_then(|f| f.finding.clone()) {
+                    mine.push(f);
+                }
+                *next += 1;
+            }
+            Value::String(Redactor::mask(s, &mine, |f| keep(f.kind, f.category)))
+        }
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| mask_walk(v, pointer_push(&path, &i.to_string()), found, next, keep))
+                .collect(),
+        ),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| {
+                    let masked = mask_walk(v, pointer_push(&path, k), found, next, keep);
+                    (k.clone(), masked)
+                })
+                .collect(),
+        ),
+        other => other.clone(),
     }
 }
 
@@ -188,6 +247,12 @@ mod tests {
             json!([{"name": "DB_PASSWORD", "value": "<redacted:sensitive-key>"}, {"name": "MODE", "value": "x"}])
         );
         let found = r.scan_json(&doc);
+        assert_eq!(Redactor::mask_found(&doc, &found, &|_, _| true), masked);
+        let env_found = r.scan_json(&env);
+        assert_eq!(
+            Redactor::mask_found(&env, &env_found, &|k, _| k != "email"),
+            r.mask_json(&env, &|k, _| k != "email")
+        );
         let paths: Vec<_> = found.iter().map(|f| (f.path.as_str(), f.kind)).collect();
         assert_eq!(
             paths,

@@ -218,12 +218,7 @@ impl Streams {
 
     /// The state of `principal`'s stream `id`, opened if new. Expired streams are dropped
     /// first when the table is full.
-    pub fn get(
-        &self,
-        principal: &str,
-        id: &str,
-        now_ms: u64,
-    ) -> Result<StreamSlot, StreamError> {
+    pub fn get(&self, principal: &str, id: &str, now_ms: u64) -> Result<StreamSlot, StreamError> {
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         let key = (principal.to_owned(), id.to_owned());
         if let Some(s) = open.get(&key) {

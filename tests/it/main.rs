@@ -12,6 +12,7 @@ mod anomaly;
 mod approvals;
 mod audit;
 mod auth;
+mod callgate;
 mod cli;
 mod corpus;
 mod crash;

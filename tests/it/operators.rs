@@ -54,8 +54,8 @@ fn verify_against_head(set: &TempSet) -> (i32, String, String) {
 fn approvers_and_auditors_work_from_the_command_line() {
     let set = TempSet::new();
     let server = start(&set);
-    let first = pending(&server, "secret-payload-a");
-    let second = pending(&server, "secret-payload-b");
+    let first = pending(&server, "mail payload-a@example.com");
+    let second = pending(&server, "mail payload-b@example.com");
 
     let (code, out, err) = run(&set, Some(&server), BOB, &["approvals", "list"]);
     assert_eq!(code, 0, "{err}");
@@ -88,7 +88,7 @@ fn approvers_and_auditors_work_from_the_command_line() {
     );
 
     // An agent's token cannot approve; the server's reason is shown, exit 2.
-    let third = pending(&server, "secret-payload-c");
+    let third = pending(&server, "mail payload-c@example.com");
     let (code, _, err) = run(&set, Some(&server), DEV, &["approvals", "approve", &third]);
     assert_eq!(code, 2);
     assert!(err.contains("403"), "{err}");
@@ -157,9 +157,10 @@ fn approvers_and_auditors_work_from_the_command_line() {
         .collect();
     assert_eq!(exported.len() as u64, head["seq"].as_u64().unwrap());
     assert_eq!(exported.last().unwrap()["hash"], head["hash"]);
+    // Arguments are exported only as their digest and redacted preview.
     assert!(
-        !out.contains("secret-payload"),
-        "arguments are never exported in clear"
+        !out.contains("@example.com") && out.contains("<redacted:email>"),
+        "personal data is never exported in clear"
     );
 
     let (code, _, err) = run(

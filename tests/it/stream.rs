@@ -35,8 +35,10 @@ async fn secrets_split_at_every_byte_never_leave_raw() {
     let mut seen = std::collections::BTreeSet::new();
     let mut cases = 0;
     for (kind, secret, line) in positives() {
-        // One plain and one JSON sample per kind.
-        if !seen.insert((kind, line.starts_with('{'))) {
+        // One plain and one JSON sample per kind; injection signals other than invisible
+        // text are reported, not masked.
+        let reported = ["instruction-override", "fake-tool-call"].contains(&kind);
+        if reported || !seen.insert((kind, line.starts_with('{'))) {
             continue;
         }
         let text = format!("{filler}{line} and then {filler}");

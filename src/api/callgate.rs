@@ -1,0 +1,142 @@
+//! The tool_call gate on the decision path of `/v1/authorize`: the call's arguments are
+//! screened once, after validation and before the answer. A finding the gate blocks (by
+//! default any secret) turns the decision into a deny at stage `gate`; with
+//! `[gates.tool_call] apply_mask = true` a masked call is decided again on the masked
+//! arguments, which the answer carries as `arguments` (what the tool must run with). The same
+//! scan gives the redacted preview the audit record and approval keep.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::AppState;
+use crate::audit::{args_preview, redacted_preview};
+use crate::authz::{self, Advice, Call, Outcome, Principal, Signals, Stage, Verdict};
+use crate::policy::Snapshot;
+use crate::redact::{Action, Gate, Violation};
+
+/// Most violations an answer lists (the audit record keeps the kinds).
+const REPORTED: usize = 20;
+
+/// What the gate found, as the decision answer shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct GateReport {
+    /// The gate's verdict: warn, mask or block.
+    pub decision: Action,
+    /// The findings (kind, category, action, JSON pointer, span), at most 20.
+    pub violations: Vec<Violation>,
+}
+
+/// The gate's outcome for one call.
+pub(super) struct Screened {
+    /// The decision after the gate.
+    pub verdict: Verdict,
+    /// What the gate found, unless nothing.
+    pub report: Option<GateReport>,
+    /// The masked arguments the tool must run with (`apply_mask` only).
+    pub arguments: Option<Value>,
+    /// The redacted preview for the audit record and approval.
+    pub preview: String,
+}
+
+/// The redacted preview of `args` (shape only if the detectors are unavailable).
+pub(super) fn preview(state: &AppState, args: &Value) -> String {
+    match &state.gates {
+        Some(g) => redacted_preview(&g.redactor().redact_json(args)),
+        None => args_preview(args),
+    }
+}
+
+/// Runs the tool_call gate over `call` after `verdict` was decided. A call already refused
+/// at registry or validation keeps its deny.
+pub(super) fn screen(
+    state: &AppState,
+    snap: &Snapshot,
+    who: &Principal,
+    call: &mut Call,
+    verdict: Verdict,
+    signals: &Signals,
+) -> Screened {
+    let tool = snap.tools.get(&call.tool);
+    let refused_early = verdict.decision == Outcome::Deny
+        && matches!(
+            verdict.stage,
+            Stage::Auth | Stage::Registry | Stage::Validation
+        );
+    let Some(gates) = &state.gates else {
+        // Fail closed: arguments that cannot be screened are not passed.
+        let verdict = if refused_early {
+            verdict
+        } else {
+            Verdict::deny(
+                Stage::Gate,
+                tool,
+                Advice::new(
+                    "gates_unavailable",
+                    "the redaction detectors are not available, so the arguments cannot be screened; denied (fail closed)",
+                    "retry later; operators: see the logs at startup",
+                ),
+            )
+        };
+        return Screened {
+            verdict,
+            report: None,
+            arguments: None,
+            preview: args_preview(&call.args),
+        };
+    };
+    let rules = gates.rules_for(Gate::ToolCall);
+    let (screened, stored) = gates.redactor().screen_and_redact(rules, &call.args, true);
+    let preview = stored.map_or_else(|| args_preview(&call.args), |v| redacted_preview(&v));
+    if refused_early || screened.decision == Action::Allow {
+        return Screened {
+            verdict,
+            report: None,
+            arguments: None,
+            preview,
+        };
+    }
+    let mut violations = screened.violations;
+    violations.truncate(REPORTED);
+    let report = GateReport {
+        decision: screened.decision,
+        violations,
+    };
+    let mut arguments = None;
+    let verdict = match screened.decision {
+        Action::Block => Verdict::deny(Stage::Gate, tool, blocked(&report)),
+        Action::Mask if rules.apply_mask => {
+            call.args = screened.content;
+            arguments = Some(call.args.clone());
+            authz::decide_with(snap, who, call, signals)
+        }
+        Action::Mask | Action::Warn | Action::Allow => verdict,
+    };
+    Screened {
+        verdict,
+        report: Some(report),
+        arguments,
+        preview,
+    }
+}
+
+/// The deny advice for blocked arguments: kinds and where, never the values.
+fn blocked(report: &GateReport) -> Advice {
+    let mut found: Vec<String> = report
+        .violations
+        .iter()
+        .filter(|v| v.action == Action::Block)
+        .map(|v| match &v.path {
+            Some(p) if !p.is_empty() => format!("{} at `{p}`", v.kind),
+            _ => v.kind.to_owned(),
+        })
+        .collect();
+    found.dedup();
+    Advice::new(
+        "secret_in_arguments",
+        format!(
+            "the arguments contain what the tool_call gate blocks: {}",
+            found.join(", ")
+        ),
+        "do not pass credentials to tools; refer to them by name and let the tool read them from its own configuration",
+    )
+}

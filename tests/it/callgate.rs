@@ -1,0 +1,155 @@
+//! The tool_call gate inside `/v1/authorize`: a secret in the arguments is a deny at stage
+//! `gate` (after validation, before Cedar's answer counts); personal data is reported and
+//! masked in what is stored; with `apply_mask` the call is decided and answered with the
+//! masked arguments; audit records and approval previews are always redacted.
+
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+use toolgate::api::{AppState, router};
+use toolgate::redact::{Gate, GateRules, Gates, RedactConfig};
+
+use crate::helpers::*;
+
+const AWS: &str = "AKIAQWERTYUIOPASDFGH";
+
+fn state() -> AppState {
+    AppState::new(shipped_snapshot(), demo_auth(), 64 * 1024).unwrap()
+}
+
+async fn authorize(app: &axum::Router, token: &str, call: Value) -> (StatusCode, Value) {
+    send(
+        app,
+        "POST",
+        "/v1/authorize",
+        Some(token),
+        Some(&call.to_string()),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_secret_in_arguments_is_denied_at_the_gate_and_never_stored() {
+    let state = state();
+    let app = router(state.clone());
+    let call = json!({"tool": "search_code", "args": {"query": format!("key {AWS}")}});
+    let (s, v) = authorize(&app, DEV, call).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        (v["decision"].as_str(), v["stage"].as_str()),
+        (Some("deny"), Some("gate")),
+        "{v}"
+    );
+    assert_eq!(v["errors"][0]["code"], "secret_in_arguments");
+    assert!(
+        v["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("aws-access-key at `/query`")
+    );
+    assert_eq!(v["gate"]["decision"], "block");
+    assert!(!v.to_string().contains(AWS));
+    let rec = recorded_at(&state.audit, "gate");
+    assert_eq!(rec.len(), 1);
+    let stored = serde_json::to_string(&rec[0]).unwrap();
+    assert!(!stored.contains(AWS), "{stored}");
+    assert_eq!(
+        rec[0].entry.args_preview.as_deref(),
+        Some(r#"{"query":"key <redacted:aws-access-key>"}"#)
+    );
+    assert!(
+        rec[0]
+            .entry
+            .detail
+            .as_deref()
+            .unwrap()
+            .contains("block:aws-access-key")
+    );
+    // Invalid arguments are refused at validation first, whatever they hold.
+    let call = json!({"tool": "search_code", "args": {"query": AWS, "bogus": 1}});
+    let (_, v) = authorize(&app, DEV, call).await;
+    assert_eq!(v["stage"], "validation");
+    // Any secret kind, e.g. a password assignment.
+    let call = json!({"tool": "search_code", "args": {"query": "password=hunter22!"}});
+    let (_, v) = authorize(&app, DEV, call).await;
+    assert_eq!(
+        (
+            v["stage"].as_str(),
+            v["gate"]["violations"][0]["kind"].as_str()
+        ),
+        (Some("gate"), Some("password-assignment")),
+        "{v}"
+    );
+}
+
+#[tokio::test]
+async fn personal_data_is_reported_and_masked_in_records_only() {
+    let state = state();
+    let app = router(state.clone());
+    let call = json!({"tool": "search_code", "args": {"query": "mail ops@example.com"}});
+    let (_, v) = authorize(&app, DEV, call).await;
+    assert_eq!(
+        (v["decision"].as_str(), v["stage"].as_str()),
+        (Some("allow"), Some("policy")),
+        "{v}"
+    );
+    assert_eq!(v["gate"]["decision"], "mask");
+    assert_eq!(v["gate"]["violations"][0]["kind"], "email");
+    assert_eq!(v["gate"]["violations"][0]["path"], "/query");
+    assert!(
+        v.get("arguments").is_none(),
+        "masking changes the call only with apply_mask"
+    );
+    let rec = recorded_at(&state.audit, "policy");
+    let entry = &rec.last().unwrap().entry;
+    assert_eq!(
+        entry.args_preview.as_deref(),
+        Some(r#"{"query":"mail <redacted:email>"}"#)
+    );
+    // A clean call carries no gate report.
+    let call = json!({"tool": "search_code", "args": {"query": "fn main"}});
+    let (_, v) = authorize(&app, DEV, call).await;
+    assert!(v.get("gate").is_none(), "{v}");
+}
+
+#[tokio::test]
+async fn apply_mask_decides_and_answers_with_the_masked_arguments() {
+    let rules = GateRules {
+        apply_mask: true,
+        ..GateRules::default_for(Gate::ToolCall)
+    };
+    let gates = Gates::new(&RedactConfig::default(), vec![(Gate::ToolCall, rules)]).unwrap();
+    let state = state().with_gates(gates);
+    let app = router(state.clone());
+    let call = json!({"tool": "search_code", "args": {"query": "mail ops@example.com"}});
+    let (_, v) = authorize(&app, DEV, call).await;
+    assert_eq!(v["decision"], "allow", "{v}");
+    assert_eq!(v["arguments"], json!({"query": "mail <redacted:email>"}));
+    // A pending call's approval preview is redacted too; the approval binds the masked call.
+    let call = json!({"tool": "write_file", "args": {"path": "notes.txt", "content": "call 415-555-0142"}});
+    let (_, v) = authorize(&app, DEV, call).await;
+    assert_eq!(v["decision"], "pending_approval", "{v}");
+    let id = v["approval_id"].as_str().unwrap();
+    let (_, a) = send(
+        &app,
+        "GET",
+        &format!("/v1/approvals/{id}"),
+        Some(ALICE),
+        None,
+    )
+    .await;
+    let preview = a["args_preview"].as_str().unwrap();
+    assert!(
+        preview.contains("<redacted:phone>") && !preview.contains("0142"),
+        "{a}"
+    );
+}
+
+#[test]
+fn apply_mask_belongs_to_the_tool_call_gate_only() {
+    let set = TempSet::new();
+    let err = crate::process::serve_refuses(&set, "[gates.output]\napply_mask = true\n");
+    assert!(
+        err.contains("`gates.output.apply_mask` is not a setting of this gate"),
+        "{err}"
+    );
+}
