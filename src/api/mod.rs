@@ -11,6 +11,7 @@ mod error;
 mod gates;
 mod handlers;
 mod metrics;
+mod results;
 
 pub use body::RawCall;
 pub use error::ApiError;
@@ -58,6 +59,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/admin/quarantine"),
     ("POST", "/v1/admin/quarantine"),
     ("POST", "/v1/gates/{gate}"),
+    ("POST", "/v1/results"),
 ];
 
 /// Shared state: cheap to clone, every field an `Arc`.
@@ -204,6 +206,11 @@ pub fn router(state: AppState) -> Router {
             get(admin::show_quarantine).post(admin::set_quarantine),
         )
         .route("/v1/gates/{gate}", post(gates::screen))
+        .route(
+            "/v1/results",
+            post(results::report)
+                .layer(DefaultBodyLimit::max(limit.max(results::RESULTS_MAX_BODY))),
+        )
         .fallback(handlers::not_found)
         .method_not_allowed_fallback(handlers::method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))

@@ -23,6 +23,8 @@ pub enum EntryKind {
     Anomaly,
     /// A gate found something (masked, blocked or warned; never the content itself).
     Gate,
+    /// A tool result reported to `/v1/results` (sizes and kinds; never the content).
+    Result,
 }
 
 /// One audit entry as the sidecar submits it. The writer adds the sequence number and hashes.

@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use crate::redact::{Gate, GateRules, RedactConfig};
+use crate::redact::{Gate, GateRules, KnownSecrets, MIN_KNOWN_SECRET, RedactConfig};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -12,6 +12,8 @@ pub(super) struct RawRedaction {
     entropy: Option<bool>,
     entropy_min_length: Option<usize>,
     entropy_bits: Option<f64>,
+    known_secrets_env: Option<Vec<String>>,
+    known_secrets_files: Option<Vec<std::path::PathBuf>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -33,8 +35,56 @@ struct RawGate {
     apply_mask: Option<bool>,
 }
 
+/// The values of the environment variables and files listed as known secrets. Each must be
+/// set (or readable) and at least 8 bytes long; messages name the variable or file, never a
+/// value.
+fn known_secrets(
+    raw: &RawRedaction,
+    base: &std::path::Path,
+) -> Result<KnownSecrets, (String, &'static str)> {
+    let mut known = KnownSecrets::default();
+    let short = |what: String, len: usize| {
+        (
+            format!(
+                "{what} is {len} bytes; known secrets must be at least {MIN_KNOWN_SECRET} bytes"
+            ),
+            "shorter values would match ordinary text; remove it from the list",
+        )
+    };
+    for name in raw.known_secrets_env.iter().flatten() {
+        let value = std::env::var(name).map_err(|_| {
+            (
+                format!("`redaction.known_secrets_env` lists `{name}`, which is not set (or not UTF-8) in the sidecar's environment"),
+                "set the variable where the sidecar runs, or remove it from the list",
+            )
+        })?;
+        known
+            .add(&value)
+            .map_err(|len| short(format!("the value of `{name}`"), len))?;
+    }
+    for file in raw.known_secrets_files.iter().flatten() {
+        let path = base.join(file);
+        let value = std::fs::read_to_string(&path).map_err(|e| {
+            (
+                format!(
+                    "`redaction.known_secrets_files`: cannot read {}: {e}",
+                    path.display()
+                ),
+                "list files the sidecar can read (UTF-8 text); relative paths resolve against the config file",
+            )
+        })?;
+        known
+            .add(&value)
+            .map_err(|len| short(format!("the content of {}", path.display()), len))?;
+    }
+    Ok(known)
+}
+
 /// The detectors' settings, every one checked.
-pub(super) fn redaction(raw: &RawRedaction) -> Result<RedactConfig, (String, &'static str)> {
+pub(super) fn redaction(
+    raw: &RawRedaction,
+    base: &std::path::Path,
+) -> Result<RedactConfig, (String, &'static str)> {
     let d = RedactConfig::default();
     let (min_len, bits) = d.entropy.unwrap_or((24, 4.0));
     let min_len = raw.entropy_min_length.unwrap_or(min_len);
@@ -54,6 +104,7 @@ pub(super) fn redaction(raw: &RawRedaction) -> Result<RedactConfig, (String, &'s
     Ok(RedactConfig {
         ip_addresses: raw.ip_addresses.unwrap_or(d.ip_addresses),
         entropy: (raw.entropy != Some(false)).then_some((min_len, bits)),
+        known: known_secrets(raw, base)?,
     })
 }
 

@@ -496,7 +496,7 @@ impl Config {
         )
         .map_err(|(m, h)| invalid(m, h))?;
         let quarantine_on = quarantine_kinds(&raw.anomaly).map_err(|(m, h)| invalid(m, h))?;
-        let redaction = gates::redaction(&raw.redaction).map_err(|(m, h)| invalid(m, h))?;
+        let redaction = gates::redaction(&raw.redaction, base).map_err(|(m, h)| invalid(m, h))?;
         let gate_rules = gates::gate_rules(raw.gates).map_err(|(m, h)| invalid(m, h))?;
         let anomaly = detector_config(raw.anomaly).map_err(|(m, h)| invalid(m, h))?;
         if raw.audit.retain_records == Some(0) || raw.audit.retain_days == Some(0) {

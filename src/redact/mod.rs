@@ -14,18 +14,23 @@
 
 mod gates;
 mod json;
+mod known;
 mod patterns;
 mod stream;
 mod validate;
 
 pub use gates::{Action, Gate, GateRules, MAX_VIOLATIONS, Screened, Violation};
 pub use json::{JsonFinding, sensitive_key};
+pub use known::{KnownSecrets, MIN_KNOWN_SECRET};
 pub use patterns::Category;
 pub use stream::{ChunkScreened, HOLD, MAX_CHUNK, MAX_HOLD, StreamError, StreamState, Streams};
 
 use regex::bytes::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
 
 use patterns::PATTERNS;
+
+/// The kind of a configured secret value's finding.
+pub const KNOWN_SECRET: &str = "known-secret";
 
 /// One finding in a text: byte offsets of the sensitive part.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -47,6 +52,8 @@ pub struct RedactConfig {
     pub ip_addresses: bool,
     /// High-entropy tokens (`None`: off): shortest token and bits per character.
     pub entropy: Option<(usize, f64)>,
+    /// Values found verbatim and encoded (kind `known-secret`).
+    pub known: KnownSecrets,
 }
 
 impl Default for RedactConfig {
@@ -54,6 +61,7 @@ impl Default for RedactConfig {
         RedactConfig {
             ip_addresses: false,
             entropy: Some((24, 4.0)),
+            known: KnownSecrets::default(),
         }
     }
 }
@@ -69,6 +77,7 @@ pub struct Redactor {
     rows: Vec<(&'static patterns::Pattern, Regex)>,
     token: Regex,
     entropy: Option<(usize, f64)>,
+    known: Option<aho_corasick::AhoCorasick>,
 }
 
 impl std::fmt::Debug for Redactor {
@@ -117,12 +126,16 @@ impl Redactor {
             rows,
             token,
             entropy: config.entropy,
+            known: config.known.automaton().map_err(RedactError)?,
         })
     }
 
     /// Kinds the named detectors know (for docs and config checks).
     pub fn kinds(&self) -> impl Iterator<Item = (&'static str, Category)> + '_ {
-        self.rows.iter().map(|(p, _)| (p.kind, p.category))
+        self.rows
+            .iter()
+            .map(|(p, _)| (p.kind, p.category))
+            .chain(std::iter::once((KNOWN_SECRET, Category::Secret)))
     }
 
     /// Every finding in `text`, in order, without overlaps. On overlap a secret beats personal
@@ -134,6 +147,19 @@ impl Redactor {
         let unescaped = unescape_whitespace(text);
         let bytes = unescaped.as_bytes();
         let mut found: Vec<(usize, Finding)> = Vec::new();
+        // A configured value is the most specific finding there is: rank 0.
+        if let Some(known) = &self.known {
+            for m in known.find_iter(bytes) {
+                let (start, end) = char_bounds(text, m.start(), m.end());
+                let f = Finding {
+                    kind: KNOWN_SECRET,
+                    category: Category::Secret,
+                    start,
+                    end,
+                };
+                found.push((0, f));
+            }
+        }
         for i in self.set.matches(bytes).iter() {
             let Some((row, regex)) = self.rows.get(i) else {
                 continue;
@@ -156,7 +182,7 @@ impl Redactor {
                         start,
                         end,
                     };
-                    found.push((i, f));
+                    found.push((i + 1, f));
                 }
             }
         }

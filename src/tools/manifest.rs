@@ -126,6 +126,9 @@ struct RawManifest {
     /// Top-level string arguments holding paths relative to the service root.
     #[serde(default)]
     path_args: Vec<String>,
+    /// Which parts of a reported result reach the agent.
+    #[serde(default)]
+    output_fields: Option<super::FieldPolicy>,
 }
 
 /// MCP tool annotations: hints, checked against the classification so they cannot mislead.
@@ -191,7 +194,7 @@ pub fn compile_manifest(text: &str, file_stem: &str) -> Result<Tool, ManifestErr
         message: format!("invalid manifest: {e}"),
         help: Some(
             "a manifest is an MCP tool definition (`name`, `description`, `inputSchema`, \
-             `outputSchema`, `annotations`) plus `risk`, `classification`, `limits`, `path_args`"
+             `outputSchema`, `annotations`) plus `risk`, `classification`, `limits`, `path_args`, `output_fields`"
                 .to_owned(),
         ),
         line: Some(e.line()),
@@ -215,8 +218,18 @@ pub fn compile_manifest(text: &str, file_stem: &str) -> Result<Tool, ManifestErr
         ));
     }
     let validator = compile_schema(&raw.input_schema, "inputSchema")?;
-    if let Some(out) = &raw.output_schema {
-        compile_schema(out, "outputSchema")?;
+    let output_validator = raw
+        .output_schema
+        .as_ref()
+        .map(|out| compile_schema(out, "outputSchema"))
+        .transpose()?;
+    if let Some(fields) = &raw.output_fields {
+        fields.check().map_err(|m| {
+            ManifestError::new(
+                m,
+                "globs are dotted paths; `*` is one key or index, `**` any number",
+            )
+        })?;
     }
     let action_uid = uid("Action", &raw.name)?;
     let resource_uid = uid("Tool", &raw.name)?;
@@ -236,6 +249,8 @@ pub fn compile_manifest(text: &str, file_stem: &str) -> Result<Tool, ManifestErr
         input_schema: raw.input_schema,
         path_args: raw.path_args,
         validator,
+        output_validator,
+        output_fields: raw.output_fields,
         action_uid,
         resource_uid,
     })

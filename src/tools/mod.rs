@@ -6,11 +6,13 @@
 //! Cedar schema file (see `policy::schema_gen`) or any decision (see `authz`).
 
 mod args;
+mod fields;
 mod manifest;
 mod paths;
 pub mod strict_json;
 
 pub use args::{ArgError, CedarType, RecordAttr};
+pub use fields::{FieldPolicy, Filtered};
 pub use manifest::{Classification, Limits, ManifestError, Risk, compile_manifest};
 pub use paths::{PathError, PathFacts, normalize_path, path_facts};
 
@@ -38,6 +40,11 @@ pub struct Tool {
     pub args_type: Vec<RecordAttr>,
     /// Compiled once at load; validates arguments on every call.
     pub(crate) validator: jsonschema::Validator,
+    /// The `outputSchema`, compiled: results reported to `/v1/results` must match it.
+    pub(crate) output_validator: Option<jsonschema::Validator>,
+    /// Which parts of a result reach the agent (`None`: all of it, screened by the output
+    /// gate).
+    pub output_fields: Option<FieldPolicy>,
     /// `Action::"<name>"`, built once.
     pub action_uid: EntityUid,
     /// `Tool::"<name>"`, built once.
@@ -62,6 +69,21 @@ impl Tool {
     pub fn check_args(&self, args: &Value) -> Vec<ArgViolation> {
         self.validator
             .iter_errors(args)
+            .take(MAX_VIOLATIONS)
+            .map(|e| ArgViolation {
+                instance_path: e.instance_path().to_string(),
+                message: args::describe_violation(&e),
+            })
+            .collect()
+    }
+
+    /// Checks a reported result against the `outputSchema` (none: anything goes), listing
+    /// violations by instance path without quoting values.
+    pub fn check_output(&self, output: &Value) -> Vec<ArgViolation> {
+        let Some(v) = &self.output_validator else {
+            return Vec::new();
+        };
+        v.iter_errors(output)
             .take(MAX_VIOLATIONS)
             .map(|e| ArgViolation {
                 instance_path: e.instance_path().to_string(),

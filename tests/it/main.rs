@@ -32,6 +32,7 @@ mod props;
 mod quarantine;
 mod regressions;
 mod reload;
+mod results;
 mod server;
 mod slicing;
 mod stream;

@@ -1,0 +1,277 @@
+//! `POST /v1/results`: an agent runtime reports what a tool returned and gets back what may
+//! reach the model. In order: the tool's `outputSchema` (a mismatch blocks the result), its
+//! output field policy (unnamed fields are dropped), the output gate (secrets and personal
+//! data masked, injection signals reported), then the size cap (`limits.max_output_bytes`,
+//! cut with a `[TRUNCATED] (N bytes)` marker). Every result is audited (kinds and sizes, never
+//! the content) before it is answered.
+
+use axum::Json;
+use axum::extract::State;
+use axum::extract::rejection::JsonRejection;
+use axum::http::HeaderMap;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::handlers::authenticate;
+use super::{ApiError, AppState};
+use crate::audit::{Entry, EntryKind, args_digest, now_ms};
+use crate::authz::{Advice, PrincipalKind};
+use crate::redact::{Action, Gate, Violation};
+
+/// Largest result body accepted (the size cap then applies per tool).
+pub const RESULTS_MAX_BODY: usize = 16 * 1024 * 1024;
+
+/// The request body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResultBody {
+    /// The tool that produced the output.
+    tool: String,
+    /// What it returned: a string or any JSON.
+    output: Value,
+    /// The decision that allowed the call, to join the records.
+    #[serde(default)]
+    decision_id: Option<String>,
+}
+
+/// The answer.
+#[derive(Debug, Serialize)]
+pub struct ResultAnswer {
+    /// Id of this result's audit record.
+    result_id: String,
+    /// allow, warn, mask or block.
+    decision: Action,
+    /// What may reach the model (`null` when blocked or nothing remained).
+    output: Value,
+    /// What the output gate found.
+    violations: Vec<Violation>,
+    /// How many violations in all.
+    found: usize,
+    /// Whether the size cap cut the output.
+    truncated: bool,
+    /// Bytes of the output (JSON text) before the cap.
+    bytes: usize,
+    /// Dotted paths the field policy dropped (at most 100).
+    dropped: Vec<String>,
+    /// How many fields were dropped.
+    dropped_count: usize,
+    /// Why a result was blocked.
+    errors: Vec<Advice>,
+}
+
+/// `POST /v1/results`.
+pub async fn report(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Json<ResultBody>, JsonRejection>,
+) -> Result<Json<ResultAnswer>, ApiError> {
+    let who = authenticate(&state, &headers)?;
+    if who.kind != PrincipalKind::Agent {
+        return Err(ApiError::Forbidden(
+            "results are reported with the agent's credential",
+        ));
+    }
+    let Json(body) = body?;
+    if let Some(id) = &body.decision_id
+        && (id.is_empty() || id.len() > 64 || !id.bytes().all(|b| b.is_ascii_graphic()))
+    {
+        return Err(ApiError::bad_request(
+            "invalid_decision_id",
+            "`decision_id` must be the id from the decision that allowed the call",
+        ));
+    }
+    let snap = state.policy.current();
+    let Some(tool) = snap.tools.get(&body.tool) else {
+        return Err(ApiError::bad_request(
+            "unknown_tool",
+            "no tool with this name is registered; report results of registered tools only",
+        ));
+    };
+    let Some(gates) = state.gates.clone() else {
+        return Err(ApiError::GatesUnavailable);
+    };
+    let cap = usize::try_from(tool.limits.max_output_bytes).unwrap_or(usize::MAX);
+    let schema_errors = tool.check_output(&body.output);
+    let fields = tool.output_fields.clone();
+    let digest = args_digest(&body.output);
+    let output = body.output;
+    let screened = tokio::task::spawn_blocking(move || {
+        if !schema_errors.is_empty() {
+            return Screened::schema_mismatch(schema_errors);
+        }
+        let filtered = match &fields {
+            Some(policy) => policy.apply(&output),
+            None => crate::tools::Filtered {
+                value: Some(output),
+                ..crate::tools::Filtered::default()
+            },
+        };
+        let value = filtered.value.unwrap_or(Value::Null);
+        let gated = gates.screen(Gate::Output, &value);
+        let (output, truncated, bytes) = if gated.decision == Action::Block {
+            (Value::Null, false, 0)
+        } else {
+            cap_output(gated.content, cap)
+        };
+        Screened {
+            decision: gated.decision,
+            output,
+            violations: gated.violations,
+            found: gated.found,
+            truncated,
+            bytes,
+            dropped: filtered.dropped,
+            dropped_count: filtered.dropped_count,
+            errors: Vec::new(),
+        }
+    })
+    .await
+    .map_err(|e| {
+        tracing::error!(error = %e, "result screening failed; refusing to answer");
+        ApiError::GatesUnavailable
+    })?;
+    state
+        .metrics
+        .gate(Gate::Output.as_str(), screened.decision.as_str());
+    let result_id = uuid::Uuid::now_v7().to_string();
+    let mut reasons: Vec<String> = screened
+        .violations
+        .iter()
+        .map(|v| format!("{}:{}", v.action.as_str(), v.kind))
+        .chain(screened.errors.iter().map(|e| e.code.to_owned()))
+        .collect();
+    reasons.sort();
+    reasons.dedup();
+    let detail = format!(
+        "{} bytes{}; {} fields dropped{}",
+        screened.bytes,
+        if screened.truncated {
+            ", truncated"
+        } else {
+            ""
+        },
+        screened.dropped_count,
+        body.decision_id
+            .as_ref()
+            .map(|d| format!("; decision {d}"))
+            .unwrap_or_default()
+    );
+    let entry = Entry {
+        kind: EntryKind::Result,
+        id: result_id.clone(),
+        at_ms: now_ms(),
+        principal: Some(who.uid.to_string()),
+        tool: Some(tool.name.clone()),
+        risk: Some(tool.risk.as_str().to_owned()),
+        decision: screened.decision.as_str().to_owned(),
+        stage: Some("output".to_owned()),
+        reasons,
+        policy_revision: Some(snap.revision.clone()),
+        args_sha256: Some(digest),
+        detail: Some(detail),
+        ..Entry::default()
+    };
+    state.audit.record(entry).await.map_err(|e| {
+        tracing::error!(error = %e, "result not recorded; refusing to answer");
+        ApiError::StoreUnavailable
+    })?;
+    Ok(Json(ResultAnswer {
+        result_id,
+        decision: screened.decision,
+        output: screened.output,
+        violations: screened.violations,
+        found: screened.found,
+        truncated: screened.truncated,
+        bytes: screened.bytes,
+        dropped: screened.dropped,
+        dropped_count: screened.dropped_count,
+        errors: screened.errors,
+    }))
+}
+
+/// The screening's outcome, before it gets an id.
+struct Screened {
+    decision: Action,
+    output: Value,
+    violations: Vec<Violation>,
+    found: usize,
+    truncated: bool,
+    bytes: usize,
+    dropped: Vec<String>,
+    dropped_count: usize,
+    errors: Vec<Advice>,
+}
+
+impl Screened {
+    fn schema_mismatch(errors: Vec<crate::tools::ArgViolation>) -> Screened {
+        Screened {
+            decision: Action::Block,
+            output: Value::Null,
+            violations: Vec::new(),
+            found: 0,
+            truncated: false,
+            bytes: 0,
+            dropped: Vec::new(),
+            dropped_count: 0,
+            errors: errors
+                .into_iter()
+                .map(|v| {
+                    let at = if v.instance_path.is_empty() {
+                        "/"
+                    } else {
+                        &v.instance_path
+                    };
+                    Advice::new(
+                        "output_schema_mismatch",
+                        format!("output `{at}` {}", v.message),
+                        "the tool returned something its outputSchema does not allow; do not pass it on",
+                    )
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Applies the size cap: output whose JSON text is over `cap` bytes becomes a string of its
+/// first `cap` bytes (a string output: of the string itself) and `[TRUNCATED] (N bytes)`,
+/// where N is how many bytes were cut. Returns the output, whether it was cut, and its size.
+fn cap_output(output: Value, cap: usize) -> (Value, bool, usize) {
+    let (text, bytes) = match &output {
+        Value::String(s) => (s.clone(), s.len()),
+        other => {
+            let t = other.to_string();
+            let n = t.len();
+            (t, n)
+        }
+    };
+    if bytes <= cap {
+        return (output, false, bytes);
+    }
+    let mut cut = cap;
+    while cut > 0 && !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let head = text.get(..cut).unwrap_or("");
+    let marker = format!("{head}\n[TRUNCATED] ({} bytes)", bytes - cut);
+    (Value::String(marker), true, bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_cap_cuts_at_a_char_boundary_and_says_how_much() {
+        assert_eq!(cap_output(json!("abc"), 3), (json!("abc"), false, 3));
+        assert_eq!(
+            cap_output(json!("aé"), 2),
+            (json!("a\n[TRUNCATED] (2 bytes)"), true, 3)
+        );
+        let (v, cut, n) = cap_output(json!({"k": "vvvv"}), 5);
+        assert_eq!(
+            (v, cut, n),
+            (json!("{\"k\":\n[TRUNCATED] (7 bytes)"), true, 12)
+        );
+    }
+}

@@ -1,0 +1,222 @@
+//! A tool's output field policy (`output_fields` in its manifest): which parts of a JSON
+//! result reach the agent. Rules are dotted path globs (`customer.*`, `*.email`,
+//! `items.**`): `*` is one key or array index, `**` any number of them. Each node of the
+//! result takes the most restrictive rule that names its path (redact, then mask, then allow)
+//! and applies it to its whole subtree; a leaf no rule reaches is dropped (default deny), and
+//! so is a container left empty by that.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The field policy as written in the manifest.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FieldPolicy {
+    /// Passed on (the output gate still screens them).
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Strings keep their last 4 characters (`****1234`); other values become `"****"`.
+    #[serde(default)]
+    pub mask: Vec<String>,
+    /// Replaced by `"<redacted:field>"`.
+    #[serde(default)]
+    pub redact: Vec<String>,
+}
+
+/// What a rule does, least to most restrictive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Rule {
+    Allow,
+    Mask,
+    Redact,
+}
+
+/// What applying a policy did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filtered {
+    /// The output that remains (`None`: nothing did).
+    pub value: Option<Value>,
+    /// Dotted paths of the dropped leaves (at most 100).
+    pub dropped: Vec<String>,
+    /// How many leaves were dropped in all.
+    pub dropped_count: usize,
+}
+
+const MAX_DROPPED_LISTED: usize = 100;
+
+impl FieldPolicy {
+    /// Checks every glob: non-empty dotted segments.
+    pub fn check(&self) -> Result<(), String> {
+        for g in self.allow.iter().chain(&self.mask).chain(&self.redact) {
+            if g.is_empty() || g.split('.').any(str::is_empty) {
+                return Err(format!(
+                    "`output_fields` glob `{g}` has an empty segment; write paths like `customer.email`, `*.email` or `items.**`"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies the policy to `output`.
+    pub fn apply(&self, output: &Value) -> Filtered {
+        let mut out = Filtered::default();
+        let mut path = Vec::new();
+        out.value = self.walk(output, &mut path, &mut out.dropped, &mut out.dropped_count);
+        out
+    }
+
+    fn rule(&self, path: &[String]) -> Option<Rule> {
+        let hits = |list: &[String]| list.iter().any(|g| glob_match(g, path));
+        if hits(&self.redact) {
+            Some(Rule::Redact)
+        } else if hits(&self.mask) {
+            Some(Rule::Mask)
+        } else if hits(&self.allow) {
+            Some(Rule::Allow)
+        } else {
+            None
+        }
+    }
+
+    fn walk(
+        &self,
+        value: &Value,
+        path: &mut Vec<String>,
+        dropped: &mut Vec<String>,
+        count: &mut usize,
+    ) -> Option<Value> {
+        if !path.is_empty()
+            && let Some(rule) = self.rule(path)
+        {
+            return Some(match rule {
+                Rule::Allow => value.clone(),
+                Rule::Mask => mask(value),
+                Rule::Redact => Value::String("<redacted:field>".to_owned()),
+            });
+        }
+        match value {
+            Value::Object(map) => {
+                let mut kept = serde_json::Map::new();
+                for (k, v) in map {
+                    path.push(k.clone());
+                    if let Some(v) = self.walk(v, path, dropped, count) {
+                        kept.insert(k.clone(), v);
+                    }
+                    path.pop();
+                }
+                (!kept.is_empty()).then_some(Value::Object(kept))
+            }
+            Value::Array(items) => {
+                let mut kept = Vec::new();
+                for (i, v) in items.iter().enumerate() {
+                    path.push(i.to_string());
+                    if let Some(v) = self.walk(v, path, dropped, count) {
+                        kept.push(v);
+                    }
+                    path.pop();
+                }
+                (!kept.is_empty()).then_some(Value::Array(kept))
+            }
+            _ => {
+                *count += 1;
+                if dropped.len() < MAX_DROPPED_LISTED {
+                    dropped.push(if path.is_empty() {
+                        "(root)".to_owned()
+                    } else {
+                        path.join(".")
+                    });
+                }
+                None
+            }
+        }
+    }
+}
+
+/// Masks a value: strings keep their last 4 characters when they are at least 8 long.
+fn mask(value: &Value) -> Value {
+    match value {
+        Value::String(s) => {
+            let n = s.chars().count();
+            if n >= 8 {
+                let tail: String = s.chars().skip(n - 4).collect();
+                Value::String(format!("****{tail}"))
+            } else {
+                Value::String("****".to_owned())
+            }
+        }
+        Value::Array(items) => Value::Array(items.iter().map(mask).collect()),
+        Value::Object(map) => {
+            Value::Object(map.iter().map(|(k, v)| (k.clone(), mask(v))).collect())
+        }
+        Value::Null => Value::Null,
+        _ => Value::String("****".to_owned()),
+    }
+}
+
+/// Whether the dotted glob `glob` matches `path` (`*`: one segment, `**`: any number).
+fn glob_match(glob: &str, path: &[String]) -> bool {
+    let pattern: Vec<&str> = glob.split('.').collect();
+    matches(&pattern, path)
+}
+
+fn matches(pattern: &[&str], path: &[String]) -> bool {
+    match (pattern.split_first(), path.split_first()) {
+        (None, None) => true,
+        (Some((&"**", rest)), _) => {
+            matches(rest, path) || path.split_first().is_some_and(|(_, p)| matches(pattern, p))
+        }
+        (Some((seg, rest)), Some((head, tail))) => {
+            (*seg == "*" || seg == head) && matches(rest, tail)
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn unnamed_fields_are_dropped_and_the_strictest_rule_wins() {
+        let p = FieldPolicy {
+            allow: vec!["customer.*".into(), "items.*.sku".into()],
+            mask: vec!["*.card".into()],
+            redact: vec!["customer.ssn".into()],
+        };
+        p.check().unwrap();
+        let out = p.apply(&json!({
+            "customer": {"name": "Ann", "ssn": "078-05-1120", "card": "4111111111111111"},
+            "items": [{"sku": "A1", "cost": 3}, {"cost": 4}],
+            "internal": {"score": 0.3}
+        }));
+        assert_eq!(
+            out.value,
+            Some(json!({
+                "customer": {"name": "Ann", "ssn": "<redacted:field>", "card": "****1111"},
+                "items": [{"sku": "A1"}]
+            }))
+        );
+        assert_eq!(
+            out.dropped,
+            ["items.0.cost", "items.1.cost", "internal.score"]
+        );
+        let deep = FieldPolicy {
+            allow: vec!["a.**".into()],
+            ..FieldPolicy::default()
+        };
+        assert_eq!(
+            deep.apply(&json!({"a": {"b": {"c": 1}}, "b": 2})).value,
+            Some(json!({"a": {"b": {"c": 1}}}))
+        );
+        assert_eq!(deep.apply(&json!("text")).value, None);
+        assert!(
+            FieldPolicy {
+                allow: vec!["a..b".into()],
+                ..FieldPolicy::default()
+            }
+            .check()
+            .is_err()
+        );
+    }
+}
