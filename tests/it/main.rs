@@ -22,6 +22,7 @@ mod gates;
 mod helpers;
 mod http;
 mod kill_switch;
+mod leaks;
 mod ledger;
 mod limits;
 mod metrics;
