@@ -283,6 +283,26 @@ fn redact(c: &mut Criterion) {
         b.iter(|| plain.scan(&text).len())
     });
     g.finish();
+    // What the tool_call gate adds to a decision: one scan of the arguments giving the
+    // verdict and the redacted preview.
+    use toolgate::redact::{Gate, Gates};
+    let gates = Gates::builtin().unwrap();
+    let rules = gates.rules_for(Gate::ToolCall);
+    let small = serde_json::json!({"path": "src/main.rs", "max_bytes": 4096});
+    let kib = serde_json::json!({
+        "query": "fn handle(req: Request) -> Result<Response, Error> ".repeat(12),
+        "path": "src/api/handlers.rs",
+        "note": "ask ops@example.com before merging",
+        "regex": true,
+    });
+    let mut g = c.benchmark_group("tool_call_gate");
+    g.bench_function("small_args", |b| {
+        b.iter(|| gates.redactor().screen_and_redact(rules, &small, true))
+    });
+    g.bench_function("one_kib_args", |b| {
+        b.iter(|| gates.redactor().screen_and_redact(rules, &kib, true))
+    });
+    g.finish();
 }
 
 criterion_group!(benches, decisions, scale, limiter, anomaly, metrics, redact);

@@ -14,7 +14,8 @@
 //! - [`config`]: the TOML config file → validated settings.
 //! - [`audit`], [`approvals`], [`storage`]: the hash-chained log and the approval queue in sled.
 //! - [`metrics`]: the Prometheus recorder behind `/metrics`.
-//! - [`redact`]: finds and masks secrets and personal data (the gates API).
+//! - [`redact`]: finds secrets, personal data and prompt-injection signals; the five gates
+//!   (on demand, on every call's arguments, on reported results, on streams).
 //! - [`sched`]: scheduler hints: short slices for serving threads, nice 19 for rebuilds.
 //! - [`cli`]: the `toolgate` subcommands (`serve`, `validate`, `authorize`, `schema`, `audit`,
 //!   `approvals`).

@@ -2,7 +2,7 @@
 //! (linear time, no backtracking) with an optional capture group that holds the sensitive part
 //! and an optional check that a candidate must pass (Luhn, IBAN checksum, SSN ranges, …).
 
-use super::validate;
+use super::{extract, validate};
 
 /// What a finding is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
@@ -45,13 +45,24 @@ impl Category {
     }
 }
 
+/// Reads the sensitive part's span out of a match (offsets in the match).
+pub(super) type Extract = fn(&[u8]) -> Option<(usize, usize)>;
+
 /// One row of the table.
 pub(super) struct Pattern {
     pub kind: &'static str,
     pub category: Category,
     pub regex: &'static str,
-    /// The capture group holding the sensitive part (0: the whole match).
+    /// The capture group holding the sensitive part (0: the whole match); scans use
+    /// `extract`, the tests hold the two equal.
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "the extractors' reference in tests")
+    )]
     pub group: usize,
+    /// Reads that group's span out of the match (offsets in the match), without a capture
+    /// engine; tested equal to the group.
+    pub extract: Option<Extract>,
     /// A check the candidate must pass.
     pub check: Option<fn(&str) -> bool>,
     /// Off unless configured (noisy in code and logs).
@@ -64,17 +75,19 @@ const fn p(kind: &'static str, category: Category, regex: &'static str) -> Patte
         category,
         regex,
         group: 0,
+        extract: None,
         check: None,
         optional: false,
     }
 }
 
-const fn g(kind: &'static str, regex: &'static str, group: usize) -> Pattern {
+const fn g(kind: &'static str, regex: &'static str, extract: Extract) -> Pattern {
     Pattern {
         kind,
         category: Category::Secret,
         regex,
-        group,
+        group: 1,
+        extract: Some(extract),
         check: None,
         optional: false,
     }
@@ -86,6 +99,7 @@ const fn checked(kind: &'static str, regex: &'static str, check: fn(&str) -> boo
         category: Category::Pii,
         regex,
         group: 0,
+        extract: None,
         check: Some(check),
         optional: false,
     }
@@ -135,15 +149,19 @@ pub(super) const PATTERNS: &[Pattern] = &[
     g(
         "aws-secret-key",
         r#"(?i:aws_?secret(?:_?access)?_?key|aws_?secret)(?:\\?["'])?\s*[:=]\s*(?:\\?["'])?([A-Za-z0-9/+]{40})(?:[^A-Za-z0-9/+]|$)"#,
-        1,
+        extract::aws_secret,
     ),
     p("gcp-api-key", Secret, r"\bAIza[0-9A-Za-z_\-]{35}"),
     g(
         "gcp-service-account",
         r#"\\?"private_key_id\\?"\s*:\s*\\?"([a-f0-9]{40})\\?""#,
-        1,
+        extract::quoted_40,
     ),
-    g("azure-storage-key", r"AccountKey=([A-Za-z0-9+/]{86}==)", 1),
+    g(
+        "azure-storage-key",
+        r"AccountKey=([A-Za-z0-9+/]{86}==)",
+        extract::after_account_key,
+    ),
     p(
         "azure-client-secret",
         Secret,
@@ -233,27 +251,27 @@ pub(super) const PATTERNS: &[Pattern] = &[
     g(
         "database-url",
         r#"\b(?:postgres(?:ql)?|mysql|mariadb|mongodb(?:\+srv)?|rediss?|amqps?|mssql|sqlserver|clickhouse)://[^\s:/@"'<>]*:([^\s@/"'<>]+)@"#,
-        1,
+        extract::url_password,
     ),
     g(
         "url-credentials",
         r#"\b[a-z][a-z0-9+.\-]*://[^\s:/@"'<>]*:([^\s@/"'<>]+)@"#,
-        1,
+        extract::url_password,
     ),
     g(
         "authorization-header",
         r#"(?i:\bauthorization)(?:\\?["'])?\s*[:=]\s*(?:\\?["'])?(?i:bearer|basic|token)\s+([A-Za-z0-9._~+/=\-]{16,})"#,
-        1,
+        extract::last_word,
     ),
     g(
         "env-secret",
-        r#"(?m)(?:^|[\s"';,{])(?:export[ \t]+)?[A-Z][A-Z0-9_]*(?:API_KEY|_TOKEN|_SECRET|SECRET_KEY|ACCESS_KEY|_PASSWORD)[ \t]*=[ \t]*(?:\\?["'])?([^\s"'\\]{8,})"#,
-        1,
+        r#"\b[A-Z][A-Z0-9_]{0,64}(?:API_KEY|_TOKEN|_SECRET|SECRET_KEY|ACCESS_KEY|_PASSWORD)[ \t]*=[ \t]*(?:\\?["'])?([^\s"'\\]{8,})"#,
+        extract::after_equals,
     ),
     g(
         "password-assignment",
-        r#"(?i:password|passwd|passphrase|secret|api_?key|access_?token|auth_?token|refresh_?token|private_?key)(?:\\?["'])?\s*[:=]\s*(?:\\?["'])?([^\s"'\\,;{}()\[\]<>]{4,})"#,
-        1,
+        r#"(?i:password|passwd|passphrase|secret|api_?key|access_?token|auth_?token|refresh_?token|private_?key)(?:\\?["'])?\s*(?:[:=]|%3[ADad])\s*(?:\\?["'])?([^\s"'\\,;{}()\[\]<>]{4,})"#,
+        extract::after_colon_or_equals,
     ),
     // Personal data.
     p(
@@ -282,6 +300,7 @@ pub(super) const PATTERNS: &[Pattern] = &[
         category: Pii,
         regex: r"\b(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])(?:\.(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])){3}\b",
         group: 0,
+        extract: None,
         check: None,
         optional: true,
     },
@@ -290,6 +309,7 @@ pub(super) const PATTERNS: &[Pattern] = &[
         category: Pii,
         regex: r"(?i:\b(?:[0-9a-f]{1,4}:){1,7}(?::|(?::[0-9a-f]{1,4}){1,6}|[0-9a-f]{1,4})\b)",
         group: 0,
+        extract: None,
         check: Some(validate::ipv6),
         optional: true,
     },

@@ -1,0 +1,149 @@
+//! Where the sensitive part of a labelled match lies (`password: <value>`,
+//! `postgres://user:<value>@host`), found by reading the matched bytes instead of running a
+//! capture-group engine per match, which cost a sixth of a scan. Each function reproduces its
+//! row's capture group exactly; the tests hold them equal on every sample.
+
+/// `\s` in an ASCII regex.
+fn space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\x0B' | b'\x0C' | b'\r')
+}
+
+/// From `i`: skips `\s*` (or only spaces and tabs), then an optional `\"`, `\'`, `"` or `'`.
+fn skip_to_value(m: &[u8], mut i: usize, any_space: bool) -> usize {
+    while m.get(i).is_some_and(|&b| {
+        if any_space {
+            space(b)
+        } else {
+            b == b' ' || b == b'\t'
+        }
+    }) {
+        i += 1;
+    }
+    match (m.get(i), m.get(i + 1)) {
+        (Some(b'\\'), Some(b'"' | b'\'')) => i + 2,
+        (Some(b'"' | b'\''), _) => i + 1,
+        _ => i,
+    }
+}
+
+/// `label [:=] value` with `\s*` around the separator: the value after the first `:` or `=`
+/// (or their URL encodings `%3A`, `%3D`).
+pub(super) fn after_colon_or_equals(m: &[u8]) -> Option<(usize, usize)> {
+    let sep = m.iter().enumerate().find_map(|(i, &b)| match b {
+        b':' | b'=' => Some(i + 1),
+        b'%' if matches!(m.get(i + 1..i + 3), Some([b'3', b'A' | b'D' | b'a' | b'd'])) => {
+            Some(i + 3)
+        }
+        _ => None,
+    })?;
+    Some((skip_to_value(m, sep, true), m.len()))
+}
+
+/// `NAME = value` (spaces and tabs only): the value after the first `=`.
+pub(super) fn after_equals(m: &[u8]) -> Option<(usize, usize)> {
+    let sep = m.iter().position(|&b| b == b'=')?;
+    Some((skip_to_value(m, sep + 1, false), m.len()))
+}
+
+/// `scheme://user:password@`: between the first `:` after `://` and the final `@`.
+pub(super) fn url_password(m: &[u8]) -> Option<(usize, usize)> {
+    let scheme = m.windows(3).position(|w| w == b"://")? + 3;
+    let colon = scheme + m.get(scheme..)?.iter().position(|&b| b == b':')?;
+    Some((colon + 1, m.len().checked_sub(1)?))
+}
+
+/// `… scheme token`: the trailing run after the last whitespace.
+pub(super) fn last_word(m: &[u8]) -> Option<(usize, usize)> {
+    let ws = m.iter().rposition(|&b| space(b))?;
+    Some((ws + 1, m.len()))
+}
+
+/// 40 key characters, then one terminator or the end.
+pub(super) fn aws_secret(m: &[u8]) -> Option<(usize, usize)> {
+    let key = |b: &u8| b.is_ascii_alphanumeric() || *b == b'/' || *b == b'+';
+    let end = if m.last().is_some_and(key) {
+        m.len()
+    } else {
+        m.len().checked_sub(1)?
+    };
+    Some((end.checked_sub(40)?, end))
+}
+
+/// 40 hex characters, then `"` or `\"`.
+pub(super) fn quoted_40(m: &[u8]) -> Option<(usize, usize)> {
+    let mut end = m.len().checked_sub(1)?;
+    if end > 0 && m.get(end - 1) == Some(&b'\\') {
+        end -= 1;
+    }
+    Some((end.checked_sub(40)?, end))
+}
+
+/// `AccountKey=<value>`.
+pub(super) fn after_account_key(m: &[u8]) -> Option<(usize, usize)> {
+    let start = b"AccountKey=".len();
+    (m.len() > start).then_some((start, m.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::redact::patterns::PATTERNS;
+    use regex::bytes::RegexBuilder;
+
+    /// Every row with an extractor agrees with its capture group on every match.
+    #[test]
+    fn extractors_equal_the_capture_groups() {
+        let samples = [
+            "password: hunter22!",
+            "password=hunter22",
+            "DB_Password : \"s3cr3t-v@lue\"",
+            "\"api_key\":\"abc123def456\"",
+            "{\\\"secret\\\": \\\"zq8-Xv9_wq\\\"}",
+            "access_token =\n  tok_abcdef",
+            "passphrase:'open sesame'",
+            "secret:::abcd1234",
+            "?user=a&password%3Dhunter22&next=%2F",
+            "api_key%3a abcdef12",
+            "export OPENAI_API_KEY=sk-abcdefgh12345678",
+            "X_API_KEY = \"abcdefgh12345678\"",
+            " GITHUB_TOKEN=\\\"ghp_abcdefghij\\\"",
+            "a,MY_SECRET=abcdefghij",
+            "postgres://app:s3cr3t-pw@db:5432/x",
+            "mongodb+srv://u:p:a:ss@host/db",
+            "redis://:onlypassword@cache:6379",
+            "https://user:pa55word@example.com/x",
+            "ftp://anon:x:y@files",
+            "Authorization: Bearer abcdefghijklmnopqrstu",
+            "authorization = basic   dXNlcjpwYXNzd29yZA==",
+            "\"Authorization\":\"Token abcdefghijklmnop12\"",
+            "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYzEXAMPLEKEY",
+            "AWS_SECRET=\"wJalrXUtnFEMI/K7MDENG/bPxRfiCYzEXAMPLEKEY\"",
+            "aws_secret_key:wJalrXUtnFEMI/K7MDENG/bPxRfiCYzEXAMPLEKEY",
+            "\"private_key_id\": \"0123456789abcdef0123456789abcdef01234567\"",
+            "\\\"private_key_id\\\":\\\"0123456789abcdef0123456789abcdef01234567\\\"",
+            "AccountKey=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA==",
+        ];
+        let mut checked = 0;
+        for row in PATTERNS.iter().filter(|r| r.extract.is_some()) {
+            let re = RegexBuilder::new(row.regex).unicode(false).build().unwrap();
+            let extract = row.extract.unwrap();
+            for s in samples {
+                let b = s.as_bytes();
+                for c in re.captures_iter(b) {
+                    let (Some(whole), Some(group)) = (c.get(0), c.get(row.group)) else {
+                        continue;
+                    };
+                    let m = &b[whole.start()..whole.end()];
+                    let got = extract(m).map(|(x, y)| (x + whole.start(), y + whole.start()));
+                    assert_eq!(
+                        got,
+                        Some((group.start(), group.end())),
+                        "{} on {s}",
+                        row.kind
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked >= 24, "{checked}");
+    }
+}
