@@ -2,8 +2,10 @@
 //! screened once, after validation and before the answer. A finding the gate blocks (by
 //! default any secret) turns the decision into a deny at stage `gate`; with
 //! `[gates.tool_call] apply_mask = true` a masked call is decided again on the masked
-//! arguments, which the answer carries as `arguments` (what the tool must run with). The same
-//! scan gives the redacted preview the audit record and approval keep.
+//! arguments, which the answer carries as `arguments` (what the tool must run with); the
+//! stricter of the two decisions stands, so masking never turns a deny into an allow, and an
+//! approval stays bound to the arguments as sent. The same scan gives the redacted preview the
+//! audit record and approval keep.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -52,7 +54,7 @@ pub(super) fn screen(
     state: &AppState,
     snap: &Snapshot,
     who: &Principal,
-    call: &mut Call,
+    call: &Call,
     verdict: Verdict,
     signals: &Signals,
 ) -> Screened {
@@ -105,9 +107,14 @@ pub(super) fn screen(
     let verdict = match screened.decision {
         Action::Block => Verdict::deny(Stage::Gate, tool, blocked(&report)),
         Action::Mask if rules.apply_mask => {
-            call.args = screened.content;
-            arguments = Some(call.args.clone());
-            authz::decide_with(snap, who, call, signals)
+            let masked = Call {
+                tool: call.tool.clone(),
+                args: screened.content,
+                correlation: call.correlation.clone(),
+            };
+            let again = authz::decide_with(snap, who, &masked, signals);
+            arguments = Some(masked.args);
+            stricter(verdict, again)
         }
         Action::Mask | Action::Warn | Action::Allow => verdict,
     };
@@ -116,6 +123,21 @@ pub(super) fn screen(
         report: Some(report),
         arguments,
         preview,
+    }
+}
+
+/// The stricter of two decisions on one call (deny, then pending, then allow); the first on
+/// a tie.
+fn stricter(first: Verdict, second: Verdict) -> Verdict {
+    let rank = |o: Outcome| match o {
+        Outcome::Deny => 2,
+        Outcome::PendingApproval => 1,
+        Outcome::Allow => 0,
+    };
+    if rank(second.decision) > rank(first.decision) {
+        second
+    } else {
+        first
     }
 }
 
@@ -139,4 +161,30 @@ fn blocked(report: &GateReport) -> Advice {
         ),
         "do not pass credentials to tools; refer to them by name and let the tool read them from its own configuration",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masking_never_loosens_a_decision() {
+        let with = |decision: Outcome, id: &str| {
+            let mut v = Verdict::deny(Stage::Policy, None, Advice::new("x", "", ""));
+            v.decision = decision;
+            v.reasons = vec![id.to_owned()];
+            v
+        };
+        let cases = [
+            (Outcome::Deny, Outcome::Allow, "raw"),
+            (Outcome::PendingApproval, Outcome::Allow, "raw"),
+            (Outcome::Allow, Outcome::PendingApproval, "masked"),
+            (Outcome::Allow, Outcome::Deny, "masked"),
+            (Outcome::Deny, Outcome::Deny, "raw"),
+        ];
+        for (raw, masked, wins) in cases {
+            let v = stricter(with(raw, "raw"), with(masked, "masked"));
+            assert_eq!(v.reasons, [wins], "{raw:?} vs {masked:?}");
+        }
+    }
 }

@@ -85,7 +85,7 @@ pub async fn authorize(
         }
         Err(other) => return Err(other),
     };
-    let (mut call, approval_id) = body?.0.into_call()?;
+    let (call, approval_id) = body?.0.into_call()?;
     // `Agent::"dev-agent"`: the key of the principal's limits, usage and signals.
     let principal_id = who.uid.to_string();
     let tool = snap.tools.get(&call.tool);
@@ -113,8 +113,8 @@ pub async fn authorize(
         .monitor
         .signals(&principal_id, &call.tool, tool.is_some());
     let verdict = authz::decide_with(&snap, &who, &call, &signals);
-    // The tool_call gate may deny, or (apply_mask) replace the arguments and decide again.
-    let gated = callgate::screen(&state, &snap, &who, &mut call, verdict, &signals);
+    // The tool_call gate may deny, or (apply_mask) decide again on masked arguments.
+    let gated = callgate::screen(&state, &snap, &who, &call, verdict, &signals);
     // Approvals and the audit record are bound to this one digest of the arguments.
     let digest = args_digest(&call.args);
     let decision_id = new_decision_id();

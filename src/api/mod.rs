@@ -34,8 +34,9 @@ use crate::metrics::Metrics;
 use crate::policy::{PolicyStore, Snapshot};
 use crate::redact::{Gates, Streams};
 
-/// Open streams the stream gate keeps at most.
-const MAX_STREAMS: usize = 10_000;
+/// Open streams the stream gate keeps at most (each holds at most 64 KiB), and per principal.
+const MAX_STREAMS: usize = 1024;
+const MAX_STREAMS_PER_PRINCIPAL: usize = 64;
 /// A stream with no chunk for this long is dropped (when the table is full).
 const STREAM_IDLE_MS: u64 = 10 * 60 * 1000;
 use crate::storage::Stores;
@@ -142,7 +143,11 @@ impl AppState {
             )),
             admin: Arc::new(Admin::unstored()),
             monitor: Arc::new(Monitor::counting_only(Arc::new(MonotonicClock::default()))),
-            streams: Arc::new(Streams::new(MAX_STREAMS, STREAM_IDLE_MS)),
+            streams: Arc::new(Streams::new(
+                MAX_STREAMS,
+                MAX_STREAMS_PER_PRINCIPAL,
+                STREAM_IDLE_MS,
+            )),
             gates: match Gates::builtin() {
                 Ok(g) => Some(Arc::new(g)),
                 Err(e) => {

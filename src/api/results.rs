@@ -3,7 +3,8 @@
 //! output field policy (unnamed fields are dropped), the output gate (secrets and personal
 //! data masked, injection signals reported), then the size cap (`limits.max_output_bytes`,
 //! cut with a `[TRUNCATED] (N bytes)` marker). Every result is audited (kinds and sizes, never
-//! the content) before it is answered.
+//! the content nor a digest of it: a digest of a short output could be guessed) before it is
+//! answered.
 
 use axum::Json;
 use axum::extract::State;
@@ -14,7 +15,7 @@ use serde_json::Value;
 
 use super::handlers::authenticate;
 use super::{ApiError, AppState};
-use crate::audit::{Entry, EntryKind, args_digest, now_ms};
+use crate::audit::{Entry, EntryKind, now_ms};
 use crate::authz::{Advice, PrincipalKind};
 use crate::redact::{Action, Gate, Violation};
 
@@ -93,11 +94,15 @@ pub async fn report(
     let cap = usize::try_from(tool.limits.max_output_bytes).unwrap_or(usize::MAX);
     let schema_errors = tool.check_output(&body.output);
     let fields = tool.output_fields.clone();
-    let digest = args_digest(&body.output);
     let output = body.output;
     let screened = tokio::task::spawn_blocking(move || {
         if !schema_errors.is_empty() {
-            return Screened::schema_mismatch(schema_errors);
+            // Messages may name unexpected members of the output: redacted like the rest.
+            let mut blocked = Screened::schema_mismatch(schema_errors);
+            for e in &mut blocked.errors {
+                e.message = gates.redactor().redact(&e.message);
+            }
+            return blocked;
         }
         let filtered = match &fields {
             Some(policy) => policy.apply(&output),
@@ -167,7 +172,6 @@ pub async fn report(
         stage: Some("output".to_owned()),
         reasons,
         policy_revision: Some(snap.revision.clone()),
-        args_sha256: Some(digest),
         detail: Some(detail),
         ..Entry::default()
     };

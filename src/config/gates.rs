@@ -3,7 +3,9 @@
 
 use serde::Deserialize;
 
-use crate::redact::{Gate, GateRules, KnownSecrets, MIN_KNOWN_SECRET, RedactConfig};
+use crate::redact::{
+    Gate, GateRules, KnownSecrets, MAX_KNOWN_SECRET, MIN_KNOWN_SECRET, RedactConfig,
+};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -46,9 +48,9 @@ fn known_secrets(
     let short = |what: String, len: usize| {
         (
             format!(
-                "{what} is {len} bytes; known secrets must be at least {MIN_KNOWN_SECRET} bytes"
+                "{what} is {len} bytes; known secrets must be {MIN_KNOWN_SECRET} to {MAX_KNOWN_SECRET} bytes"
             ),
-            "shorter values would match ordinary text; remove it from the list",
+            "shorter values would match ordinary text, longer ones are not single secrets; remove it from the list",
         )
     };
     for name in raw.known_secrets_env.iter().flatten() {

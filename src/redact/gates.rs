@@ -168,6 +168,9 @@ pub struct Violation {
     /// Byte range in the (original) string; absent for a masked JSON key's value.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub span: Option<[usize; 2]>,
+    /// The finding is in the member name at `path`, not in its value.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub in_key: bool,
 }
 
 /// A gate's verdict on some content.
@@ -214,6 +217,7 @@ impl Redactor {
                 action: rules.action(f.kind, f.category),
                 path: (!top_level_string).then_some(f.path),
                 span: f.finding.map(|f| [f.start, f.end]),
+                in_key: f.in_key,
             })
             .collect();
         violations.retain(|v| v.action != Action::Allow);

@@ -60,6 +60,14 @@ pub struct JsonFinding {
     pub kind: &'static str,
     /// Its category.
     pub category: Category,
+    /// The finding is in the member's name (the key `path` ends with), not its value.
+    pub in_key: bool,
+}
+
+/// Whether the value under a sensitive key is masked whole: anything but `null` and booleans
+/// (`"secret": true` is a flag, not a secret).
+fn maskable(v: &Value) -> bool {
+    !matches!(v, Value::Null | Value::Bool(_))
 }
 
 /// A `{"name": "DB_PASSWORD", "value": "…"}` pair (Kubernetes env, HAR headers): its
@@ -92,6 +100,7 @@ impl Redactor {
                 kind: f.kind,
                 category: f.category,
                 finding: Some(f),
+                in_key: false,
             })),
             Value::Array(items) => {
                 for (i, item) in items.iter().enumerate() {
@@ -101,16 +110,26 @@ impl Redactor {
             Value::Object(map) => {
                 for (k, v) in map {
                     let here = pointer_push(&path, k);
-                    if (sensitive_key(k) || named_secret(map, k)) && !v.is_null() {
+                    // A secret used as a member name is a finding too.
+                    out.extend(self.scan(k).into_iter().map(|f| JsonFinding {
+                        path: here.clone(),
+                        kind: f.kind,
+                        category: f.category,
+                        finding: Some(f),
+                        in_key: true,
+                    }));
+                    if (sensitive_key(k) || named_secret(map, k)) && maskable(v) {
                         out.push(JsonFinding {
-                            path: here,
+                            path: here.clone(),
                             finding: None,
                             kind: "sensitive-key",
                             category: Category::Secret,
+                            in_key: false,
                         });
-                    } else {
-                        self.walk(v, here, out);
                     }
+                    // The value is scanned as well: its findings keep their own actions when
+                    // a gate does not mask `sensitive-key`.
+                    self.walk(v, here, out);
                 }
             }
             Value::Null | Value::Bool(_) | Value::Number(_) => {}
@@ -125,7 +144,7 @@ impl Redactor {
         keep: &dyn Fn(&str, Category) -> bool,
     ) -> Value {
         let mut next = 0;
-        mask_walk(value, String::new(), found, &mut next, keep)
+        mask_walk(value, "", found, &mut next, keep)
     }
 
     /// `value` with the findings `keep` selects masked: strings in place, a sensitive key's
@@ -143,7 +162,7 @@ impl Redactor {
                 map.iter()
                     .map(|(k, v)| {
                         let masked = if (sensitive_key(k) || named_secret(map, k))
-                            && !v.is_null()
+                            && maskable(v)
                             && keep("sensitive-key", Category::Secret)
                         {
                             Value::String("<redacted:sensitive-key>".to_owned())
@@ -160,29 +179,20 @@ impl Redactor {
 }
 
 /// The walk behind [`Redactor::mask_found`]: `found` is in walk order, so the findings of
-/// each string (or key) are the next ones in the list with its path.
+/// each member name, sensitive value and string are the next ones in the list with its path.
 fn mask_walk(
     value: &Value,
-    path: String,
+    path: &str,
     found: &[JsonFinding],
     next: &mut usize,
     keep: &dyn Fn(&str, Category) -> bool,
 ) -> Value {
-    let here = |next: &usize| found.get(*next).is_some_and(|f| f.path == path);
-    if here(next) && found.get(*next).is_some_and(|f| f.finding.is_none()) {
-        *next += 1;
-        return if keep("sensitive-key", Category::Secret) {
-            Value::String("<redacted:sensitive-key>".to_owned())
-        } else {
-            value.clone()
-        };
-    }
     match value {
         Value::String(s) => {
             let mut mine = Vec::new();
-            while here(next) {
-                if let Some(f) = found.get(*next).and_then(|f| f.finding.clone()) {
-                    mine.push(f);
+            while let Some(f) = found.get(*next).filter(|f| f.path == path && !f.in_key) {
+                if let Some(x) = &f.finding {
+                    mine.push(x.clone());
                 }
                 *next += 1;
             }
@@ -192,17 +202,55 @@ fn mask_walk(
             items
                 .iter()
                 .enumerate()
-                .map(|(i, v)| mask_walk(v, pointer_push(&path, &i.to_string()), found, next, keep))
+                .map(|(i, v)| mask_walk(v, &pointer_push(path, &i.to_string()), found, next, keep))
                 .collect(),
         ),
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| {
-                    let masked = mask_walk(v, pointer_push(&path, k), found, next, keep);
-                    (k.clone(), masked)
-                })
-                .collect(),
-        ),
+        Value::Object(map) => {
+            let mut out = serde_json::Map::new();
+            for (k, v) in map {
+                let here = pointer_push(path, k);
+                let mut in_name = Vec::new();
+                while let Some(f) = found.get(*next).filter(|f| f.path == here && f.in_key) {
+                    if let Some(x) = &f.finding {
+                        in_name.push(x.clone());
+                    }
+                    *next += 1;
+                }
+                let mut name = Redactor::mask(k, &in_name, |f| keep(f.kind, f.category));
+                // Two names masked alike stay two members.
+                let mut n = 1;
+                while out.contains_key(&name) {
+                    n += 1;
+                    name = format!(
+                        "{}#{n}",
+                        Redactor::mask(k, &in_name, |f| keep(f.kind, f.category))
+                    );
+                }
+                let whole = found
+                    .get(*next)
+                    .is_some_and(|f| f.path == here && !f.in_key && f.finding.is_none());
+                let masked = if whole {
+                    *next += 1;
+                    if keep("sensitive-key", Category::Secret) {
+                        // Skip what was found inside the value: it is masked whole.
+                        let inner = format!("{here}/");
+                        while found
+                            .get(*next)
+                            .is_some_and(|f| f.path == here || f.path.starts_with(&inner))
+                        {
+                            *next += 1;
+                        }
+                        Value::String("<redacted:sensitive-key>".to_owned())
+                    } else {
+                        mask_walk(v, &here, found, next, keep)
+                    }
+                } else {
+                    mask_walk(v, &here, found, next, keep)
+                };
+                out.insert(name, masked);
+            }
+            Value::Object(out)
+        }
         other => other.clone(),
     }
 }

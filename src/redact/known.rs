@@ -13,6 +13,9 @@ use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_S
 /// Shortest value accepted: shorter ones would match ordinary text.
 pub const MIN_KNOWN_SECRET: usize = 8;
 
+/// Longest value accepted (the stream gate holds back this much).
+pub const MAX_KNOWN_SECRET: usize = 16 * 1024;
+
 /// Shortest encoded fragment matched (a base64 fragment at an alignment).
 const MIN_VARIANT: usize = 8;
 
@@ -30,10 +33,11 @@ impl std::fmt::Debug for KnownSecrets {
 
 impl KnownSecrets {
     /// Adds a value (trailing newlines dropped, as secret files usually end with one). A value
-    /// shorter than [`MIN_KNOWN_SECRET`] bytes is refused with its length.
+    /// shorter than [`MIN_KNOWN_SECRET`] or longer than [`MAX_KNOWN_SECRET`] bytes is refused
+    /// with its length.
     pub fn add(&mut self, value: &str) -> Result<(), usize> {
         let v = value.trim_end_matches(['\n', '\r']);
-        if v.len() < MIN_KNOWN_SECRET {
+        if !(MIN_KNOWN_SECRET..=MAX_KNOWN_SECRET).contains(&v.len()) {
             return Err(v.len());
         }
         if !self.values.iter().any(|x| x == v) {
@@ -52,18 +56,20 @@ impl KnownSecrets {
         self.values.is_empty()
     }
 
-    /// The automaton over every variant of every value (`None` when there are no values).
-    pub(super) fn automaton(&self) -> Result<Option<AhoCorasick>, String> {
+    /// The automaton over every variant of every value (`None` when there are no values),
+    /// and the longest variant's length.
+    pub(super) fn automaton(&self) -> Result<(Option<AhoCorasick>, usize), String> {
         if self.values.is_empty() {
-            return Ok(None);
+            return Ok((None, 0));
         }
         let mut variants: Vec<String> = self.values.iter().flat_map(|v| variants(v)).collect();
         variants.sort();
         variants.dedup();
+        let longest = variants.iter().map(String::len).max().unwrap_or(0);
         AhoCorasick::builder()
             .match_kind(MatchKind::LeftmostLongest)
             .build(&variants)
-            .map(Some)
+            .map(|ac| (Some(ac), longest))
             .map_err(|e| format!("known secrets: {e}"))
     }
 }
@@ -91,16 +97,45 @@ fn variants(value: &str) -> Vec<String> {
     }
     out.push(hex::encode(bytes));
     out.push(hex::encode_upper(bytes));
-    let percent = percent_encoding::utf8_percent_encode(value, percent_encoding::NON_ALPHANUMERIC)
-        .to_string();
-    out.push(percent.replace("%20", "+"));
-    out.push(percent);
+    // Strict (every non-alphanumeric byte) and RFC 3986 (`-._~` kept) encodings, with
+    // upper- and lowercase hex digits, and `+` for spaces as forms encode them.
+    const UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
+    for set in [percent_encoding::NON_ALPHANUMERIC, UNRESERVED] {
+        let upper = percent_encoding::utf8_percent_encode(value, set).to_string();
+        let lower = lower_hex_escapes(&upper);
+        for p in [upper, lower] {
+            out.push(p.replace("%20", "+"));
+            out.push(p);
+        }
+    }
     if let Ok(json) = serde_json::to_string(value)
         && let Some(inner) = json.get(1..json.len().saturating_sub(1))
     {
         out.push(inner.to_owned());
     }
     out.retain(|v| v.len() >= MIN_VARIANT);
+    out
+}
+
+/// `%2F` → `%2f`: the two hex digits after each `%` in lowercase.
+fn lower_hex_escapes(encoded: &str) -> String {
+    let mut out = String::with_capacity(encoded.len());
+    let mut after_percent = 0;
+    for c in encoded.chars() {
+        if after_percent > 0 {
+            out.push(c.to_ascii_lowercase());
+            after_percent -= 1;
+        } else {
+            out.push(c);
+            if c == '%' {
+                after_percent = 2;
+            }
+        }
+    }
     out
 }
 
@@ -112,9 +147,13 @@ mod tests {
     fn every_encoding_is_found_and_short_values_are_refused() {
         let mut k = KnownSecrets::default();
         assert_eq!(k.add("short\n"), Err(5));
+        assert_eq!(
+            k.add(&"x".repeat(MAX_KNOWN_SECRET + 1)),
+            Err(MAX_KNOWN_SECRET + 1)
+        );
         k.add("s3cr3t value/with+odd=chars\n").unwrap();
         assert_eq!(format!("{k:?}"), "KnownSecrets(1 values)");
-        let ac = k.automaton().unwrap().unwrap();
+        let ac = k.automaton().unwrap().0.unwrap();
         let v = "s3cr3t value/with+odd=chars";
         let mut texts = vec![
             v.to_owned(),
@@ -124,6 +163,9 @@ mod tests {
             hex::encode_upper(v),
             percent_encoding::utf8_percent_encode(v, percent_encoding::NON_ALPHANUMERIC)
                 .to_string(),
+            "s3cr3t+value%2fwith%2bodd%3dchars".to_owned(),
+            // As a JSON string inside JSON text (a tool output string holding a document).
+            serde_json::to_string(&serde_json::to_string(&format!("key: {v}")).unwrap()).unwrap(),
         ];
         // Inside longer base64 at each alignment.
         for prefix in ["", "a", "ab", "abc"] {

@@ -5,9 +5,9 @@
 //!
 //! - Named detectors (the table in `patterns.rs`): one pass of a `RegexSet` over the bytes says which
 //!   detectors can match at all; only those run again to find their spans (a labelled value is
-//!   read out of its match by `extract.rs`).
-//! - Known secrets (`known.rs`): configured values and their encodings, one Aho-Corasick pass. The `regex` crate
-//!   runs in linear time, so no input can make a pattern backtrack (ReDoS-safe).
+//!   read out of its match by `extract.rs`). The `regex` crate runs in linear time, so no input
+//!   can make a pattern backtrack (ReDoS-safe).
+//! - Known secrets (`known.rs`): configured values and their encodings, one Aho-Corasick pass.
 //! - High-entropy tokens: runs of key-like characters that no named detector claimed, with
 //!   mixed case and digits and Shannon entropy over a threshold; hex-only runs (hashes, git
 //!   SHAs, UUIDs) and `base64,` data are left alone.
@@ -25,7 +25,7 @@ mod validate;
 
 pub use gates::{Action, Gate, GateRules, MAX_VIOLATIONS, Screened, Violation};
 pub use json::{JsonFinding, sensitive_key};
-pub use known::{KnownSecrets, MIN_KNOWN_SECRET};
+pub use known::{KnownSecrets, MAX_KNOWN_SECRET, MIN_KNOWN_SECRET};
 pub use patterns::Category;
 pub use stream::{ChunkScreened, HOLD, MAX_CHUNK, MAX_HOLD, StreamError, StreamState, Streams};
 
@@ -81,6 +81,8 @@ pub struct Redactor {
     rows: Vec<(&'static patterns::Pattern, Regex)>,
     entropy: Option<(usize, f64)>,
     known: Option<aho_corasick::AhoCorasick>,
+    /// The longest known-secret form (the stream gate holds back at least this much).
+    longest_known: usize,
 }
 
 impl std::fmt::Debug for Redactor {
@@ -121,12 +123,19 @@ impl Redactor {
                     .map_err(|e| RedactError(format!("{}: {e}", p.kind)))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let (known, longest_known) = config.known.automaton().map_err(RedactError)?;
         Ok(Redactor {
             set,
             rows,
             entropy: config.entropy,
-            known: config.known.automaton().map_err(RedactError)?,
+            known,
+            longest_known,
         })
+    }
+
+    /// Bytes of the longest known-secret form (0 without known secrets).
+    pub fn longest_known(&self) -> usize {
+        self.longest_known
     }
 
     /// Kinds the named detectors know (for docs and config checks).
@@ -147,8 +156,9 @@ impl Redactor {
         let bytes = unescaped.as_bytes();
         let mut found: Vec<(usize, Finding)> = Vec::new();
         // A configured value is the most specific finding there is: rank 0.
+        // On the text as it is: a known value may itself hold `\n` escapes.
         if let Some(known) = &self.known {
-            for m in known.find_iter(bytes) {
+            for m in known.find_iter(text.as_bytes()) {
                 let (start, end) = char_bounds(text, m.start(), m.end());
                 let f = Finding {
                     kind: KNOWN_SECRET,

@@ -66,8 +66,8 @@ pub struct ChunkScreened {
 /// Why a chunk was refused before it was screened.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StreamError {
-    /// Too many open streams.
-    #[error("too many open streams ({0}); finish streams with `\"final\": true`")]
+    /// Too many open streams (in all, or for this principal).
+    #[error("too many open streams (at most {0}); finish streams with `\"final\": true`")]
     TooMany(usize),
     /// The stream was blocked earlier.
     #[error("this stream was blocked by an earlier chunk; start a new stream")]
@@ -84,24 +84,31 @@ fn floor_boundary(text: &str, mut at: usize) -> usize {
 }
 
 /// Where to cut `held` (scanned as `scan_text[base..]`, `found` in `scan_text` offsets),
-/// and whether the cut was forced.
-fn safe_cut(held: &str, base: usize, found: &[Finding]) -> (usize, bool) {
-    if held.len() <= HOLD {
+/// holding back at least `hold` bytes, and whether the cut was forced.
+fn safe_cut(held: &str, base: usize, found: &[Finding], hold: usize) -> (usize, bool) {
+    if held.len() <= hold {
         return (0, false);
     }
-    let limit = floor_boundary(held, held.len() - HOLD);
-    // The last separator at or before the limit: cut just after it.
-    let mut cut = held
-        .get(..limit)
-        .and_then(|h| h.rfind(|c: char| c.is_ascii_whitespace()))
-        .map_or(0, |i| i + 1);
+    let limit = floor_boundary(held, held.len() - hold);
+    // The whitespace run at or before the limit: cut at its start, so the run is held with
+    // what follows it and a label just before it stays in the context (labels and values may
+    // be separated by any amount of whitespace).
+    let head = held.get(..limit).unwrap_or("");
+    let mut cut = head
+        .rfind(|c: char| c.is_ascii_whitespace())
+        .map_or(0, |i| {
+            head.get(..i)
+                .and_then(|h| h.rfind(|c: char| !c.is_ascii_whitespace()))
+                .map_or(0, |j| j + 1)
+        });
     if let Some(f) = found
         .iter()
         .find(|f| f.start < base + cut && f.end > base + cut)
     {
         cut = f.start.saturating_sub(base);
     }
-    if cut == 0 && held.len() > MAX_HOLD {
+    // Whatever stays held is bounded: past MAX_HOLD the cut is forced to the limit.
+    if held.len() - cut > MAX_HOLD {
         return (limit, true);
     }
     (cut, false)
@@ -127,7 +134,12 @@ impl Gates {
         let (cut, forced) = if last {
             (state.held.len(), false)
         } else {
-            safe_cut(&state.held, base, &found)
+            safe_cut(
+                &state.held,
+                base,
+                &found,
+                HOLD.max(self.redactor().longest_known() + 1),
+            )
         };
         let end = base + cut;
         // Findings in the emitted part: clipped to it (a forced cut masks a finding's head),
@@ -150,6 +162,7 @@ impl Gates {
                 action: rules.action(f.kind, f.category),
                 path: None,
                 span: Some([f.start + offset, f.end + offset]),
+                in_key: false,
             })
             .filter(|v| v.action != Action::Allow)
             .collect();
@@ -203,15 +216,18 @@ pub type StreamSlot = Arc<Mutex<StreamState>>;
 pub struct Streams {
     open: Mutex<HashMap<(String, String), StreamSlot>>,
     max_streams: usize,
+    per_principal: usize,
     idle_ms: u64,
 }
 
 impl Streams {
-    /// At most `max_streams` open at once; a stream idle for `idle_ms` is dropped.
-    pub fn new(max_streams: usize, idle_ms: u64) -> Streams {
+    /// At most `max_streams` open at once, `per_principal` of them for one principal; a
+    /// stream idle for `idle_ms` is dropped when room is needed.
+    pub fn new(max_streams: usize, per_principal: usize, idle_ms: u64) -> Streams {
         Streams {
             open: Mutex::new(HashMap::new()),
             max_streams,
+            per_principal,
             idle_ms,
         }
     }
@@ -224,12 +240,17 @@ impl Streams {
         if let Some(s) = open.get(&key) {
             return Ok(Arc::clone(s));
         }
+        let mine = open.keys().filter(|(p, _)| p == principal).count();
+        if mine >= self.per_principal {
+            return Err(StreamError::TooMany(self.per_principal));
+        }
         if open.len() >= self.max_streams {
             let idle = self.idle_ms;
+            // A stream in use (locked) is kept; only idle ones go.
             open.retain(|_, s| {
-                s.lock()
+                s.try_lock()
                     .map(|s| now_ms.saturating_sub(s.last_ms) < idle)
-                    .unwrap_or(false)
+                    .unwrap_or(true)
             });
             if open.len() >= self.max_streams {
                 return Err(StreamError::TooMany(self.max_streams));
@@ -314,6 +335,27 @@ mod tests {
             let (a, b) = text.split_at(i);
             assert_eq!(run(&gates, &[a, b]), whole, "split at {i}");
         }
+    }
+
+    #[test]
+    fn whitespace_between_label_and_value_is_held_and_held_text_is_bounded() {
+        let gates = Gates::builtin().unwrap();
+        let spaces = " ".repeat(500);
+        let text = format!("password:{spaces}hunter22xyz done");
+        let whole = run(&gates, &[&text]);
+        assert!(whole.contains("<redacted:password-assignment>"), "{whole}");
+        let split = format!("password:{spaces}");
+        assert_eq!(run(&gates, &[&split, "hunter22xyz done"]), whole);
+        // A space early, then a long run: still bounded.
+        let mut state = StreamState::default();
+        let r = gates
+            .screen_chunk(
+                &mut state,
+                &format!("x {}", "A".repeat(3 * MAX_HOLD)),
+                false,
+            )
+            .unwrap();
+        assert!(r.held <= MAX_HOLD, "{}", r.held);
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! A tool's output field policy (`output_fields` in its manifest): which parts of a JSON
 //! result reach the agent. Rules are dotted path globs (`customer.*`, `*.email`,
-//! `items.**`): `*` is one key or array index, `**` any number of them. Each node of the
-//! result takes the most restrictive rule that names its path (redact, then mask, then allow)
-//! and applies it to its whole subtree; a leaf no rule reaches is dropped (default deny), and
-//! so is a container left empty by that.
+//! `items.**`): `*` is one key or array index, `**` any number of them (at most one `**` per
+//! glob). A rule applies to the subtree it names, and the strictest rule that reaches a node
+//! wins (redact, then mask, then allow), so `redact: ["customer.ssn"]` holds inside
+//! `allow: ["customer"]`. A leaf no rule reaches is dropped (default deny), and so is a
+//! container left empty by that.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -53,6 +54,11 @@ impl FieldPolicy {
                     "`output_fields` glob `{g}` has an empty segment; write paths like `customer.email`, `*.email` or `items.**`"
                 ));
             }
+            if g.split('.').filter(|s| *s == "**").count() > 1 {
+                return Err(format!(
+                    "`output_fields` glob `{g}` has more than one `**`; use `*` for single levels"
+                ));
+            }
         }
         Ok(())
     }
@@ -61,7 +67,7 @@ impl FieldPolicy {
     pub fn apply(&self, output: &Value) -> Filtered {
         let mut out = Filtered::default();
         let mut path = Vec::new();
-        out.value = self.walk(output, &mut path, &mut out.dropped, &mut out.dropped_count);
+        out.value = self.walk(output, &mut path, None, &mut out);
         out
     }
 
@@ -78,56 +84,62 @@ impl FieldPolicy {
         }
     }
 
+    /// `inherited`: the strictest rule that reached an ancestor.
     fn walk(
         &self,
         value: &Value,
         path: &mut Vec<String>,
-        dropped: &mut Vec<String>,
-        count: &mut usize,
+        inherited: Option<Rule>,
+        out: &mut Filtered,
     ) -> Option<Value> {
-        if !path.is_empty()
-            && let Some(rule) = self.rule(path)
-        {
-            return Some(match rule {
-                Rule::Allow => value.clone(),
-                Rule::Mask => mask(value),
-                Rule::Redact => Value::String("<redacted:field>".to_owned()),
-            });
+        let here = if path.is_empty() {
+            None
+        } else {
+            self.rule(path)
+        };
+        let rule = inherited.max(here);
+        if rule == Some(Rule::Redact) {
+            return Some(Value::String("<redacted:field>".to_owned()));
         }
         match value {
             Value::Object(map) => {
                 let mut kept = serde_json::Map::new();
                 for (k, v) in map {
                     path.push(k.clone());
-                    if let Some(v) = self.walk(v, path, dropped, count) {
+                    if let Some(v) = self.walk(v, path, rule, out) {
                         kept.insert(k.clone(), v);
                     }
                     path.pop();
                 }
-                (!kept.is_empty()).then_some(Value::Object(kept))
+                (!kept.is_empty() || rule.is_some()).then_some(Value::Object(kept))
             }
             Value::Array(items) => {
                 let mut kept = Vec::new();
                 for (i, v) in items.iter().enumerate() {
                     path.push(i.to_string());
-                    if let Some(v) = self.walk(v, path, dropped, count) {
+                    if let Some(v) = self.walk(v, path, rule, out) {
                         kept.push(v);
                     }
                     path.pop();
                 }
-                (!kept.is_empty()).then_some(Value::Array(kept))
+                (!kept.is_empty() || rule.is_some()).then_some(Value::Array(kept))
             }
-            _ => {
-                *count += 1;
-                if dropped.len() < MAX_DROPPED_LISTED {
-                    dropped.push(if path.is_empty() {
-                        "(root)".to_owned()
-                    } else {
-                        path.join(".")
-                    });
+            leaf => match rule {
+                Some(Rule::Allow) => Some(leaf.clone()),
+                Some(Rule::Mask) => Some(mask(leaf)),
+                Some(Rule::Redact) => Some(Value::String("<redacted:field>".to_owned())),
+                None => {
+                    out.dropped_count += 1;
+                    if out.dropped.len() < MAX_DROPPED_LISTED {
+                        out.dropped.push(if path.is_empty() {
+                            "(root)".to_owned()
+                        } else {
+                            path.join(".")
+                        });
+                    }
+                    None
                 }
-                None
-            }
+            },
         }
     }
 }
@@ -143,10 +155,6 @@ fn mask(value: &Value) -> Value {
             } else {
                 Value::String("****".to_owned())
             }
-        }
-        Value::Array(items) => Value::Array(items.iter().map(mask).collect()),
-        Value::Object(map) => {
-            Value::Object(map.iter().map(|(k, v)| (k.clone(), mask(v))).collect())
         }
         Value::Null => Value::Null,
         _ => Value::String("****".to_owned()),
@@ -200,6 +208,26 @@ mod tests {
         assert_eq!(
             out.dropped,
             ["items.0.cost", "items.1.cost", "internal.score"]
+        );
+        // A stricter rule inside an allowed subtree holds, also under `**`.
+        let nested = FieldPolicy {
+            allow: vec!["customer".into(), "items.**".into()],
+            mask: vec!["customer.card".into()],
+            redact: vec!["customer.notes".into(), "items.*.cost".into()],
+        };
+        assert_eq!(
+            nested
+                .apply(&json!({"customer": {"name": "Ann", "notes": "vip", "card": "4111111111111111"}, "items": [{"sku": "A", "cost": 3}]}))
+                .value,
+            Some(json!({"customer": {"name": "Ann", "notes": "<redacted:field>", "card": "****1111"}, "items": [{"sku": "A", "cost": "<redacted:field>"}]}))
+        );
+        assert!(
+            FieldPolicy {
+                allow: vec!["**.a.**".into()],
+                ..FieldPolicy::default()
+            }
+            .check()
+            .is_err()
         );
         let deep = FieldPolicy {
             allow: vec!["a.**".into()],

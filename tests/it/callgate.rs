@@ -153,3 +153,56 @@ fn apply_mask_belongs_to_the_tool_call_gate_only() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn keys_and_values_under_sensitive_names_are_screened() {
+    let app = router(state());
+    // A secret used as a member name is found and masked in the name.
+    let (s, v) = send(
+        &app,
+        "POST",
+        "/v1/gates/output",
+        Some(DEV),
+        Some(&json!({"content": {"sessions": {AWS: {"user": "ann"}}}}).to_string()),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        v["content"],
+        json!({"sessions": {"<redacted:aws-access-key>": {"user": "ann"}}})
+    );
+    assert_eq!(v["violations"][0]["in_key"], true);
+    // A flag under a sensitive name is not a secret.
+    let (_, v) = send(
+        &app,
+        "POST",
+        "/v1/gates/tool_call",
+        Some(DEV),
+        Some(&json!({"content": {"secret": true, "password": null}}).to_string()),
+    )
+    .await;
+    assert_eq!(v["decision"], "allow", "{v}");
+}
+
+#[tokio::test]
+async fn a_warned_sensitive_key_still_blocks_the_secret_inside() {
+    let rules = GateRules {
+        warn: vec!["sensitive-key".to_owned()],
+        ..GateRules::default_for(Gate::ToolCall)
+    };
+    let gates = Gates::new(&RedactConfig::default(), vec![(Gate::ToolCall, rules)]).unwrap();
+    let app = router(state().with_gates(gates));
+    let (_, v) = send(
+        &app,
+        "POST",
+        "/v1/gates/tool_call",
+        Some(DEV),
+        Some(&json!({"content": {"password": format!("key {AWS}")}}).to_string()),
+    )
+    .await;
+    assert_eq!(v["decision"], "block", "{v}");
+    assert_eq!(
+        v["content"],
+        json!({"password": "key <redacted:aws-access-key>"})
+    );
+}
