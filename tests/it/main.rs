@@ -21,6 +21,7 @@ mod examples;
 mod gates;
 mod helpers;
 mod http;
+mod jail;
 mod kill_switch;
 mod leaks;
 mod ledger;

@@ -33,7 +33,7 @@ async fn secrets_split_at_every_byte_never_leave_raw() {
     let app = app();
     let filler = "the agent wrote a long answer about the build, ".repeat(8);
     let mut seen = std::collections::BTreeSet::new();
-    let mut cases = 0;
+    let (mut cases, mut splits) = (0, 0);
     for (kind, secret, line) in positives() {
         // One plain and one JSON sample per kind; injection signals other than invisible
         // text are reported, not masked.
@@ -54,10 +54,15 @@ async fn secrets_split_at_every_byte_never_leave_raw() {
             let (a, b) = text.split_at(i);
             let out = run(&app, &format!("s-{cases}-{i}"), &[a, b]).await;
             assert_eq!(out, whole, "{kind} split at {i}");
+            splits += 1;
         }
         cases += 1;
     }
-    assert!(cases >= 60, "{cases} cases");
+    eprintln!("{cases} samples split at {splits} positions");
+    assert!(
+        cases >= 60 && splits >= 2000,
+        "{cases} cases, {splits} splits"
+    );
 }
 
 #[tokio::test]

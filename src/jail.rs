@@ -1,0 +1,267 @@
+//! The path jail: opens files named by tool arguments below a service root (and read-only
+//! shared roots beside it), so no path, symlink or race can reach anything else. The one
+//! module the executor and the built-in file tools open files through.
+//!
+//! - The argument is normalized lexically first ([`normalize_path`]): absolute paths, `..`
+//!   escapes, NUL bytes and option-like names are refused; percent-encoding is not decoded.
+//! - Files are opened with `openat2(2)` relative to the root's directory handle with
+//!   `RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV`: the kernel follows symlinks
+//!   only while they stay below the root, refuses `/proc` magic links and mount crossings, and
+//!   the check is the open itself, so a symlink swapped in between cannot escape.
+//! - The deny list (`.env*`, `.git`, `secrets`, `node_modules` by default, case-insensitive)
+//!   is applied to the path as asked and to the path the kernel actually opened (read back
+//!   from the descriptor), so a link to `.env` is refused too.
+//! - A path that does not exist yet is created through its parent: the parent is opened
+//!   through the jail, checked, and the new name is created in it without following links.
+//!
+//! Linux only (openat2 is Linux 5.6+); elsewhere, or on an older kernel, every open is refused.
+
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+
+use crate::tools::{PathError, normalize_path};
+
+/// The deny list when none is configured.
+pub const DEFAULT_DENY: [&str; 4] = [".env*", ".git", "secrets", "node_modules"];
+
+/// Why a path was refused. Messages name the path as asked, never file contents.
+#[derive(Debug, thiserror::Error)]
+pub enum JailError {
+    /// Lexically invalid (absolute, `..` escape, NUL, option-like).
+    #[error("{0}")]
+    Invalid(#[from] PathError),
+    /// Resolves outside its root, through a magic link, or across a mount.
+    #[error("the path resolves outside the allowed roots")]
+    Escapes,
+    /// A deny-listed name, as asked or as resolved.
+    #[error("the path is deny-listed (`{0}`)")]
+    Denied(String),
+    /// A write to a read-only shared root.
+    #[error("`{0}` is a read-only root")]
+    ReadOnly(String),
+    /// No such file (or parent directory).
+    #[error("no such file")]
+    NotFound,
+    /// Not a regular file (a directory, device, FIFO or socket).
+    #[error("not a regular file")]
+    NotAFile,
+    /// The kernel cannot confine the open (no openat2): refused.
+    #[error("this kernel cannot confine file access (openat2 unavailable); refused")]
+    Unsupported,
+    /// Another I/O failure.
+    #[error("cannot open the path: {0}")]
+    Io(std::io::ErrorKind),
+}
+
+/// One root: a directory handle and its canonical path.
+#[derive(Debug)]
+struct Root {
+    name: String,
+    dir: OwnedFd,
+    path: PathBuf,
+    writable: bool,
+}
+
+/// A file opened through the jail.
+#[derive(Debug)]
+pub struct Opened {
+    /// The open file.
+    pub file: File,
+    /// The path the kernel opened, relative to its root (with the shared root's name first).
+    pub resolved: String,
+}
+
+/// A directory opened through the jail, for creating a file in it.
+#[derive(Debug)]
+pub struct Parent {
+    /// The directory.
+    pub dir: OwnedFd,
+    /// The new file's name in it (no separators, not `.` or `..`).
+    pub name: String,
+    /// The new file's path relative to the service root.
+    pub resolved: String,
+}
+
+/// The service root, the shared roots and the deny list.
+#[derive(Debug)]
+pub struct Jail {
+    service: Root,
+    shared: Vec<Root>,
+    deny: Vec<String>,
+}
+
+impl Jail {
+    /// A jail over `root` (read-write) and `shared` (name → directory, read-only; a path whose
+    /// first segment is the name goes there). `deny` entries match one path segment,
+    /// case-insensitively; a trailing `*` matches any ending.
+    pub fn new(
+        root: &Path,
+        shared: &[(String, PathBuf)],
+        deny: &[String],
+    ) -> std::io::Result<Jail> {
+        Ok(Jail {
+            service: open_root("", root, true)?,
+            shared: shared
+                .iter()
+                .map(|(name, path)| open_root(name, path, false))
+                .collect::<std::io::Result<_>>()?,
+            deny: deny.iter().map(|d| d.to_lowercase()).collect(),
+        })
+    }
+
+    /// The root a normalized path belongs to, and the path inside it.
+    fn root_for<'a>(&self, clean: &'a str) -> (&Root, &'a str) {
+        let (first, rest) = clean.split_once('/').unwrap_or((clean, "."));
+        match self.shared.iter().find(|r| r.name == first) {
+            Some(r) => (r, rest),
+            None => (&self.service, clean),
+        }
+    }
+
+    /// The first deny-listed segment of `path`, if any.
+    fn denied(&self, path: &str) -> Option<String> {
+        path.split('/').find_map(|seg| {
+            let seg = seg.to_lowercase();
+            self.deny
+                .iter()
+                .any(|d| match d.strip_suffix('*') {
+                    Some(prefix) => seg.starts_with(prefix),
+                    None => seg == *d,
+                })
+                .then_some(seg)
+        })
+    }
+
+    /// Opens an existing regular file for reading.
+    pub fn open_read(&self, raw: &str) -> Result<Opened, JailError> {
+        let clean = normalize_path(raw)?;
+        if let Some(d) = self.denied(&clean) {
+            return Err(JailError::Denied(d));
+        }
+        let (root, inside) = self.root_for(&clean);
+        let fd = beneath(
+            root,
+            inside,
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK,
+        )?;
+        let resolved = self.resolved(root, &fd)?;
+        let stat =
+            rustix::fs::fstat(&fd).map_err(|e| JailError::Io(std::io::Error::from(e).kind()))?;
+        if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
+            return Err(JailError::NotAFile);
+        }
+        Ok(Opened {
+            file: File::from(fd),
+            resolved,
+        })
+    }
+
+    /// Opens the parent directory of a file to create (or replace) in the service root.
+    pub fn parent_for_write(&self, raw: &str) -> Result<Parent, JailError> {
+        let clean = normalize_path(raw)?;
+        if let Some(d) = self.denied(&clean) {
+            return Err(JailError::Denied(d));
+        }
+        let (root, inside) = self.root_for(&clean);
+        if !root.writable {
+            return Err(JailError::ReadOnly(root.name.clone()));
+        }
+        let (dir_path, name) = inside.rsplit_once('/').unwrap_or((".", inside));
+        if matches!(name, "." | "..") {
+            return Err(JailError::NotAFile);
+        }
+        let dir = beneath(
+            root,
+            dir_path,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        )?;
+        let parent = self.resolved(root, &dir)?;
+        let resolved = if parent == "." {
+            name.to_owned()
+        } else {
+            format!("{parent}/{name}")
+        };
+        if let Some(d) = self.denied(&resolved) {
+            return Err(JailError::Denied(d));
+        }
+        Ok(Parent {
+            dir,
+            name: name.to_owned(),
+            resolved,
+        })
+    }
+
+    /// Creates (or truncates) a regular file in the service root for writing. The last
+    /// segment is never followed if it is a symlink.
+    pub fn create(&self, raw: &str) -> Result<Opened, JailError> {
+        let parent = self.parent_for_write(raw)?;
+        let fd = rustix::fs::openat(
+            &parent.dir,
+            parent.name.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o644),
+        )
+        .map_err(|e| match e {
+            rustix::io::Errno::LOOP => JailError::Escapes,
+            rustix::io::Errno::ISDIR => JailError::NotAFile,
+            other => JailError::Io(std::io::Error::from(other).kind()),
+        })?;
+        Ok(Opened {
+            file: File::from(fd),
+            resolved: parent.resolved,
+        })
+    }
+
+    /// The path the kernel opened for `fd`, relative to `root`; refused if it is outside the
+    /// root (belt and braces) or deny-listed.
+    fn resolved(&self, root: &Root, fd: &OwnedFd) -> Result<String, JailError> {
+        let link = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(fd));
+        let real = std::fs::read_link(&link).map_err(|e| JailError::Io(e.kind()))?;
+        let rel = real
+            .strip_prefix(&root.path)
+            .map_err(|_| JailError::Escapes)?;
+        let rel = rel.to_str().ok_or(JailError::Escapes)?;
+        let rel = if rel.is_empty() { "." } else { rel };
+        if let Some(d) = self.denied(rel) {
+            return Err(JailError::Denied(d));
+        }
+        Ok(if root.name.is_empty() {
+            rel.to_owned()
+        } else if rel == "." {
+            root.name.clone()
+        } else {
+            format!("{}/{rel}", root.name)
+        })
+    }
+}
+
+fn open_root(name: &str, path: &Path, writable: bool) -> std::io::Result<Root> {
+    let path = path.canonicalize()?;
+    let dir = rustix::fs::open(
+        &path,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    Ok(Root {
+        name: name.to_owned(),
+        dir,
+        path,
+        writable,
+    })
+}
+
+/// `openat2` below `root`: symlinks followed only while they stay beneath it, no magic links,
+/// no mount crossing.
+fn beneath(root: &Root, inside: &str, flags: OFlags) -> Result<OwnedFd, JailError> {
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS | ResolveFlags::NO_XDEV;
+    rustix::fs::openat2(&root.dir, inside, flags, Mode::empty(), resolve).map_err(|e| match e {
+        rustix::io::Errno::XDEV | rustix::io::Errno::LOOP => JailError::Escapes,
+        rustix::io::Errno::NOENT => JailError::NotFound,
+        rustix::io::Errno::NOSYS => JailError::Unsupported,
+        rustix::io::Errno::ISDIR | rustix::io::Errno::NOTDIR => JailError::NotAFile,
+        other => JailError::Io(std::io::Error::from(other).kind()),
+    })
+}
