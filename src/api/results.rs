@@ -38,7 +38,7 @@ pub struct ResultBody {
 /// The answer.
 #[derive(Debug, Serialize)]
 pub struct ResultAnswer {
-    /// Id of this result's audit record.
+    /// Id of this result's audit record (set once the screening is done).
     result_id: String,
     /// allow, warn, mask or block.
     decision: Action,
@@ -98,7 +98,7 @@ pub async fn report(
     let screened = tokio::task::spawn_blocking(move || {
         if !schema_errors.is_empty() {
             // Messages may name unexpected members of the output: redacted like the rest.
-            let mut blocked = Screened::schema_mismatch(schema_errors);
+            let mut blocked = ResultAnswer::schema_mismatch(schema_errors);
             for e in &mut blocked.errors {
                 e.message = gates.redactor().redact(&e.message);
             }
@@ -118,7 +118,8 @@ pub async fn report(
         } else {
             cap_output(gated.content, cap)
         };
-        Screened {
+        ResultAnswer {
+            result_id: String::new(),
             decision: gated.decision,
             output,
             violations: gated.violations,
@@ -138,7 +139,8 @@ pub async fn report(
     state
         .metrics
         .gate(Gate::Output.as_str(), screened.decision.as_str());
-    let result_id = uuid::Uuid::now_v7().to_string();
+    let mut screened = screened;
+    screened.result_id = uuid::Uuid::now_v7().to_string();
     let mut reasons: Vec<String> = screened
         .violations
         .iter()
@@ -163,7 +165,7 @@ pub async fn report(
     );
     let entry = Entry {
         kind: EntryKind::Result,
-        id: result_id.clone(),
+        id: screened.result_id.clone(),
         at_ms: now_ms(),
         principal: Some(who.uid.to_string()),
         tool: Some(tool.name.clone()),
@@ -179,36 +181,13 @@ pub async fn report(
         tracing::error!(error = %e, "result not recorded; refusing to answer");
         ApiError::StoreUnavailable
     })?;
-    Ok(Json(ResultAnswer {
-        result_id,
-        decision: screened.decision,
-        output: screened.output,
-        violations: screened.violations,
-        found: screened.found,
-        truncated: screened.truncated,
-        bytes: screened.bytes,
-        dropped: screened.dropped,
-        dropped_count: screened.dropped_count,
-        errors: screened.errors,
-    }))
+    Ok(Json(screened))
 }
 
-/// The screening's outcome, before it gets an id.
-struct Screened {
-    decision: Action,
-    output: Value,
-    violations: Vec<Violation>,
-    found: usize,
-    truncated: bool,
-    bytes: usize,
-    dropped: Vec<String>,
-    dropped_count: usize,
-    errors: Vec<Advice>,
-}
-
-impl Screened {
-    fn schema_mismatch(errors: Vec<crate::tools::ArgViolation>) -> Screened {
-        Screened {
+impl ResultAnswer {
+    fn schema_mismatch(errors: Vec<crate::tools::ArgViolation>) -> ResultAnswer {
+        ResultAnswer {
+            result_id: String::new(),
             decision: Action::Block,
             output: Value::Null,
             violations: Vec::new(),
@@ -220,14 +199,9 @@ impl Screened {
             errors: errors
                 .into_iter()
                 .map(|v| {
-                    let at = if v.instance_path.is_empty() {
-                        "/"
-                    } else {
-                        &v.instance_path
-                    };
                     Advice::new(
                         "output_schema_mismatch",
-                        format!("output `{at}` {}", v.message),
+                        format!("output `{}` {}", v.at(), v.message),
                         "the tool returned something its outputSchema does not allow; do not pass it on",
                     )
                 })

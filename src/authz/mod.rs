@@ -99,14 +99,9 @@ fn checked_args<'a>(tool: &Tool, args: &'a Value) -> Result<Cow<'a, Value>, Vec<
     Err(violations
         .into_iter()
         .map(|v| {
-            let at = if v.instance_path.is_empty() {
-                "/"
-            } else {
-                &v.instance_path
-            };
             Advice::new(
                 "invalid_argument",
-                format!("argument `{at}` {}", v.message),
+                format!("argument `{}` {}", v.at(), v.message),
                 "fix the argument to match the tool's inputSchema (GET /v1/tools)",
             )
         })

@@ -189,6 +189,20 @@ pub struct Screened {
 /// The most violations an answer lists.
 pub const MAX_VIOLATIONS: usize = 1000;
 
+/// The verdict over a gate's findings: the worst action, the violations that matter (at most
+/// [`MAX_VIOLATIONS`]; masking covers them all) and how many there were.
+pub(super) fn verdict(mut violations: Vec<Violation>) -> (Action, Vec<Violation>, usize) {
+    violations.retain(|v| v.action != Action::Allow);
+    let found = violations.len();
+    violations.truncate(MAX_VIOLATIONS);
+    let decision = violations
+        .iter()
+        .map(|v| v.action)
+        .max()
+        .unwrap_or(Action::Allow);
+    (decision, violations, found)
+}
+
 impl Redactor {
     /// Screens `content` (a string or any JSON) with `rules`.
     pub fn screen(&self, rules: &GateRules, content: &Value) -> Screened {
@@ -209,7 +223,7 @@ impl Redactor {
         let masked = Redactor::mask_found(content, &found, &hide);
         let stored = redacted.then(|| Redactor::mask_found(content, &found, &|_, c| c.sensitive()));
         let top_level_string = content.is_string();
-        let mut violations: Vec<Violation> = found
+        let violations: Vec<Violation> = found
             .into_iter()
             .map(|f| Violation {
                 kind: f.kind,
@@ -220,15 +234,7 @@ impl Redactor {
                 in_key: f.in_key,
             })
             .collect();
-        violations.retain(|v| v.action != Action::Allow);
-        // Masking covers every finding; the list in the answer is bounded.
-        let found = violations.len();
-        violations.truncate(MAX_VIOLATIONS);
-        let decision = violations
-            .iter()
-            .map(|v| v.action)
-            .max()
-            .unwrap_or(Action::Allow);
+        let (decision, violations, found) = verdict(violations);
         let screened = Screened {
             decision,
             content: masked,

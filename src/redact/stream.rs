@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::{Action, Finding, Gate, Gates, MAX_VIOLATIONS, Redactor, Violation};
+use super::{Action, Finding, Gate, Gates, Redactor, Violation};
 
 /// Bytes always held back from the end of the text.
 pub const HOLD: usize = 256;
@@ -154,25 +154,19 @@ impl Gates {
             })
             .collect();
         let offset = state.emitted.saturating_sub(base);
-        let mut violations: Vec<Violation> = emitted
-            .iter()
-            .map(|f| Violation {
-                kind: f.kind,
-                category: f.category,
-                action: rules.action(f.kind, f.category),
-                path: None,
-                span: Some([f.start + offset, f.end + offset]),
-                in_key: false,
-            })
-            .filter(|v| v.action != Action::Allow)
-            .collect();
-        let found = violations.len();
-        violations.truncate(MAX_VIOLATIONS);
-        let decision = violations
-            .iter()
-            .map(|v| v.action)
-            .max()
-            .unwrap_or(Action::Allow);
+        let (decision, violations, found) = super::gates::verdict(
+            emitted
+                .iter()
+                .map(|f| Violation {
+                    kind: f.kind,
+                    category: f.category,
+                    action: rules.action(f.kind, f.category),
+                    path: None,
+                    span: Some([f.start + offset, f.end + offset]),
+                    in_key: false,
+                })
+                .collect(),
+        );
         let out = text.get(..end).unwrap_or("");
         let masked = Redactor::mask(out, &emitted, hide);
         let content = masked

@@ -60,6 +60,17 @@ pub struct ArgViolation {
     pub message: String,
 }
 
+impl ArgViolation {
+    /// The instance path for messages: `/` for the whole document.
+    pub fn at(&self) -> &str {
+        if self.instance_path.is_empty() {
+            "/"
+        } else {
+            &self.instance_path
+        }
+    }
+}
+
 /// At most this many schema violations are reported per call.
 const MAX_VIOLATIONS: usize = 20;
 
