@@ -15,7 +15,7 @@ use super::handlers::authenticate;
 use super::{ApiError, AppState};
 use crate::audit::{Entry, EntryKind, now_ms};
 use crate::authz::Principal;
-use crate::redact::{Action, ChunkScreened, Gate, MAX_CHUNK, Violation};
+use crate::redact::{Action, ChunkScreened, Gate, MAX_CHUNK, Violation, labels};
 
 /// The request body.
 #[derive(Debug, Deserialize)]
@@ -64,13 +64,7 @@ pub async fn screen(
             "`stream_id` and `final` belong to the stream gate only",
         ));
     }
-    // A large body takes milliseconds to scan: off the async workers that answer /authorize.
-    let screened = tokio::task::spawn_blocking(move || gates.screen(gate, &body.content))
-        .await
-        .map_err(|e| {
-            tracing::error!(error = %e, "gate scan failed; refusing to answer");
-            ApiError::GatesUnavailable
-        })?;
+    let screened = off_workers(move || gates.screen(gate, &body.content)).await?;
     record(
         &state,
         &who,
@@ -118,16 +112,12 @@ async fn stream(
         .get(&principal, &id, now)
         .map_err(ApiError::Stream)?;
     let last = body.last;
-    let screened = tokio::task::spawn_blocking(move || {
+    let screened = off_workers(move || {
         let mut s = slot.lock().unwrap_or_else(|p| p.into_inner());
         s.touch(now);
         gates.screen_chunk(&mut s, &chunk, last)
     })
-    .await
-    .map_err(|e| {
-        tracing::error!(error = %e, "stream scan failed; refusing to answer");
-        ApiError::GatesUnavailable
-    })?
+    .await?
     .map_err(ApiError::Stream)?;
     // A blocked stream stays in the table (later chunks are refused) until it expires.
     if last && screened.decision != Action::Block {
@@ -145,6 +135,17 @@ async fn stream(
     })
 }
 
+/// Runs a scan on the blocking pool: a large body takes milliseconds, which must not hold up
+/// the async workers that answer `/v1/authorize`. A scan that panics is refused (fail closed).
+pub(super) async fn off_workers<T: Send + 'static>(
+    scan: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(scan).await.map_err(|e| {
+        tracing::error!(error = %e, "content scan failed; refusing to answer");
+        ApiError::GatesUnavailable
+    })
+}
+
 /// Counts the verdict, and records it in the audit log unless it is an allow.
 async fn record(
     state: &AppState,
@@ -157,12 +158,6 @@ async fn record(
     if decision == Action::Allow {
         return Ok(());
     }
-    let mut kinds: Vec<String> = violations
-        .iter()
-        .map(|v| format!("{}:{}", v.action.as_str(), v.kind))
-        .collect();
-    kinds.sort();
-    kinds.dedup();
     let detail = match stream_id {
         Some(id) => format!("{found} violations in stream {id}"),
         None => format!("{found} violations"),
@@ -174,7 +169,7 @@ async fn record(
         principal: Some(who.uid.to_string()),
         decision: decision.as_str().to_owned(),
         stage: Some(gate.as_str().to_owned()),
-        reasons: kinds,
+        reasons: labels(violations),
         detail: Some(detail),
         ..Entry::default()
     };

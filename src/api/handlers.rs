@@ -309,17 +309,10 @@ fn audit_entry(
 
 /// What the tool_call gate found, for the audit record: actions and kinds, no values.
 fn gate_detail(report: &callgate::GateReport) -> String {
-    let mut kinds: Vec<String> = report
-        .violations
-        .iter()
-        .map(|v| format!("{}:{}", v.action.as_str(), v.kind))
-        .collect();
-    kinds.sort();
-    kinds.dedup();
     format!(
         "tool_call gate {}: {}",
         report.decision.as_str(),
-        kinds.join(",")
+        crate::redact::labels(&report.violations).join(",")
     )
 }
 

@@ -17,7 +17,7 @@ use super::handlers::authenticate;
 use super::{ApiError, AppState};
 use crate::audit::{Entry, EntryKind, now_ms};
 use crate::authz::{Advice, PrincipalKind};
-use crate::redact::{Action, Gate, Violation};
+use crate::redact::{Action, Gate, Violation, labels};
 
 /// Largest result body accepted (the size cap then applies per tool).
 pub const RESULTS_MAX_BODY: usize = 16 * 1024 * 1024;
@@ -95,7 +95,7 @@ pub async fn report(
     let schema_errors = tool.check_output(&body.output);
     let fields = tool.output_fields.clone();
     let output = body.output;
-    let screened = tokio::task::spawn_blocking(move || {
+    let screened = super::gates::off_workers(move || {
         if !schema_errors.is_empty() {
             // Messages may name unexpected members of the output: redacted like the rest.
             let mut blocked = ResultAnswer::schema_mismatch(schema_errors);
@@ -131,23 +131,15 @@ pub async fn report(
             errors: Vec::new(),
         }
     })
-    .await
-    .map_err(|e| {
-        tracing::error!(error = %e, "result screening failed; refusing to answer");
-        ApiError::GatesUnavailable
-    })?;
+    .await?;
     state
         .metrics
         .gate(Gate::Output.as_str(), screened.decision.as_str());
     let mut screened = screened;
     screened.result_id = uuid::Uuid::now_v7().to_string();
-    let mut reasons: Vec<String> = screened
-        .violations
-        .iter()
-        .map(|v| format!("{}:{}", v.action.as_str(), v.kind))
-        .chain(screened.errors.iter().map(|e| e.code.to_owned()))
-        .collect();
-    reasons.sort();
+    // Kinds found, or why the output was refused (a schema mismatch has no findings).
+    let mut reasons = labels(&screened.violations);
+    reasons.extend(screened.errors.iter().map(|e| e.code.to_owned()));
     reasons.dedup();
     let detail = format!(
         "{} bytes{}; {} fields dropped{}",

@@ -189,6 +189,18 @@ pub struct Screened {
 /// The most violations an answer lists.
 pub const MAX_VIOLATIONS: usize = 1000;
 
+/// The `action:kind` pairs of `violations`, sorted and without repeats: what audit records
+/// keep of a verdict (never the content).
+pub fn labels(violations: &[Violation]) -> Vec<String> {
+    let mut out: Vec<String> = violations
+        .iter()
+        .map(|v| format!("{}:{}", v.action.as_str(), v.kind))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// The verdict over a gate's findings: the worst action, the violations that matter (at most
 /// [`MAX_VIOLATIONS`]; masking covers them all) and how many there were.
 pub(super) fn verdict(mut violations: Vec<Violation>) -> (Action, Vec<Violation>, usize) {

@@ -148,33 +148,9 @@ impl Redactor {
     }
 
     /// `value` with the findings `keep` selects masked: strings in place, a sensitive key's
-    /// value replaced by `"<redacted:sensitive-key>"`.
+    /// value replaced by `"<redacted:sensitive-key>"`, member names holding a secret masked.
     pub fn mask_json(&self, value: &Value, keep: &dyn Fn(&str, Category) -> bool) -> Value {
-        match value {
-            Value::String(s) => {
-                let found = self.scan(s);
-                Value::String(Redactor::mask(s, &found, |f| keep(f.kind, f.category)))
-            }
-            Value::Array(items) => {
-                Value::Array(items.iter().map(|v| self.mask_json(v, keep)).collect())
-            }
-            Value::Object(map) => Value::Object(
-                map.iter()
-                    .map(|(k, v)| {
-                        let masked = if (sensitive_key(k) || named_secret(map, k))
-                            && maskable(v)
-                            && keep("sensitive-key", Category::Secret)
-                        {
-                            Value::String("<redacted:sensitive-key>".to_owned())
-                        } else {
-                            self.mask_json(v, keep)
-                        };
-                        (k.clone(), masked)
-                    })
-                    .collect(),
-            ),
-            other => other.clone(),
-        }
+        Redactor::mask_found(value, &self.scan_json(value), keep)
     }
 }
 

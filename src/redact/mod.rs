@@ -23,7 +23,7 @@ mod patterns;
 mod stream;
 mod validate;
 
-pub use gates::{Action, Gate, GateRules, MAX_VIOLATIONS, Screened, Violation};
+pub use gates::{Action, Gate, GateRules, MAX_VIOLATIONS, Screened, Violation, labels};
 pub use json::{JsonFinding, sensitive_key};
 pub use known::{KnownSecrets, MAX_KNOWN_SECRET, MIN_KNOWN_SECRET};
 pub use patterns::Category;
