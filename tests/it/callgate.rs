@@ -4,35 +4,18 @@
 //! masked arguments; audit records and approval previews are always redacted.
 
 use axum::http::StatusCode;
-use serde_json::{Value, json};
-use toolgate::api::{AppState, router};
+use serde_json::json;
+use toolgate::api::router;
 use toolgate::redact::{Gate, GateRules, Gates, RedactConfig};
 
 use crate::helpers::*;
 
-const AWS: &str = "AKIAQWERTYUIOPASDFGH";
-
-fn state() -> AppState {
-    AppState::new(shipped_snapshot(), demo_auth(), 64 * 1024).unwrap()
-}
-
-async fn authorize(app: &axum::Router, token: &str, call: Value) -> (StatusCode, Value) {
-    send(
-        app,
-        "POST",
-        "/v1/authorize",
-        Some(token),
-        Some(&call.to_string()),
-    )
-    .await
-}
-
 #[tokio::test]
 async fn a_secret_in_arguments_is_denied_at_the_gate_and_never_stored() {
-    let state = state();
+    let state = shipped_state();
     let app = router(state.clone());
     let call = json!({"tool": "search_code", "args": {"query": format!("key {AWS}")}});
-    let (s, v) = authorize(&app, DEV, call).await;
+    let (s, v) = decide(&app, DEV, &call).await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(
         (v["decision"].as_str(), v["stage"].as_str()),
@@ -66,11 +49,11 @@ async fn a_secret_in_arguments_is_denied_at_the_gate_and_never_stored() {
     );
     // Invalid arguments are refused at validation first, whatever they hold.
     let call = json!({"tool": "search_code", "args": {"query": AWS, "bogus": 1}});
-    let (_, v) = authorize(&app, DEV, call).await;
+    let (_, v) = decide(&app, DEV, &call).await;
     assert_eq!(v["stage"], "validation");
     // Any secret kind, e.g. a password assignment.
     let call = json!({"tool": "search_code", "args": {"query": "password=hunter22!"}});
-    let (_, v) = authorize(&app, DEV, call).await;
+    let (_, v) = decide(&app, DEV, &call).await;
     assert_eq!(
         (
             v["stage"].as_str(),
@@ -83,10 +66,10 @@ async fn a_secret_in_arguments_is_denied_at_the_gate_and_never_stored() {
 
 #[tokio::test]
 async fn personal_data_is_reported_and_masked_in_records_only() {
-    let state = state();
+    let state = shipped_state();
     let app = router(state.clone());
     let call = json!({"tool": "search_code", "args": {"query": "mail ops@example.com"}});
-    let (_, v) = authorize(&app, DEV, call).await;
+    let (_, v) = decide(&app, DEV, &call).await;
     assert_eq!(
         (v["decision"].as_str(), v["stage"].as_str()),
         (Some("allow"), Some("policy")),
@@ -107,7 +90,7 @@ async fn personal_data_is_reported_and_masked_in_records_only() {
     );
     // A clean call carries no gate report.
     let call = json!({"tool": "search_code", "args": {"query": "fn main"}});
-    let (_, v) = authorize(&app, DEV, call).await;
+    let (_, v) = decide(&app, DEV, &call).await;
     assert!(v.get("gate").is_none(), "{v}");
 }
 
@@ -118,15 +101,15 @@ async fn apply_mask_decides_and_answers_with_the_masked_arguments() {
         ..GateRules::default_for(Gate::ToolCall)
     };
     let gates = Gates::new(&RedactConfig::default(), vec![(Gate::ToolCall, rules)]).unwrap();
-    let state = state().with_gates(gates);
+    let state = shipped_state().with_gates(gates);
     let app = router(state.clone());
     let call = json!({"tool": "search_code", "args": {"query": "mail ops@example.com"}});
-    let (_, v) = authorize(&app, DEV, call).await;
+    let (_, v) = decide(&app, DEV, &call).await;
     assert_eq!(v["decision"], "allow", "{v}");
     assert_eq!(v["arguments"], json!({"query": "mail <redacted:email>"}));
     // A pending call's approval preview is redacted too; the approval binds the masked call.
     let call = json!({"tool": "write_file", "args": {"path": "notes.txt", "content": "call 415-555-0142"}});
-    let (_, v) = authorize(&app, DEV, call).await;
+    let (_, v) = decide(&app, DEV, &call).await;
     assert_eq!(v["decision"], "pending_approval", "{v}");
     let id = v["approval_id"].as_str().unwrap();
     let (_, a) = send(
@@ -156,7 +139,7 @@ fn apply_mask_belongs_to_the_tool_call_gate_only() {
 
 #[tokio::test]
 async fn keys_and_values_under_sensitive_names_are_screened() {
-    let app = router(state());
+    let app = router(shipped_state());
     // A secret used as a member name is found and masked in the name.
     let (s, v) = send(
         &app,
@@ -191,7 +174,7 @@ async fn a_warned_sensitive_key_still_blocks_the_secret_inside() {
         ..GateRules::default_for(Gate::ToolCall)
     };
     let gates = Gates::new(&RedactConfig::default(), vec![(Gate::ToolCall, rules)]).unwrap();
-    let app = router(state().with_gates(gates));
+    let app = router(shipped_state().with_gates(gates));
     let (_, v) = send(
         &app,
         "POST",

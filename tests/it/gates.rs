@@ -6,8 +6,6 @@ use serde_json::{Value, json};
 
 use crate::helpers::*;
 
-const AWS: &str = "AKIAQWERTYUIOPASDFGH";
-
 async fn gate(app: &axum::Router, name: &str, content: Value) -> (StatusCode, Value) {
     let body = json!({ "content": content }).to_string();
     send(
@@ -89,7 +87,7 @@ async fn json_content_keeps_its_structure_and_masks_sensitive_keys() {
 
 #[tokio::test]
 async fn findings_are_audited_without_the_content_and_bad_requests_are_refused() {
-    let state = toolgate::api::AppState::new(shipped_snapshot(), demo_auth(), 64 * 1024).unwrap();
+    let state = shipped_state();
     let app = toolgate::api::router(state.clone());
     let (_, v) = gate(&app, "tool_call", json!(format!("key={AWS}"))).await;
     assert_eq!(v["decision"], "block");

@@ -19,6 +19,8 @@ pub const SRE: &str = "demo-sre-token";
 pub const RELEASE: &str = "demo-release-token";
 pub const PO: &str = "demo-po-token";
 pub const ALICE: &str = "demo-alice-token";
+/// An AWS access key id of the right shape (not a documentation example).
+pub const AWS: &str = "AKIAQWERTYUIOPASDFGH";
 
 /// Every shipped tool, in manifest order.
 pub const SHIPPED_TOOLS: [&str; 10] = [
@@ -72,6 +74,11 @@ pub fn app() -> Router {
 
 pub fn app_with(snapshot: Snapshot, auth: Authenticator) -> Router {
     router(AppState::new(snapshot, auth, 64 * 1024).unwrap())
+}
+
+/// The state behind [`app`], for tests that read its audit log or swap a service.
+pub fn shipped_state() -> AppState {
+    AppState::new(shipped_snapshot(), demo_auth(), 64 * 1024).unwrap()
 }
 
 /// A temp copy of the shipped policies and schemas, to break or extend.
@@ -190,16 +197,24 @@ pub async fn send_full(
     )
 }
 
+/// `POST path` with a JSON body as `token`: status and body.
+pub async fn post(app: &Router, path: &str, token: &str, body: &Value) -> (StatusCode, Value) {
+    send(app, "POST", path, Some(token), Some(&body.to_string())).await
+}
+
 /// `POST /v1/authorize` as `token`: status and body.
 pub async fn decide(app: &Router, token: &str, body: &Value) -> (StatusCode, Value) {
-    send(
-        app,
-        "POST",
-        "/v1/authorize",
-        Some(token),
-        Some(&body.to_string()),
-    )
-    .await
+    post(app, "/v1/authorize", token, body).await
+}
+
+/// The `kind` of each violation in a gate's answer, in order.
+pub fn violation_kinds(answer: &Value) -> Vec<&str> {
+    answer["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["kind"].as_str().unwrap())
+        .collect()
 }
 
 /// `POST /v1/authorize` as `token`; asserts 200 and returns the decision body.

@@ -5,7 +5,7 @@
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 
-use toolgate::api::{AppState, router};
+use toolgate::api::router;
 use toolgate::audit::Query;
 
 use crate::helpers::*;
@@ -18,7 +18,7 @@ const SWITCH: &str = "/v1/admin/kill-switch";
 
 #[tokio::test]
 async fn directors_stop_every_call_and_everything_is_recorded() {
-    let state = AppState::new(shipped_snapshot(), demo_auth(), 64 * 1024).unwrap();
+    let state = shipped_state();
     let app = router(state.clone());
     let (s, v) = send(&app, "GET", SWITCH, Some(DEV), None).await;
     assert_eq!((s, v["on"].as_bool()), (StatusCode::OK, Some(false)));
