@@ -13,14 +13,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .ok_or("usage: cedar_agent_data OUTDIR [POLICIES_DIR SCHEMAS_DIR]")?,
     );
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let sources = toolgate::policy::Sources {
-        policies_dir: args
-            .get(2)
+    let sources = toolgate::policy::Sources::new(
+        args.get(2)
             .map_or_else(|| repo.join("policies"), PathBuf::from),
-        schemas_dir: args
-            .get(3)
+        args.get(3)
             .map_or_else(|| repo.join("schemas"), PathBuf::from),
-    };
+    );
     let snap = toolgate::policy::load(&sources)?.snapshot;
     let policies: Vec<serde_json::Value> = snap
         .policies

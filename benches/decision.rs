@@ -21,10 +21,7 @@ use toolgate::authz::{Call, Correlation, Principal, PrincipalKind, decide};
 use toolgate::policy::{Snapshot, Sources, load};
 
 fn sources(root: &Path) -> Sources {
-    Sources {
-        policies_dir: root.join("policies"),
-        schemas_dir: root.join("schemas"),
-    }
+    Sources::new(root.join("policies"), root.join("schemas"))
 }
 
 fn call(tool: &str, args: serde_json::Value) -> Call {

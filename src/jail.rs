@@ -215,6 +215,61 @@ impl Jail {
         })
     }
 
+    /// Where `raw` points, as an absolute path with every symlink resolved, for handing to a
+    /// program: an existing file or directory of any root, or a name that does not exist yet
+    /// in an existing directory (resolved through that directory). The same checks as an
+    /// open: beneath the root, no magic links, no mount crossing, deny list as asked and as
+    /// resolved.
+    pub fn locate(&self, raw: &str) -> Result<PathBuf, JailError> {
+        let clean = normalize_path(raw)?;
+        if let Some(d) = self.denied(&clean) {
+            return Err(JailError::Denied(d));
+        }
+        let (root, inside) = self.root_for(&clean);
+        let flags = OFlags::PATH | OFlags::CLOEXEC;
+        let rel = match beneath(root, inside, flags) {
+            Ok(fd) => self.resolved(root, &fd)?,
+            Err(JailError::NotFound) => {
+                let (dir_path, name) = inside.rsplit_once('/').unwrap_or((".", inside));
+                let dir = beneath(root, dir_path, flags | OFlags::DIRECTORY)?;
+                let parent = self.resolved(root, &dir)?;
+                let joined = if parent == "." {
+                    name.to_owned()
+                } else {
+                    format!("{parent}/{name}")
+                };
+                if let Some(d) = self.denied(&joined) {
+                    return Err(JailError::Denied(d));
+                }
+                joined
+            }
+            Err(e) => return Err(e),
+        };
+        // `rel` starts with the shared root's name for shared roots.
+        let inside_root = if root.name.is_empty() {
+            rel.as_str()
+        } else {
+            rel.strip_prefix(root.name.as_str())
+                .map(|r| r.trim_start_matches('/'))
+                .unwrap_or(".")
+        };
+        Ok(if inside_root.is_empty() || inside_root == "." {
+            root.path.clone()
+        } else {
+            root.path.join(inside_root)
+        })
+    }
+
+    /// The service root's canonical path.
+    pub fn root(&self) -> &Path {
+        &self.service.path
+    }
+
+    /// The shared roots' canonical paths.
+    pub fn shared(&self) -> impl Iterator<Item = &Path> {
+        self.shared.iter().map(|r| r.path.as_path())
+    }
+
     /// The path the kernel opened for `fd`, relative to `root`; refused if it is outside the
     /// root (belt and braces) or deny-listed.
     fn resolved(&self, root: &Root, fd: &OwnedFd) -> Result<String, JailError> {

@@ -10,6 +10,7 @@
 //!   `context.anomaly`; alerts.
 //! - [`authz`]: the pure decision function: call + policy snapshot → verdict.
 //! - [`tools`]: tool manifests → compiled tools (JSON Schema validator, Cedar argument type).
+//! - [`exec`]: runs CLI-backed tools under the launcher: no shell, limits, Landlock, no orphans.
 //! - [`jail`]: opens files named by arguments below the service root, whatever the symlinks.
 //! - [`policy`]: loads and validates policies, schema, entities and manifests into a snapshot.
 //! - [`config`]: the TOML config file → validated settings.
@@ -30,6 +31,7 @@ pub mod auth;
 pub mod authz;
 pub mod cli;
 pub mod config;
+pub mod exec;
 pub mod jail;
 pub mod limits;
 pub mod metrics;

@@ -28,6 +28,13 @@ pub struct RawCall {
     approval_id: Option<String>,
 }
 
+impl RawCall {
+    /// The tool named in the call, as sent.
+    pub fn tool_name(&self) -> &str {
+        &self.tool
+    }
+}
+
 fn empty_object() -> Value {
     Value::Object(serde_json::Map::new())
 }

@@ -13,6 +13,33 @@ use crate::limits::{Limited, Per, Quota, Scope};
 /// Fields a caller might use to claim an identity in the body; refused with a pointed message.
 const IDENTITY_FIELDS: [&str; 5] = ["principal", "agent", "user", "identity", "subject"];
 
+/// Why `/v1/execute` did not run a tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The decision was deny (403).
+    Denied,
+    /// The arguments cannot be run: a jailed path or an option-like value (422).
+    Arguments,
+    /// The tool has no executor (409).
+    NotExecutable,
+    /// Too many runs at once (429).
+    Busy,
+    /// Execution is off, the program is missing or the sandbox failed (503).
+    Unavailable,
+}
+
+impl Refusal {
+    fn code(self) -> &'static str {
+        match self {
+            Refusal::Denied => "denied",
+            Refusal::Arguments => "arguments_refused",
+            Refusal::NotExecutable => "not_executable",
+            Refusal::Busy => "executions_busy",
+            Refusal::Unavailable => "execution_unavailable",
+        }
+    }
+}
+
 /// An HTTP-visible failure.
 #[derive(Debug)]
 pub enum ApiError {
@@ -58,6 +85,8 @@ pub enum ApiError {
     KillSwitchForced(String),
     /// A release named an agent that is not quarantined.
     NotQuarantined(String),
+    /// `/v1/execute` did not run the tool: denied, refused arguments, not runnable here.
+    Execution(Refusal, Box<super::execute::ExecAnswer>),
     /// No such gate.
     UnknownGate,
     /// The redaction detectors are not available, so nothing is screened (fail closed).
@@ -137,6 +166,7 @@ impl ApiError {
             ApiError::GatesUnavailable => "gates_unavailable",
             ApiError::Stream(crate::redact::StreamError::TooMany(_)) => "too_many_streams",
             ApiError::Stream(crate::redact::StreamError::Blocked) => "stream_blocked",
+            ApiError::Execution(r, _) => r.code(),
         }
     }
 
@@ -383,6 +413,16 @@ impl IntoResponse for ApiError {
                 "no valid policy set is loaded",
                 "fix the policies (run `toolgate validate`)",
             ),
+            ApiError::Execution(refusal, body) => {
+                let status = match refusal {
+                    Refusal::Denied => StatusCode::FORBIDDEN,
+                    Refusal::Arguments => StatusCode::UNPROCESSABLE_ENTITY,
+                    Refusal::NotExecutable => StatusCode::CONFLICT,
+                    Refusal::Busy => StatusCode::TOO_MANY_REQUESTS,
+                    Refusal::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+                };
+                (status, Json(body)).into_response()
+            }
         }
     }
 }

@@ -74,9 +74,31 @@ pub async fn authorize(
     headers: HeaderMap,
     body: Result<Json<RawCall>, JsonRejection>,
 ) -> Result<(HeaderMap, Json<DecisionBody>), ApiError> {
+    let d = decide(&state, &headers, body).await?;
+    Ok((d.headers, Json(d.body)))
+}
+
+/// A recorded decision, with the call it was about (`None` when an operator's stop denied it
+/// before the call was looked at).
+pub(super) struct Decided {
+    /// Quota headers.
+    pub headers: HeaderMap,
+    /// The answer.
+    pub body: DecisionBody,
+    /// The call.
+    pub call: Option<crate::authz::Call>,
+}
+
+/// The decision path of `/v1/authorize` and `/v1/execute`.
+pub(super) async fn decide(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Result<Json<RawCall>, JsonRejection>,
+) -> Result<Decided, ApiError> {
+    let state = state.clone();
     let started = std::time::Instant::now();
     let snap: Arc<Snapshot> = state.policy.current();
-    let who = match principal(&state, &headers, &snap) {
+    let who = match principal(&state, headers, &snap) {
         Ok(who) => who,
         Err(ApiError::Unauthenticated(body)) => {
             let entry = audit_entry(&body, None, None, started);
@@ -94,7 +116,11 @@ pub async fn authorize(
         let verdict = Verdict::deny(stage, tool, advice);
         let caller = (&who, principal_id.as_str());
         let body = record_early(&state, &snap, caller, &call, verdict, started).await?;
-        return Ok((HeaderMap::new(), Json(body)));
+        return Ok(Decided {
+            headers: HeaderMap::new(),
+            body,
+            call: None,
+        });
     }
     // Limits come before Cedar: a flood costs a map lookup per call, not an evaluation.
     let quota = match state.limiter.check(
@@ -154,7 +180,11 @@ pub async fn authorize(
         .map(super::error::quota_headers)
         .unwrap_or_default();
     let body = commit(&state, body, entry, started).await?;
-    Ok((headers, Json(body)))
+    Ok(Decided {
+        headers,
+        body,
+        call: Some(call),
+    })
 }
 
 /// Records `entry` (the audit record of `body`), then counts the answer in the metrics. A
@@ -481,6 +511,7 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) 
             "audit_mode": state.audit.mode(),
             "kill_switch": state.admin.kill_switch_on(),
             "quarantined": state.admin.quarantine().len(),
+            "execution": state.exec.as_ref().map(|r| r.protections()),
         })),
     )
 }

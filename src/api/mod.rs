@@ -8,6 +8,7 @@ mod audit;
 mod body;
 mod callgate;
 mod error;
+mod execute;
 mod gates;
 mod handlers;
 mod metrics;
@@ -61,6 +62,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/admin/quarantine"),
     ("POST", "/v1/gates/{gate}"),
     ("POST", "/v1/results"),
+    ("POST", "/v1/execute"),
 ];
 
 /// Shared state: cheap to clone, every field an `Arc`.
@@ -89,6 +91,8 @@ pub struct AppState {
     pub gates: Option<Arc<Gates>>,
     /// The stream gate's open streams.
     pub streams: Arc<Streams>,
+    /// Runs tools for `/v1/execute` (`None`: execution is off).
+    pub exec: Option<Arc<crate::exec::Runner>>,
 }
 
 impl AppState {
@@ -148,6 +152,7 @@ impl AppState {
                 MAX_STREAMS_PER_PRINCIPAL,
                 STREAM_IDLE_MS,
             )),
+            exec: None,
             gates: match Gates::builtin() {
                 Ok(g) => Some(Arc::new(g)),
                 Err(e) => {
@@ -162,6 +167,13 @@ impl AppState {
     #[must_use]
     pub fn with_gates(mut self, gates: Gates) -> Self {
         self.gates = Some(Arc::new(gates));
+        self
+    }
+
+    /// The same state with a tool runner (`/v1/execute`).
+    #[must_use]
+    pub fn with_exec(mut self, runner: crate::exec::Runner) -> Self {
+        self.exec = Some(Arc::new(runner));
         self
     }
 
@@ -216,6 +228,7 @@ pub fn router(state: AppState) -> Router {
             post(results::report)
                 .layer(DefaultBodyLimit::max(limit.max(results::RESULTS_MAX_BODY))),
         )
+        .route("/v1/execute", post(execute::execute))
         .fallback(handlers::not_found)
         .method_not_allowed_fallback(handlers::method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))

@@ -17,7 +17,7 @@ use super::handlers::authenticate;
 use super::{ApiError, AppState};
 use crate::audit::{Entry, EntryKind, now_ms};
 use crate::authz::{Advice, PrincipalKind};
-use crate::redact::{Action, Gate, Violation, labels};
+use crate::redact::{Action, Gate, Gates, Violation, labels};
 
 /// Largest result body accepted (the size cap then applies per tool).
 pub const RESULTS_MAX_BODY: usize = 16 * 1024 * 1024;
@@ -39,25 +39,25 @@ pub struct ResultBody {
 #[derive(Debug, Serialize)]
 pub struct ResultAnswer {
     /// Id of this result's audit record (set once the screening is done).
-    result_id: String,
+    pub(super) result_id: String,
     /// allow, warn, mask or block.
-    decision: Action,
+    pub(super) decision: Action,
     /// What may reach the model (`null` when blocked or nothing remained).
-    output: Value,
+    pub(super) output: Value,
     /// What the output gate found.
-    violations: Vec<Violation>,
+    pub(super) violations: Vec<Violation>,
     /// How many violations in all.
-    found: usize,
+    pub(super) found: usize,
     /// Whether the size cap cut the output.
-    truncated: bool,
+    pub(super) truncated: bool,
     /// Bytes of the output (JSON text) before the cap.
-    bytes: usize,
+    pub(super) bytes: usize,
     /// Dotted paths the field policy dropped (at most 100).
-    dropped: Vec<String>,
+    pub(super) dropped: Vec<String>,
     /// How many fields were dropped.
-    dropped_count: usize,
+    pub(super) dropped_count: usize,
     /// Why a result was blocked.
-    errors: Vec<Advice>,
+    pub(super) errors: Vec<Advice>,
 }
 
 /// `POST /v1/results`.
@@ -96,40 +96,7 @@ pub async fn report(
     let fields = tool.output_fields.clone();
     let output = body.output;
     let screened = super::gates::off_workers(move || {
-        if !schema_errors.is_empty() {
-            // Messages may name unexpected members of the output: redacted like the rest.
-            let mut blocked = ResultAnswer::schema_mismatch(schema_errors);
-            for e in &mut blocked.errors {
-                e.message = gates.redactor().redact(&e.message);
-            }
-            return blocked;
-        }
-        let filtered = match &fields {
-            Some(policy) => policy.apply(&output),
-            None => crate::tools::Filtered {
-                value: Some(output),
-                ..crate::tools::Filtered::default()
-            },
-        };
-        let value = filtered.value.unwrap_or(Value::Null);
-        let gated = gates.screen(Gate::Output, &value);
-        let (output, truncated, bytes) = if gated.decision == Action::Block {
-            (Value::Null, false, 0)
-        } else {
-            cap_output(gated.content, cap)
-        };
-        ResultAnswer {
-            result_id: String::new(),
-            decision: gated.decision,
-            output,
-            violations: gated.violations,
-            found: gated.found,
-            truncated,
-            bytes,
-            dropped: filtered.dropped,
-            dropped_count: filtered.dropped_count,
-            errors: Vec::new(),
-        }
+        screen(&gates, schema_errors, fields.as_ref(), cap, output)
     })
     .await?;
     state
@@ -174,6 +141,51 @@ pub async fn report(
         ApiError::StoreUnavailable
     })?;
     Ok(Json(screened))
+}
+
+/// The screening of one result, in order: schema errors (block), field policy, output gate,
+/// size cap. Also used by `/v1/execute` on what a run printed.
+pub(super) fn screen(
+    gates: &Gates,
+    schema_errors: Vec<crate::tools::ArgViolation>,
+    fields: Option<&crate::tools::FieldPolicy>,
+    cap: usize,
+    output: Value,
+) -> ResultAnswer {
+    if !schema_errors.is_empty() {
+        // Messages may name unexpected members of the output: redacted like the rest.
+        let mut blocked = ResultAnswer::schema_mismatch(schema_errors);
+        for e in &mut blocked.errors {
+            e.message = gates.redactor().redact(&e.message);
+        }
+        return blocked;
+    }
+    let filtered = match fields {
+        Some(policy) => policy.apply(&output),
+        None => crate::tools::Filtered {
+            value: Some(output),
+            ..crate::tools::Filtered::default()
+        },
+    };
+    let value = filtered.value.unwrap_or(Value::Null);
+    let gated = gates.screen(Gate::Output, &value);
+    let (output, truncated, bytes) = if gated.decision == Action::Block {
+        (Value::Null, false, 0)
+    } else {
+        cap_output(gated.content, cap)
+    };
+    ResultAnswer {
+        result_id: String::new(),
+        decision: gated.decision,
+        output,
+        violations: gated.violations,
+        found: gated.found,
+        truncated,
+        bytes,
+        dropped: filtered.dropped,
+        dropped_count: filtered.dropped_count,
+        errors: Vec::new(),
+    }
 }
 
 impl ResultAnswer {

@@ -25,6 +25,8 @@ pub enum EntryKind {
     Gate,
     /// A tool result reported to `/v1/results` (sizes and kinds; never the content).
     Result,
+    /// A tool run by `/v1/execute`: outcome, resource usage, kinds found in the output.
+    Execution,
 }
 
 /// One audit entry as the sidecar submits it. The writer adds the sequence number and hashes.

@@ -82,6 +82,12 @@ impl Common {
 
 /// Entry point for the binary.
 pub fn main() -> ExitCode {
+    // The launcher (hidden, internal): started by the sidecar for every tool run.
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(crate::exec::launch::SUBCOMMAND))
+    {
+        return crate::exec::launch::main();
+    }
     let cli = Cli::parse();
     init_tracing(cli.log_format);
     let result = match cli.command {

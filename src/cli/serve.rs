@@ -109,6 +109,27 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
+        let state = match &cfg.exec.root {
+            None => state,
+            Some(root) => {
+                let launcher = std::env::current_exe()
+                    .context("cannot find this binary to use as the tool launcher")?;
+                let runner = toolgate_exec_runner(cfg.exec.clone(), launcher)
+                    .await
+                    .with_context(|| format!("cannot run tools in `{}`", root.display()))?;
+                let p = runner.protections();
+                match &p.error {
+                    Some(e) => tracing::error!(error = %e, "tool execution unavailable: every /v1/execute is refused"),
+                    None => tracing::info!(
+                        root = %p.root,
+                        landlock = %p.landlock,
+                        process_limit = p.process_limit,
+                        "tool execution on"
+                    ),
+                }
+                state.with_exec(runner)
+            }
+        };
         let listener = tokio::net::TcpListener::bind(cfg.listen)
             .await
             .with_context(|| format!("cannot listen on {}", cfg.listen))?;
@@ -216,6 +237,15 @@ fn reload_on_sighup(watcher: Arc<PolicyWatcher>) {
     });
     #[cfg(not(unix))]
     drop(watcher);
+}
+
+async fn toolgate_exec_runner(
+    settings: crate::exec::ExecSettings,
+    launcher: std::path::PathBuf,
+) -> anyhow::Result<crate::exec::Runner> {
+    crate::exec::Runner::start(settings, launcher)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 async fn shutdown() {

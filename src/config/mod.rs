@@ -2,6 +2,7 @@
 //! [`Config`] the rest of the program takes. Relative paths are resolved against the config
 //! file's directory, so a config works from any working directory.
 
+mod exec;
 mod gates;
 
 use std::net::SocketAddr;
@@ -84,6 +85,8 @@ struct RawConfig {
     redaction: gates::RawRedaction,
     #[serde(default)]
     gates: gates::RawGates,
+    #[serde(default)]
+    exec: exec::RawExec,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -231,6 +234,8 @@ pub struct Config {
     pub redaction: RedactConfig,
     /// Each gate's rules (checked against the detectors when they are built).
     pub gate_rules: Vec<(Gate, GateRules)>,
+    /// `[exec]`: running CLI-backed tools.
+    pub exec: crate::exec::ExecSettings,
 }
 
 /// The approver webhook, as configured (the secret is read when serving starts).
@@ -324,6 +329,7 @@ impl Config {
                 .into_iter()
                 .map(|g| (g, GateRules::default_for(g)))
                 .collect(),
+            exec: crate::exec::ExecSettings::default(),
         })
     }
 
@@ -498,6 +504,8 @@ impl Config {
         let quarantine_on = quarantine_kinds(&raw.anomaly).map_err(|(m, h)| invalid(m, h))?;
         let redaction = gates::redaction(&raw.redaction, base).map_err(|(m, h)| invalid(m, h))?;
         let gate_rules = gates::gate_rules(raw.gates).map_err(|(m, h)| invalid(m, h))?;
+        let exec = exec::settings(raw.exec, base).map_err(|(m, h)| invalid(m, &h))?;
+        sources.programs = exec.programs.clone();
         let anomaly = detector_config(raw.anomaly).map_err(|(m, h)| invalid(m, h))?;
         if raw.audit.retain_records == Some(0) || raw.audit.retain_days == Some(0) {
             return Err(invalid(
@@ -527,6 +535,7 @@ impl Config {
             quarantine_on,
             redaction,
             gate_rules,
+            exec,
             listen,
             sources,
             max_body_bytes,
@@ -664,10 +673,7 @@ fn detector_config(raw: RawAnomaly) -> Result<Option<DetectorConfig>, (String, &
 }
 
 fn default_sources(base: &Path) -> Sources {
-    Sources {
-        policies_dir: base.join("policies"),
-        schemas_dir: base.join("schemas"),
-    }
+    Sources::new(base.join("policies"), base.join("schemas"))
 }
 
 #[cfg(test)]

@@ -39,6 +39,8 @@ pub struct Inputs {
     pub problems: Vec<Problem>,
     /// `sha256:` + 16 hex digits over every file's role, name and bytes.
     pub revision: String,
+    /// The allowlist of executables manifests are checked against.
+    pub programs: crate::exec::Programs,
 }
 
 /// Reads every input once.
@@ -91,6 +93,7 @@ pub fn read_inputs(sources: &Sources) -> Inputs {
         entities,
         problems,
         revision: format!("sha256:{}", digest.get(..16).unwrap_or(&digest)),
+        programs: sources.programs.clone(),
     }
 }
 

@@ -28,6 +28,19 @@ pub struct Sources {
     pub policies_dir: PathBuf,
     /// Directory of the Cedar schema and `tools/*.json` manifests.
     pub schemas_dir: PathBuf,
+    /// Executables a manifest's `executor` may name (`[exec] programs`).
+    pub programs: crate::exec::Programs,
+}
+
+impl Sources {
+    /// The two directories, with the default allowlist of executables.
+    pub fn new(policies_dir: impl Into<PathBuf>, schemas_dir: impl Into<PathBuf>) -> Self {
+        Sources {
+            policies_dir: policies_dir.into(),
+            schemas_dir: schemas_dir.into(),
+            programs: crate::exec::Programs::default(),
+        }
+    }
 }
 
 /// A successful load: the snapshot plus non-blocking warnings.
@@ -48,7 +61,7 @@ pub fn load(sources: &Sources) -> Result<Loaded, LoadError> {
 /// the old schema yet).
 pub fn load_tools(schemas_dir: &Path) -> Result<BTreeMap<String, Tool>, LoadError> {
     let (files, mut problems) = read_manifests(schemas_dir);
-    let tools = compile_manifests(&files, &mut problems);
+    let tools = compile_manifests(&files, None, &mut problems);
     if problems.iter().any(|p| p.level == Level::Error) {
         Err(LoadError { problems })
     } else {
@@ -72,8 +85,9 @@ pub fn build_with(inputs: Inputs, cache: &mut LoadCache) -> Result<Loaded, LoadE
         entities,
         mut problems,
         revision,
+        programs,
     } = inputs;
-    let tools = compile_manifests(&manifests, &mut problems);
+    let tools = compile_manifests(&manifests, Some(&programs), &mut problems);
     let schema = schema.and_then(|f| parse_schema(&f, &tools, cache, &mut problems));
     let ParsedSet {
         set,
@@ -115,7 +129,11 @@ pub fn build_with(inputs: Inputs, cache: &mut LoadCache) -> Result<Loaded, LoadE
     }
 }
 
-fn compile_manifests(files: &[SourceFile], problems: &mut Vec<Problem>) -> BTreeMap<String, Tool> {
+fn compile_manifests(
+    files: &[SourceFile],
+    programs: Option<&crate::exec::Programs>,
+    problems: &mut Vec<Problem>,
+) -> BTreeMap<String, Tool> {
     let mut tools = BTreeMap::new();
     for f in files {
         let stem = f
@@ -123,8 +141,18 @@ fn compile_manifests(files: &[SourceFile], problems: &mut Vec<Problem>) -> BTree
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
-        match compile_manifest(&f.text, &stem) {
+        match compile_manifest(&f.text, &stem, programs) {
             Ok(tool) => {
+                if let Some(ex) = tool.executor.as_ref().filter(|e| e.program.path.is_none()) {
+                    problems.push(Problem::warning(
+                        &f.path,
+                        format!(
+                            "`{}` runs `{}`, which is not installed here: it cannot be executed",
+                            tool.name, ex.program.written
+                        ),
+                        Some("install the program, or give its absolute path".to_owned()),
+                    ));
+                }
                 problems.extend(
                     tool.blind_spots()
                         .into_iter()

@@ -194,15 +194,19 @@ pub(crate) fn describe_violation(err: &jsonschema::ValidationError<'_>) -> Strin
             Some(p) => format!("missing required property `{p}`"),
             None => "missing a required property".to_owned(),
         },
-        K::AdditionalProperties { unexpected } => format!(
-            "unexpected propert{} {}",
-            if unexpected.len() == 1 { "y" } else { "ies" },
-            unexpected
+        K::AdditionalProperties { unexpected } => {
+            // Sorted: the message must not depend on the order the caller sent keys in.
+            let mut names: Vec<String> = unexpected
                 .iter()
                 .map(|u| format!("`{}`", truncate(u, 64)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
+                .collect();
+            names.sort();
+            format!(
+                "unexpected propert{} {}",
+                if names.len() == 1 { "y" } else { "ies" },
+                names.join(", ")
+            )
+        }
         K::Type { kind } => format!("must be of type {}", type_kind(kind)),
         K::MaxLength { limit } => format!("must be at most {limit} characters long"),
         K::MinLength { limit } => format!("must be at least {limit} characters long"),

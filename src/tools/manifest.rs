@@ -129,6 +129,9 @@ struct RawManifest {
     /// Which parts of a reported result reach the agent.
     #[serde(default)]
     output_fields: Option<super::FieldPolicy>,
+    /// How toolgate runs the tool itself (`POST /v1/execute`).
+    #[serde(default)]
+    executor: Option<crate::exec::RawExecutor>,
 }
 
 /// MCP tool annotations: hints, checked against the classification so they cannot mislead.
@@ -189,12 +192,19 @@ impl ManifestError {
 
 /// Parses and checks one manifest file's text. `file_stem` must equal the tool name, so a
 /// reviewer finds `read_file` in `read_file.json`.
-pub fn compile_manifest(text: &str, file_stem: &str) -> Result<Tool, ManifestError> {
+///
+/// `programs` is the allowlist of executables an `executor` may name (`None`: not checked,
+/// for `toolgate schema`, which only needs the argument types).
+pub fn compile_manifest(
+    text: &str,
+    file_stem: &str,
+    programs: Option<&crate::exec::Programs>,
+) -> Result<Tool, ManifestError> {
     let raw: RawManifest = serde_json::from_str(text).map_err(|e| ManifestError {
         message: format!("invalid manifest: {e}"),
         help: Some(
             "a manifest is an MCP tool definition (`name`, `description`, `inputSchema`, \
-             `outputSchema`, `annotations`) plus `risk`, `classification`, `limits`, `path_args`, `output_fields`"
+             `outputSchema`, `annotations`) plus `risk`, `classification`, `limits`, `path_args`, `output_fields`, `executor`"
                 .to_owned(),
         ),
         line: Some(e.line()),
@@ -231,6 +241,17 @@ pub fn compile_manifest(text: &str, file_stem: &str) -> Result<Tool, ManifestErr
             )
         })?;
     }
+    let executor = match raw.executor {
+        None => None,
+        Some(ex) => {
+            let any = crate::exec::Programs::any();
+            let list = programs.unwrap_or(&any);
+            Some(
+                ex.compile(&raw.input_schema, &raw.path_args, list)
+                    .map_err(|(m, h)| ManifestError::new(m, h))?,
+            )
+        }
+    };
     let action_uid = uid("Action", &raw.name)?;
     let resource_uid = uid("Tool", &raw.name)?;
     let description = match &raw.title {
@@ -251,6 +272,7 @@ pub fn compile_manifest(text: &str, file_stem: &str) -> Result<Tool, ManifestErr
         validator,
         output_validator,
         output_fields: raw.output_fields,
+        executor,
         action_uid,
         resource_uid,
     })
@@ -394,7 +416,7 @@ mod tests {
 
     #[test]
     fn compiles_a_good_manifest() {
-        let tool = compile_manifest(&manifest(json!({})), "read_file").unwrap();
+        let tool = compile_manifest(&manifest(json!({})), "read_file", None).unwrap();
         assert_eq!(tool.risk, Risk::Low);
         assert_eq!(tool.action_uid.to_string(), r#"Action::"read_file""#);
         assert!(tool.check_args(&json!({"path": "a"})).is_empty());
@@ -428,7 +450,7 @@ mod tests {
                 .and_then(Value::as_str)
                 .unwrap_or("read_file")
                 .to_owned();
-            let err = compile_manifest(&manifest(extra.clone()), &stem).unwrap_err();
+            let err = compile_manifest(&manifest(extra.clone()), &stem, None).unwrap_err();
             assert!(err.message.contains(want), "{extra}: {}", err.message);
         }
     }
@@ -438,7 +460,7 @@ mod tests {
         let schema = json!({"inputSchema": {"type": "object", "properties": {
             "path": {"type": "string", "maxLength": 3}, "n": {"type": "integer"}}, "required": ["path"],
             "additionalProperties": false}});
-        let tool = compile_manifest(&manifest(schema), "read_file").unwrap();
+        let tool = compile_manifest(&manifest(schema), "read_file", None).unwrap();
         let errs =
             tool.check_args(&json!({"path": "sk-live-SECRETVALUE", "n": "AKIASECRET", "x": 1}));
         assert_eq!(errs.len(), 3, "{errs:?}");

@@ -45,6 +45,8 @@ pub struct Tool {
     /// Which parts of a result reach the agent (`None`: all of it, screened by the output
     /// gate).
     pub output_fields: Option<FieldPolicy>,
+    /// How toolgate runs the tool (`None`: the agent runtime runs it and reports results).
+    pub executor: Option<crate::exec::Executor>,
     /// `Action::"<name>"`, built once.
     pub action_uid: EntityUid,
     /// `Tool::"<name>"`, built once.

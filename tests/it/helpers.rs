@@ -23,8 +23,10 @@ pub const ALICE: &str = "demo-alice-token";
 pub const AWS: &str = "AKIAQWERTYUIOPASDFGH";
 
 /// Every shipped tool, in manifest order.
-pub const SHIPPED_TOOLS: [&str; 10] = [
+pub const SHIPPED_TOOLS: [&str; 12] = [
     "echo",
+    "git_status",
+    "install_deps",
     "read_file",
     "list_files",
     "search_code",
@@ -41,10 +43,7 @@ pub fn repo() -> PathBuf {
 }
 
 pub fn shipped_sources() -> Sources {
-    Sources {
-        policies_dir: repo().join("policies"),
-        schemas_dir: repo().join("schemas"),
-    }
+    Sources::new(repo().join("policies"), repo().join("schemas"))
 }
 
 pub fn shipped_snapshot() -> Snapshot {
@@ -94,10 +93,10 @@ impl TempSet {
         TempSet { dir }
     }
     pub fn sources(&self) -> Sources {
-        Sources {
-            policies_dir: self.dir.path().join("policies"),
-            schemas_dir: self.dir.path().join("schemas"),
-        }
+        Sources::new(
+            self.dir.path().join("policies"),
+            self.dir.path().join("schemas"),
+        )
     }
     pub fn policies(&self) -> PathBuf {
         self.dir.path().join("policies")

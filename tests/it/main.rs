@@ -18,6 +18,7 @@ mod corpus;
 mod crash;
 mod decisions;
 mod examples;
+mod exec;
 mod gates;
 mod helpers;
 mod http;

@@ -9,7 +9,7 @@ use toolgate::policy::{Snapshot, load};
 
 use crate::helpers::*;
 
-const TOOLS: [&str; 10] = SHIPPED_TOOLS;
+const TOOLS: [&str; 12] = SHIPPED_TOOLS;
 const AGENTS: [&str; 4] = ["dev-agent", "sre-agent", "release-agent", "po-agent"];
 
 fn valid_args(tool: &str, path: &str, n: i64, flag: bool) -> Value {

@@ -275,10 +275,7 @@ async fn a_configmap_data_symlink_swap() {
     let cm = set.dir.path().join("cm");
     configmap(&cm, &set.policies(), "..2026_01_01_00_00_00.1");
     std::os::unix::fs::symlink("..2026_01_01_00_00_00.1", cm.join("..data")).unwrap();
-    let sources = Sources {
-        policies_dir: cm.clone(),
-        schemas_dir: set.dir.path().join("schemas"),
-    };
+    let sources = Sources::new(cm.clone(), set.dir.path().join("schemas"));
     let live = start(sources, events_only());
     assert_eq!(live.echo().await["decision"], "allow");
 

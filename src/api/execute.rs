@@ -1,0 +1,528 @@
+//! `POST /v1/execute`: the sidecar runs the tool itself. Same body as `/v1/authorize`; the
+//! call is decided on the same path (and recorded), then:
+//! - deny: 403 with the decision;
+//! - pending approval: 202 with the approval id (re-send the call with it once approved);
+//! - allow: the arguments (masked ones under `apply_mask`) are rendered into the argv, the
+//!   program runs under the launcher, its output is parsed, checked against the
+//!   `outputSchema`, filtered, screened by the output gate and capped, the run is recorded
+//!   (kind `execution`, with its resource usage), and a standard result is answered.
+//!
+//! Refusals before the decision (execution off, a tool without executor or program) change
+//! nothing and record nothing: no decision was made.
+
+use axum::Json;
+use axum::extract::State;
+use axum::extract::rejection::JsonRejection;
+use axum::http::{HeaderMap, StatusCode};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::body::{DecisionBody, RawCall};
+use super::error::Refusal;
+use super::handlers::decide;
+use super::{ApiError, AppState};
+use crate::audit::{Entry, EntryKind, now_ms};
+use crate::authz::Outcome;
+use crate::exec::{ExecError, Execution, RenderError};
+use crate::redact::labels;
+
+/// `error` of a standard result.
+#[derive(Debug, Serialize)]
+pub struct ExecFailure {
+    /// Stable code.
+    pub code: String,
+    /// What happened.
+    pub message: String,
+    /// What to do.
+    pub suggestion: String,
+}
+
+/// `metadata` of a standard result.
+#[derive(Debug, Default, Serialize)]
+pub struct Metadata {
+    /// The decision that allowed (or refused) the call.
+    pub decision_id: String,
+    /// The run's audit record id (absent when nothing ran).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub execution_id: Option<String>,
+    /// Wall-clock time of the last attempt, ms.
+    pub duration_ms: Option<u64>,
+    /// The program's exit code.
+    pub exit_code: Option<i32>,
+    /// The signal that ended it.
+    pub signal: Option<i32>,
+    /// Stopped at `limits.timeout_ms`.
+    pub timed_out: bool,
+    /// Output was cut (bytes or lines).
+    pub truncated: bool,
+    /// Bytes the program wrote to stdout.
+    pub bytes: u64,
+    /// CPU time of all its processes, ms.
+    pub cpu_ms: Option<u64>,
+    /// Largest resident set among them, bytes (an upper bound: it includes the launcher's
+    /// own pages copied at start).
+    pub max_rss_bytes: Option<u64>,
+    /// Attempts made (retries of marked exit codes).
+    pub attempts: u32,
+    /// How much of the Landlock sandbox the kernel enforced.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub landlock: String,
+}
+
+/// The output gate's verdict on a run's output (the output itself is `data`).
+#[derive(Debug, Serialize)]
+pub struct OutputReport {
+    /// allow, warn, mask or block.
+    pub decision: crate::redact::Action,
+    /// What was found.
+    pub violations: Vec<crate::redact::Violation>,
+    /// How many in all.
+    pub found: usize,
+    /// Fields the output policy dropped.
+    pub dropped: Vec<String>,
+    /// How many.
+    pub dropped_count: usize,
+}
+
+/// The standard result of `/v1/execute`.
+#[derive(Debug, Serialize)]
+pub struct ExecAnswer {
+    /// `success`, `error` or `pending`.
+    pub status: &'static str,
+    /// The tool's output after parsing, field policy, output gate and cap (also on a non-zero
+    /// exit: test runners explain failures there).
+    pub data: Value,
+    /// Why the status is not `success`.
+    pub error: Option<ExecFailure>,
+    /// About the run.
+    pub metadata: Metadata,
+    /// For `pending`: the approval to wait for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
+    /// The decision, when it did not allow the call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision: Option<DecisionBody>,
+    /// What the output gate found and what the field policy dropped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<OutputReport>,
+    /// The end of the tool's stderr, screened by the output gate (at most 4 KiB).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub stderr: String,
+}
+
+/// Bytes of `[TRUNCATED] (N bytes)` markers a cut run output may carry beyond its cap.
+const MARKER_ROOM: usize = 64;
+
+/// Largest piece of stderr answered.
+const STDERR_ANSWERED: usize = 4096;
+
+impl ExecAnswer {
+    fn refused(decision_id: String, code: &str, message: String, suggestion: &str) -> Self {
+        ExecAnswer {
+            status: "error",
+            data: Value::Null,
+            error: Some(ExecFailure {
+                code: code.to_owned(),
+                message,
+                suggestion: suggestion.to_owned(),
+            }),
+            metadata: Metadata {
+                decision_id,
+                ..Metadata::default()
+            },
+            approval_id: None,
+            decision: None,
+            output: None,
+            stderr: String::new(),
+        }
+    }
+}
+
+fn unavailable(code: &str, message: String, suggestion: &str) -> ApiError {
+    ApiError::Execution(
+        Refusal::Unavailable,
+        Box::new(ExecAnswer::refused(
+            String::new(),
+            code,
+            message,
+            suggestion,
+        )),
+    )
+}
+
+/// `POST /v1/execute`.
+pub async fn execute(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Json<RawCall>, JsonRejection>,
+) -> Result<(StatusCode, Json<ExecAnswer>), ApiError> {
+    let Json(raw) = body?;
+    let Some(runner) = state.exec.clone() else {
+        return Err(unavailable(
+            "execution_off",
+            "this sidecar does not run tools".to_owned(),
+            "operators: set `[exec] root` in the config; agents: run the tool yourself and report it to /v1/results",
+        ));
+    };
+    if let Some(tool) = state.policy.current().tools.get(raw.tool_name()) {
+        match &tool.executor {
+            None => {
+                return Err(ApiError::Execution(
+                    Refusal::NotExecutable,
+                    Box::new(ExecAnswer::refused(
+                        String::new(),
+                        "not_executable",
+                        format!("`{}` has no executor: toolgate does not run it", tool.name),
+                        "authorize it with /v1/authorize, run it yourself, report the output to /v1/results",
+                    )),
+                ));
+            }
+            Some(ex) if ex.program.path.is_none() => {
+                return Err(unavailable(
+                    "program_missing",
+                    format!("`{}` is not installed on this machine", ex.program.written),
+                    "operators: install it (or give its absolute path in the manifest)",
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    let decided = decide(&state, &headers, Ok(Json(raw))).await?;
+    let mut body = decided.body;
+    let decision_id = body.decision_id.clone();
+    match body.decision {
+        Outcome::Allow => {}
+        Outcome::PendingApproval => {
+            let answer = ExecAnswer {
+                status: "pending",
+                approval_id: body.approval_id.clone(),
+                metadata: Metadata {
+                    decision_id,
+                    ..Metadata::default()
+                },
+                data: Value::Null,
+                error: None,
+                decision: Some(body),
+                output: None,
+                stderr: String::new(),
+            };
+            return Ok((StatusCode::ACCEPTED, Json(answer)));
+        }
+        Outcome::Deny => {
+            let (code, message, suggestion) = body
+                .errors
+                .first()
+                .map(|a| (a.code, a.message.clone(), a.suggestion.clone()))
+                .unwrap_or(("denied", "the call was denied".to_owned(), String::new()));
+            let mut answer = ExecAnswer::refused(decision_id, code, message, &suggestion);
+            answer.decision = Some(body);
+            return Err(ApiError::Execution(Refusal::Denied, Box::new(answer)));
+        }
+    }
+    let Some(call) = decided.call else {
+        return Err(unavailable(
+            "execution_failed",
+            "the allowed call was not available to run".to_owned(),
+            "retry the call",
+        ));
+    };
+    let snap = state.policy.current();
+    let Some(tool) = snap.tools.get(&call.tool) else {
+        return Err(unavailable(
+            "tool_gone",
+            "the tool was removed by a policy reload after the decision".to_owned(),
+            "retry the call",
+        ));
+    };
+    let Some(ex) = &tool.executor else {
+        return Err(unavailable(
+            "tool_gone",
+            "the tool's executor was removed by a policy reload after the decision".to_owned(),
+            "retry the call",
+        ));
+    };
+    // Execution receives what the policy allowed: the masked arguments under `apply_mask`.
+    let args = body.arguments.take().unwrap_or(call.args);
+    let run = runner.execute(tool, ex, &args).await;
+    let execution_id = uuid::Uuid::now_v7().to_string();
+    let mut entry = Entry {
+        kind: EntryKind::Execution,
+        id: execution_id.clone(),
+        at_ms: now_ms(),
+        tool: Some(tool.name.clone()),
+        risk: Some(tool.risk.as_str().to_owned()),
+        stage: Some("execution".to_owned()),
+        policy_revision: Some(snap.revision.clone()),
+        ..Entry::default()
+    };
+    entry.principal = principal_of(&state, &headers);
+    let ran = match run {
+        Ok(ran) => ran,
+        Err(e) => {
+            let (refusal, code, suggestion) = match &e {
+                ExecError::Render(RenderError::Path { .. }) => (
+                    Refusal::Arguments,
+                    "path_refused",
+                    "name a file below the service root that is not deny-listed",
+                ),
+                ExecError::Render(RenderError::OptionLike(_)) => (
+                    Refusal::Arguments,
+                    "option_injection",
+                    "values may not start with `-`; prefix a path with `./`",
+                ),
+                ExecError::Render(RenderError::Nul(_)) => (
+                    Refusal::Arguments,
+                    "invalid_argument",
+                    "remove NUL bytes from the arguments",
+                ),
+                ExecError::Busy => (
+                    Refusal::Busy,
+                    "executions_busy",
+                    "retry shortly; operators: `[exec] max_concurrent`",
+                ),
+                ExecError::ProgramMissing(_) | ExecError::Setup(_) => (
+                    Refusal::Unavailable,
+                    "execution_failed",
+                    "operators: see /readyz `execution` and the logs",
+                ),
+            };
+            entry.decision = "refused".to_owned();
+            entry.reasons = vec![code.to_owned()];
+            entry.detail = Some(format!("decision_id={decision_id}"));
+            record(&state, entry).await?;
+            let mut answer = ExecAnswer::refused(decision_id, code, e.to_string(), suggestion);
+            answer.metadata.execution_id = Some(execution_id);
+            return Err(ApiError::Execution(refusal, Box::new(answer)));
+        }
+    };
+    let answer = finish(&state, tool, ex, ran, decision_id, execution_id, &mut entry).await?;
+    record(&state, entry).await?;
+    Ok((StatusCode::OK, Json(answer)))
+}
+
+/// Parses and screens a run's output, and fills in its audit record.
+async fn finish(
+    state: &AppState,
+    tool: &crate::tools::Tool,
+    ex: &crate::exec::Executor,
+    ran: Execution,
+    decision_id: String,
+    execution_id: String,
+    entry: &mut Entry,
+) -> Result<ExecAnswer, ApiError> {
+    let Some(gates) = state.gates.clone() else {
+        return Err(ApiError::GatesUnavailable);
+    };
+    let outcome = ran.outcome.clone().unwrap_or_default();
+    let mut failure = run_failure(&ran, tool.limits.timeout_ms);
+    let parsed = crate::exec::parse(ex.parser, &ran.stdout);
+    // The run's output is already cut to `max_output_bytes`; room for the marker it carries.
+    let cap = usize::try_from(tool.limits.max_output_bytes)
+        .unwrap_or(usize::MAX)
+        .saturating_add(MARKER_ROOM);
+    let (screened, stderr) = match parsed {
+        Ok(value) => {
+            let schema_errors = tool.check_output(&value);
+            let fields = tool.output_fields.clone();
+            let stderr = tail(&ran.stderr, STDERR_ANSWERED).to_owned();
+            let g = gates.clone();
+            super::gates::off_workers(move || {
+                let out = super::results::screen(&g, schema_errors, fields.as_ref(), cap, value);
+                let err = g.screen(crate::redact::Gate::Output, &Value::String(stderr));
+                (out, err)
+            })
+            .await?
+        }
+        Err(e) => {
+            if failure.is_none() {
+                failure = Some(ExecFailure {
+                    code: "output_unparsable".to_owned(),
+                    message: e.to_string(),
+                    suggestion: "the tool's output did not match its parser; see stderr".to_owned(),
+                });
+            }
+            let stderr = tail(&ran.stderr, STDERR_ANSWERED).to_owned();
+            let g = gates.clone();
+            let err = super::gates::off_workers(move || {
+                g.screen(crate::redact::Gate::Output, &Value::String(stderr))
+            })
+            .await?;
+            (
+                super::results::screen(&gates, Vec::new(), None, cap, Value::Null),
+                err,
+            )
+        }
+    };
+    state.metrics.gate(
+        crate::redact::Gate::Output.as_str(),
+        screened.decision.as_str(),
+    );
+    if failure.is_none() {
+        if let Some(e) = screened.errors.first() {
+            failure = Some(ExecFailure {
+                code: e.code.to_owned(),
+                message: e.message.clone(),
+                suggestion: e.suggestion.clone(),
+            });
+        } else if screened.decision == crate::redact::Action::Block {
+            failure = Some(ExecFailure {
+                code: "output_blocked".to_owned(),
+                message: format!(
+                    "the output gate blocked the output ({})",
+                    labels(&screened.violations).join(", ")
+                ),
+                suggestion: "the output held something that may not reach the model".to_owned(),
+            });
+        }
+    }
+    let metadata = Metadata {
+        decision_id: decision_id.clone(),
+        execution_id: Some(execution_id),
+        duration_ms: Some(u64::try_from(ran.duration.as_millis()).unwrap_or(u64::MAX)),
+        exit_code: outcome.exit_code,
+        signal: outcome.signal,
+        timed_out: outcome.timed_out,
+        truncated: ran.stdout.truncated || screened.truncated,
+        bytes: ran.bytes,
+        cpu_ms: ran.outcome.as_ref().map(|o| o.cpu_ms),
+        max_rss_bytes: ran.outcome.as_ref().map(|o| o.max_rss_bytes),
+        attempts: ran.attempts,
+        landlock: outcome.landlock.clone(),
+    };
+    let status = if failure.is_some() {
+        "error"
+    } else {
+        "success"
+    };
+    entry.decision = status.to_owned();
+    let mut reasons: Vec<String> = failure.iter().map(|f| f.code.clone()).collect();
+    reasons.extend(labels(&screened.violations));
+    entry.reasons = reasons;
+    entry.detail = Some(format!(
+        "decision_id={decision_id} exit_code={} signal={} timed_out={} duration_ms={} cpu_ms={} max_rss_bytes={} bytes={} truncated={} attempts={} stragglers={} landlock={}",
+        opt(metadata.exit_code),
+        opt(metadata.signal),
+        metadata.timed_out,
+        opt(metadata.duration_ms),
+        opt(metadata.cpu_ms),
+        opt(metadata.max_rss_bytes),
+        metadata.bytes,
+        metadata.truncated,
+        metadata.attempts,
+        outcome.stragglers,
+        if metadata.landlock.is_empty() {
+            "-"
+        } else {
+            &metadata.landlock
+        },
+    ));
+    let data = screened.output;
+    let report = OutputReport {
+        decision: screened.decision,
+        violations: screened.violations,
+        found: screened.found,
+        dropped: screened.dropped,
+        dropped_count: screened.dropped_count,
+    };
+    let stderr = match stderr.content {
+        Value::String(s) => s,
+        _ => String::new(),
+    };
+    Ok(ExecAnswer {
+        status,
+        data,
+        error: failure,
+        metadata,
+        approval_id: None,
+        decision: None,
+        output: Some(report),
+        stderr,
+    })
+}
+
+/// The run's own failure, if any: no report, timeout, a signal, a non-zero exit.
+fn run_failure(ran: &Execution, timeout_ms: u64) -> Option<ExecFailure> {
+    let fail = |code: &str, message: String, suggestion: &str| {
+        Some(ExecFailure {
+            code: code.to_owned(),
+            message,
+            suggestion: suggestion.to_owned(),
+        })
+    };
+    let Some(o) = &ran.outcome else {
+        return fail(
+            "launcher_failed",
+            "the launcher ended without a report".to_owned(),
+            "operators: see the sidecar's logs",
+        );
+    };
+    if let Some(e) = &o.error {
+        return fail(
+            "launch_failed",
+            e.clone(),
+            "operators: see /readyz `execution`",
+        );
+    }
+    if o.timed_out {
+        return fail(
+            "timeout",
+            format!(
+                "stopped after {timeout_ms} ms{}",
+                if o.killed {
+                    " (killed: it ignored SIGTERM)"
+                } else {
+                    ""
+                }
+            ),
+            "ask for less work, or raise `limits.timeout_ms` in the manifest",
+        );
+    }
+    if let Some(sig) = o.signal {
+        return fail(
+            "killed",
+            format!("ended by signal {sig} (a resource limit, or killed)"),
+            "the tool hit a limit; see `[exec.limits]`",
+        );
+    }
+    match o.exit_code {
+        Some(0) => None,
+        Some(code) => fail(
+            "exit_nonzero",
+            format!("exited with code {code}"),
+            "read `data` and `stderr` for why",
+        ),
+        None => fail(
+            "launcher_failed",
+            "no exit status".to_owned(),
+            "operators: see the sidecar's logs",
+        ),
+    }
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
+/// The last `max` bytes of `s`, at a character boundary.
+fn tail(s: &str, max: usize) -> &str {
+    let mut from = s.len().saturating_sub(max);
+    while !s.is_char_boundary(from) {
+        from += 1;
+    }
+    s.get(from..).unwrap_or("")
+}
+
+fn principal_of(state: &AppState, headers: &HeaderMap) -> Option<String> {
+    super::handlers::authenticate(state, headers)
+        .ok()
+        .map(|p| p.uid.to_string())
+}
+
+/// Records an execution entry; a failed write is a 503 (the run happened, but nothing is
+/// claimed without its record).
+async fn record(state: &AppState, entry: Entry) -> Result<(), ApiError> {
+    state.audit.record(entry).await.map_err(|e| {
+        tracing::error!(error = %e, "execution not recorded; refusing to answer");
+        ApiError::StoreUnavailable
+    })
+}

@@ -1,0 +1,115 @@
+//! `[exec]` and `[exec.limits]` → [`ExecSettings`]: the service root, shared read-only roots,
+//! the deny list, the allowlist of executables and the sandbox's limits. Relative paths are
+//! resolved against the config file's directory.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::exec::{DefaultLimits, ExecSettings, Programs};
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawExec {
+    root: Option<PathBuf>,
+    #[serde(default)]
+    shared: BTreeMap<String, PathBuf>,
+    deny: Option<Vec<String>>,
+    programs: Option<Vec<String>>,
+    grace_ms: Option<u64>,
+    landlock: Option<bool>,
+    cgroup: Option<bool>,
+    #[serde(default)]
+    read_paths: Vec<PathBuf>,
+    #[serde(default)]
+    write_paths: Vec<PathBuf>,
+    max_concurrent: Option<usize>,
+    #[serde(default)]
+    limits: RawLimits,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    cpu_secs: Option<u64>,
+    address_space_mb: Option<u64>,
+    file_size_mb: Option<u64>,
+    processes: Option<u64>,
+    open_files: Option<u64>,
+}
+
+/// Validates `[exec]`.
+pub(super) fn settings(raw: RawExec, base: &Path) -> Result<ExecSettings, (String, String)> {
+    let d = ExecSettings::default();
+    let dl = DefaultLimits::default();
+    for name in raw.shared.keys() {
+        let ok = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+            && !name.starts_with('.');
+        if !ok {
+            return Err((
+                format!("`exec.shared`: `{name}` is not a usable root name"),
+                "names are one path segment of letters, digits, `_`, `-` and `.`".to_owned(),
+            ));
+        }
+    }
+    if let Some(programs) = &raw.programs
+        && let Some(bad) = programs
+            .iter()
+            .find(|p| p.is_empty() || (p.contains('/') && !p.starts_with('/')))
+    {
+        return Err((
+            format!("`exec.programs`: `{bad}` must be an absolute path or a bare name"),
+            "e.g. `programs = [\"git\", \"/usr/bin/printf\"]`".to_owned(),
+        ));
+    }
+    let l = raw.limits;
+    let limits = DefaultLimits {
+        cpu_secs: l.cpu_secs,
+        address_space_mb: l.address_space_mb.unwrap_or(dl.address_space_mb),
+        file_size_mb: l.file_size_mb.unwrap_or(dl.file_size_mb),
+        processes: l.processes.unwrap_or(dl.processes),
+        open_files: l.open_files.unwrap_or(dl.open_files),
+    };
+    let zero = [
+        ("cpu_secs", limits.cpu_secs.unwrap_or(1)),
+        ("address_space_mb", limits.address_space_mb),
+        ("file_size_mb", limits.file_size_mb),
+        ("processes", limits.processes),
+        ("open_files", limits.open_files),
+    ]
+    .into_iter()
+    .find(|(_, v)| *v == 0);
+    if let Some((name, _)) = zero {
+        return Err((
+            format!("`exec.limits.{name}` must be at least 1"),
+            "omit it for the default".to_owned(),
+        ));
+    }
+    if raw.max_concurrent == Some(0) {
+        return Err((
+            "`exec.max_concurrent` must be at least 1".to_owned(),
+            "omit it for the default (4)".to_owned(),
+        ));
+    }
+    Ok(ExecSettings {
+        root: raw.root.map(|p| base.join(p)),
+        shared: raw
+            .shared
+            .into_iter()
+            .map(|(k, v)| (k, base.join(v)))
+            .collect(),
+        deny: raw.deny.unwrap_or(d.deny),
+        programs: raw.programs.map_or(d.programs, Programs::resolve),
+        grace_ms: raw.grace_ms.unwrap_or(d.grace_ms),
+        limits,
+        landlock: raw.landlock.unwrap_or(d.landlock),
+        cgroup: raw.cgroup.unwrap_or(d.cgroup),
+        read_paths: raw.read_paths.into_iter().map(|p| base.join(p)).collect(),
+        write_paths: raw.write_paths.into_iter().map(|p| base.join(p)).collect(),
+        max_concurrent: raw.max_concurrent.unwrap_or(d.max_concurrent),
+    })
+}

@@ -1,0 +1,418 @@
+//! The launcher: `toolgate exec-child`, the small supervisor every tool process runs under.
+//!
+//! The sidecar starts the launcher (its own binary) with a cleared environment and writes one
+//! [`LaunchSpec`] line to its stdin. The launcher then, in this order:
+//! 1. becomes a child subreaper, so a tool's orphaned descendants are re-parented to it and
+//!    cannot outlive the call, and joins the call's pids cgroup when there is one;
+//! 2. restricts itself with Landlock (file system access to the allowed roots only; no
+//!    signals to or abstract sockets of processes outside the sandbox);
+//! 3. sets the resource limits (CPU seconds, address space, file size, processes, open files);
+//! 4. starts the program in its own process group, with stdin on `/dev/null`, the given
+//!    environment only, no shell, and inherits all of the above to it;
+//! 5. waits for the program, the deadline, or the sidecar closing the pipe (a cancelled call,
+//!    or a sidecar that died): then TERM to every process of the call, KILL after the grace
+//!    period, and every one of them reaped;
+//! 6. writes an [`Outcome`] line, prefixed by the spec's nonce, as the last line of stderr.
+//!
+//! Doing this in a separate process keeps `unsafe` `pre_exec` hooks out of the sidecar: the
+//! limits and the sandbox are set on the launcher itself and inherited through `exec`.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags, poll};
+use rustix::process::{Pid, Signal, WaitOptions};
+use serde::{Deserialize, Serialize};
+
+/// The hidden subcommand that runs [`main`].
+pub const SUBCOMMAND: &str = "exec-child";
+
+/// Largest spec line the launcher reads.
+const MAX_SPEC_BYTES: u64 = 1024 * 1024;
+
+/// Resource limits set on the tool's processes (each one: these are per-process limits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rlimits {
+    /// CPU seconds (SIGXCPU, then SIGKILL).
+    pub cpu_secs: u64,
+    /// Address space, bytes.
+    pub address_space_bytes: u64,
+    /// Largest file the tool may write, bytes.
+    pub file_size_bytes: u64,
+    /// Processes and threads of the user (RLIMIT_NPROC; not enforced for root, see the
+    /// pids cgroup).
+    pub processes: u64,
+    /// Open file descriptors.
+    pub open_files: u64,
+}
+
+/// File system access granted under Landlock; everything else is refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sandbox {
+    /// Read and execute.
+    pub read: Vec<PathBuf>,
+    /// Read, write, create, remove.
+    pub write: Vec<PathBuf>,
+}
+
+/// What the sidecar asks the launcher to run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LaunchSpec {
+    /// Marks the outcome line, so the tool's own stderr cannot forge it.
+    pub nonce: String,
+    /// Absolute path of the program.
+    pub program: PathBuf,
+    /// Arguments after the program name.
+    pub argv: Vec<String>,
+    /// Working directory.
+    pub cwd: PathBuf,
+    /// The whole environment of the program.
+    pub env: Vec<(String, String)>,
+    /// Wall-clock limit.
+    pub timeout_ms: u64,
+    /// Time between TERM and KILL.
+    pub grace_ms: u64,
+    /// Resource limits.
+    pub rlimits: Rlimits,
+    /// Landlock rules (`None`: not sandboxed, e.g. switched off in the config).
+    pub sandbox: Option<Sandbox>,
+    /// A pids cgroup directory made for this call, which the launcher joins.
+    pub cgroup: Option<PathBuf>,
+    /// Set everything up, start nothing, report (what `/readyz` shows is measured this way).
+    #[serde(default)]
+    pub probe: bool,
+}
+
+/// How the run ended, as the launcher reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Outcome {
+    /// The program's exit code, if it exited.
+    pub exit_code: Option<i32>,
+    /// The signal that ended it, if one did.
+    pub signal: Option<i32>,
+    /// Stopped at the deadline.
+    pub timed_out: bool,
+    /// Stopped because the sidecar closed the pipe (call cancelled).
+    pub cancelled: bool,
+    /// KILL was needed (TERM was ignored through the grace period).
+    pub killed: bool,
+    /// Processes still running after the program ended, killed.
+    pub stragglers: u32,
+    /// CPU time of every process of the call (user + system), ms.
+    pub cpu_ms: u64,
+    /// Largest resident set of any of them, bytes.
+    pub max_rss_bytes: u64,
+    /// `full`, `partial` or `none`: how much of the Landlock sandbox the kernel enforced.
+    pub landlock: String,
+    /// The program could not be started, or the launcher failed: why.
+    pub error: Option<String>,
+}
+
+/// Entry point of `toolgate exec-child`.
+pub fn main() -> ExitCode {
+    let mut out = Outcome::default();
+    let nonce = match read_spec() {
+        Ok(spec) => {
+            let nonce = spec.nonce.clone();
+            if let Err(e) = supervise(&spec, &mut out) {
+                out.error = Some(e);
+            }
+            nonce
+        }
+        Err(e) => {
+            out.error = Some(e);
+            String::new()
+        }
+    };
+    usage(&mut out);
+    let line = serde_json::to_string(&out).unwrap_or_else(|_| "{}".to_owned());
+    let mut err = std::io::stderr().lock();
+    // The sidecar reads this line; if stderr is gone there is no one to tell.
+    let _ = writeln!(err, "\n{nonce} {line}");
+    let _ = err.flush();
+    ExitCode::SUCCESS
+}
+
+fn read_spec() -> Result<LaunchSpec, String> {
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .take(MAX_SPEC_BYTES)
+        .read_line(&mut line)
+        .map_err(|e| format!("cannot read the launch spec: {e}"))?;
+    serde_json::from_str(&line).map_err(|e| format!("invalid launch spec: {e}"))
+}
+
+fn supervise(spec: &LaunchSpec, out: &mut Outcome) -> Result<(), String> {
+    let me = rustix::process::getpid();
+    rustix::process::set_child_subreaper(Some(me))
+        .map_err(|e| format!("cannot become a subreaper: {e}"))?;
+    if let Some(cg) = &spec.cgroup {
+        std::fs::write(cg.join("cgroup.procs"), me.as_raw_nonzero().to_string())
+            .map_err(|e| format!("cannot join the cgroup `{}`: {e}", cg.display()))?;
+    }
+    out.landlock = match &spec.sandbox {
+        Some(sb) => restrict(sb)?,
+        None => "off".to_owned(),
+    };
+    set_limits(&spec.rlimits)?;
+    if spec.probe {
+        return Ok(());
+    }
+    let started = Instant::now();
+    let child = Command::new(&spec.program)
+        .args(&spec.argv)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&spec.cwd)
+        .stdin(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("cannot start `{}`: {e}", spec.program.display()))?;
+    let pid = Pid::from_child(&child);
+    drop(child);
+    let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
+        .map_err(|e| format!("cannot watch the program: {e}"))?;
+    let deadline = started + Duration::from_millis(spec.timeout_ms);
+    let stdin = std::io::stdin();
+    let mut reaper = Reaper { pid, status: None };
+    loop {
+        reaper.reap();
+        if let Some(status) = reaper.status {
+            record(out, status);
+            let left = members(spec, me);
+            if !left.is_empty() {
+                out.stragglers = u32::try_from(left.len()).unwrap_or(u32::MAX);
+                kill_all(spec, me, pid, Signal::KILL);
+            }
+            finish(spec, me, pid, &mut reaper);
+            return Ok(());
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            out.timed_out = true;
+            break;
+        }
+        let wait = deadline
+            .saturating_duration_since(now)
+            .min(Duration::from_secs(1));
+        let ts = rustix::event::Timespec {
+            tv_sec: i64::try_from(wait.as_secs()).unwrap_or(1),
+            tv_nsec: i64::from(wait.subsec_nanos()),
+        };
+        let mut fds = [
+            PollFd::new(&pidfd, PollFlags::IN),
+            PollFd::new(&stdin, PollFlags::IN),
+        ];
+        match poll(&mut fds, Some(&ts)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(format!("poll failed: {e}")),
+        }
+        let [_, pipe] = &fds;
+        // Any activity on the spec pipe after the spec (data or EOF) means: stop.
+        if !pipe.revents().is_empty() {
+            out.cancelled = true;
+            break;
+        }
+    }
+    // Deadline or cancellation: TERM everyone, KILL after the grace period.
+    kill_all(spec, me, pid, Signal::TERM);
+    let grace_end = Instant::now() + Duration::from_millis(spec.grace_ms);
+    while Instant::now() < grace_end {
+        reaper.reap();
+        if reaper.status.is_some() && members(spec, me).is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if reaper.status.is_none() || !members(spec, me).is_empty() {
+        out.killed = true;
+        kill_all(spec, me, pid, Signal::KILL);
+    }
+    finish(spec, me, pid, &mut reaper);
+    if let Some(s) = reaper.status {
+        record(out, s);
+    }
+    Ok(())
+}
+
+/// Reaps every child that has ended (orphans included), remembering the program's status.
+struct Reaper {
+    pid: Pid,
+    status: Option<rustix::process::WaitStatus>,
+}
+
+impl Reaper {
+    fn reap(&mut self) {
+        loop {
+            match rustix::process::wait(WaitOptions::NOHANG) {
+                Ok(Some((p, status))) => {
+                    if p == self.pid {
+                        self.status = Some(status);
+                    }
+                }
+                Err(rustix::io::Errno::INTR) => {}
+                Ok(None) | Err(_) => return,
+            }
+        }
+    }
+}
+
+fn record(out: &mut Outcome, status: rustix::process::WaitStatus) {
+    out.exit_code = status.exit_status();
+    out.signal = status.terminating_signal();
+}
+
+/// Kills whatever is left, repeatedly, until no process of the call remains (a fork bomb
+/// forks between two sweeps; each sweep takes the new ones), and reaps them all.
+fn finish(spec: &LaunchSpec, me: Pid, pid: Pid, reaper: &mut Reaper) {
+    for _ in 0..5000 {
+        reaper.reap();
+        if reaper.status.is_some() && members(spec, me).is_empty() {
+            return;
+        }
+        kill_all(spec, me, pid, Signal::KILL);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Every process of the call other than the launcher: the cgroup's members when there is a
+/// cgroup, otherwise the launcher's descendants (orphans are re-parented to it).
+fn members(spec: &LaunchSpec, me: Pid) -> BTreeSet<i32> {
+    let mut found = BTreeSet::new();
+    if let Some(cg) = &spec.cgroup
+        && let Ok(text) = std::fs::read_to_string(cg.join("cgroup.procs"))
+    {
+        found.extend(
+            text.split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok()),
+        );
+    }
+    let me = me.as_raw_nonzero().get();
+    let mut stack = vec![me];
+    let mut seen = BTreeSet::from([me]);
+    while let Some(p) = stack.pop() {
+        for child in children(p) {
+            if seen.insert(child) {
+                found.insert(child);
+                stack.push(child);
+            }
+        }
+    }
+    found.remove(&me);
+    // Gone, or exited and waiting to be reaped: nothing to kill.
+    found.retain(|p| !is_zombie(*p));
+    found
+}
+
+fn children(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        if let Ok(text) = std::fs::read_to_string(t.path().join("children")) {
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok()),
+            );
+        }
+    }
+    out
+}
+
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rfind(')')
+                .and_then(|i| s.get(i + 1..))
+                .map(|r| r.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(true)
+}
+
+fn kill_all(spec: &LaunchSpec, me: Pid, program: Pid, sig: Signal) {
+    let _ = rustix::process::kill_process_group(program, sig);
+    for p in members(spec, me) {
+        if let Some(pid) = Pid::from_raw(p) {
+            let _ = rustix::process::kill_process(pid, sig);
+        }
+    }
+}
+
+fn usage(out: &mut Outcome) {
+    use nix::sys::resource::{UsageWho, getrusage};
+    if let Ok(u) = getrusage(UsageWho::RUSAGE_CHILDREN) {
+        let ms = |t: nix::sys::time::TimeVal| {
+            u64::try_from(t.tv_sec()).unwrap_or(0) * 1000
+                + u64::try_from(t.tv_usec()).unwrap_or(0) / 1000
+        };
+        out.cpu_ms = ms(u.user_time()) + ms(u.system_time());
+        // Linux reports kilobytes.
+        out.max_rss_bytes = u64::try_from(u.max_rss()).unwrap_or(0) * 1024;
+    }
+}
+
+fn set_limits(l: &Rlimits) -> Result<(), String> {
+    use rustix::process::{Resource, Rlimit, setrlimit};
+    for (res, name, value) in [
+        (Resource::Cpu, "cpu_secs", l.cpu_secs),
+        (Resource::As, "address_space", l.address_space_bytes),
+        (Resource::Fsize, "file_size", l.file_size_bytes),
+        (Resource::Nproc, "processes", l.processes),
+        (Resource::Nofile, "open_files", l.open_files),
+    ] {
+        // `u64::MAX`: leave this limit as it is (a pids cgroup bounds processes instead).
+        if value == u64::MAX {
+            continue;
+        }
+        setrlimit(
+            res,
+            Rlimit {
+                current: Some(value),
+                maximum: Some(value),
+            },
+        )
+        .map_err(|e| format!("cannot set the {name} limit to {value}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Applies the Landlock rules to the launcher (and so to everything it starts). Returns how
+/// much the kernel enforced.
+fn restrict(sb: &Sandbox) -> Result<String, String> {
+    use landlock::{
+        ABI, Access, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+        path_beneath_rules,
+    };
+    let abi = ABI::V6;
+    let err = |e: landlock::RulesetError| format!("cannot set up the Landlock sandbox: {e}");
+    let status = Ruleset::default()
+        .handle_access(AccessFs::from_all(abi))
+        .map_err(err)?
+        .scope(Scope::from_all(abi))
+        .map_err(err)?
+        .create()
+        .map_err(err)?
+        .add_rules(path_beneath_rules(&sb.read, AccessFs::from_read(abi)))
+        .map_err(err)?
+        .add_rules(path_beneath_rules(&sb.write, AccessFs::from_all(abi)))
+        .map_err(err)?
+        .restrict_self()
+        .map_err(err)?;
+    Ok(match status.ruleset {
+        RulesetStatus::FullyEnforced => "full",
+        RulesetStatus::PartiallyEnforced => "partial",
+        RulesetStatus::NotEnforced => "none",
+    }
+    .to_owned())
+}
