@@ -150,6 +150,28 @@ fn unavailable(code: &str, message: String, suggestion: &str) -> ApiError {
     )
 }
 
+/// The tool's executor, or why toolgate cannot run it: no executor (409), or its program is
+/// not installed on this machine (503).
+fn runnable(tool: &crate::tools::Tool) -> Result<&crate::exec::Executor, ApiError> {
+    match &tool.executor {
+        None => Err(ApiError::Execution(
+            Refusal::NotExecutable,
+            Box::new(ExecAnswer::refused(
+                String::new(),
+                "not_executable",
+                format!("`{}` has no executor: toolgate does not run it", tool.name),
+                "authorize it with /v1/authorize, run it yourself, report the output to /v1/results",
+            )),
+        )),
+        Some(ex) if ex.program.path.is_none() => Err(unavailable(
+            "program_missing",
+            format!("`{}` is not installed on this machine", ex.program.written),
+            "operators: install it (or give its absolute path in the manifest)",
+        )),
+        Some(ex) => Ok(ex),
+    }
+}
+
 /// `POST /v1/execute`.
 pub async fn execute(
     State(state): State<AppState>,
@@ -164,28 +186,10 @@ pub async fn execute(
             "operators: set `[exec] root` in the config; agents: run the tool yourself and report it to /v1/results",
         ));
     };
+    // Refused before deciding (nothing to record): a tool toolgate cannot run here. An
+    // unknown tool goes on to the registry deny.
     if let Some(tool) = state.policy.current().tools.get(raw.tool_name()) {
-        match &tool.executor {
-            None => {
-                return Err(ApiError::Execution(
-                    Refusal::NotExecutable,
-                    Box::new(ExecAnswer::refused(
-                        String::new(),
-                        "not_executable",
-                        format!("`{}` has no executor: toolgate does not run it", tool.name),
-                        "authorize it with /v1/authorize, run it yourself, report the output to /v1/results",
-                    )),
-                ));
-            }
-            Some(ex) if ex.program.path.is_none() => {
-                return Err(unavailable(
-                    "program_missing",
-                    format!("`{}` is not installed on this machine", ex.program.written),
-                    "operators: install it (or give its absolute path in the manifest)",
-                ));
-            }
-            Some(_) => {}
-        }
+        runnable(tool)?;
     }
     let decided = decide(&state, &headers, Ok(Json(raw))).await?;
     let mut body = decided.body;
@@ -226,21 +230,16 @@ pub async fn execute(
             "retry the call",
         ));
     };
-    let snap = state.policy.current();
+    // The snapshot the call was decided under: an allow names a registered tool in it.
+    let snap = decided.snap;
     let Some(tool) = snap.tools.get(&call.tool) else {
         return Err(unavailable(
-            "tool_gone",
-            "the tool was removed by a policy reload after the decision".to_owned(),
+            "execution_failed",
+            "the allowed tool is not in the policy snapshot".to_owned(),
             "retry the call",
         ));
     };
-    let Some(ex) = &tool.executor else {
-        return Err(unavailable(
-            "tool_gone",
-            "the tool's executor was removed by a policy reload after the decision".to_owned(),
-            "retry the call",
-        ));
-    };
+    let ex = runnable(tool)?;
     // Execution receives what the policy allowed: the masked arguments under `apply_mask`.
     let args = body.arguments.take().unwrap_or(call.args);
     let run = runner.execute(tool, ex, &args).await;
@@ -253,9 +252,9 @@ pub async fn execute(
         risk: Some(tool.risk.as_str().to_owned()),
         stage: Some("execution".to_owned()),
         policy_revision: Some(snap.revision.clone()),
+        principal: Some(decided.principal),
         ..Entry::default()
     };
-    entry.principal = principal_of(&state, &headers);
     let ran = match run {
         Ok(ran) => ran,
         Err(e) => {
@@ -320,39 +319,28 @@ async fn finish(
     let cap = usize::try_from(tool.limits.max_output_bytes)
         .unwrap_or(usize::MAX)
         .saturating_add(MARKER_ROOM);
-    let (screened, stderr) = match parsed {
+    // Unparsable output is a failure and screens as nothing; stderr is screened either way.
+    let (value, schema_errors, fields) = match parsed {
         Ok(value) => {
-            let schema_errors = tool.check_output(&value);
-            let fields = tool.output_fields.clone();
-            let stderr = tail(&ran.stderr, STDERR_ANSWERED).to_owned();
-            let g = gates.clone();
-            super::gates::off_workers(move || {
-                let out = super::results::screen(&g, schema_errors, fields.as_ref(), cap, value);
-                let err = g.screen(crate::redact::Gate::Output, &Value::String(stderr));
-                (out, err)
-            })
-            .await?
+            let errors = tool.check_output(&value);
+            (value, errors, tool.output_fields.clone())
         }
         Err(e) => {
-            if failure.is_none() {
-                failure = Some(ExecFailure {
-                    code: "output_unparsable".to_owned(),
-                    message: e.to_string(),
-                    suggestion: "the tool's output did not match its parser; see stderr".to_owned(),
-                });
-            }
-            let stderr = tail(&ran.stderr, STDERR_ANSWERED).to_owned();
-            let g = gates.clone();
-            let err = super::gates::off_workers(move || {
-                g.screen(crate::redact::Gate::Output, &Value::String(stderr))
-            })
-            .await?;
-            (
-                super::results::screen(&gates, Vec::new(), None, cap, Value::Null),
-                err,
-            )
+            failure.get_or_insert(ExecFailure {
+                code: "output_unparsable".to_owned(),
+                message: e.to_string(),
+                suggestion: "the tool's output did not match its parser; see stderr".to_owned(),
+            });
+            (Value::Null, Vec::new(), None)
         }
     };
+    let stderr = tail(&ran.stderr, STDERR_ANSWERED).to_owned();
+    let (screened, stderr) = super::gates::off_workers(move || {
+        let out = super::results::screen(&gates, schema_errors, fields.as_ref(), cap, value);
+        let err = gates.screen(crate::redact::Gate::Output, &Value::String(stderr));
+        (out, err)
+    })
+    .await?;
     state.metrics.gate(
         crate::redact::Gate::Output.as_str(),
         screened.decision.as_str(),
@@ -510,12 +498,6 @@ fn tail(s: &str, max: usize) -> &str {
         from += 1;
     }
     s.get(from..).unwrap_or("")
-}
-
-fn principal_of(state: &AppState, headers: &HeaderMap) -> Option<String> {
-    super::handlers::authenticate(state, headers)
-        .ok()
-        .map(|p| p.uid.to_string())
 }
 
 /// Records an execution entry; a failed write is a 503 (the run happened, but nothing is

@@ -78,13 +78,17 @@ pub async fn authorize(
     Ok((d.headers, Json(d.body)))
 }
 
-/// A recorded decision, with the call it was about (`None` when an operator's stop denied it
-/// before the call was looked at).
+/// A recorded decision, with what it was made on: the snapshot, the caller, and the call
+/// (`None` when an operator's stop denied it before the call was looked at).
 pub(super) struct Decided {
     /// Quota headers.
     pub headers: HeaderMap,
     /// The answer.
     pub body: DecisionBody,
+    /// The policy snapshot the decision was made under (the request keeps using it).
+    pub snap: Arc<Snapshot>,
+    /// The authenticated caller (`Agent::"x"`).
+    pub principal: String,
     /// The call.
     pub call: Option<crate::authz::Call>,
 }
@@ -95,14 +99,13 @@ pub(super) async fn decide(
     headers: &HeaderMap,
     body: Result<Json<RawCall>, JsonRejection>,
 ) -> Result<Decided, ApiError> {
-    let state = state.clone();
     let started = std::time::Instant::now();
     let snap: Arc<Snapshot> = state.policy.current();
-    let who = match principal(&state, headers, &snap) {
+    let who = match principal(state, headers, &snap) {
         Ok(who) => who,
         Err(ApiError::Unauthenticated(body)) => {
             let entry = audit_entry(&body, None, None, started);
-            let body = commit(&state, *body, entry, started).await?;
+            let body = commit(state, *body, entry, started).await?;
             return Err(ApiError::Unauthenticated(Box::new(body)));
         }
         Err(other) => return Err(other),
@@ -112,13 +115,15 @@ pub(super) async fn decide(
     let principal_id = who.uid.to_string();
     let tool = snap.tools.get(&call.tool);
     // Operators' stops come first: the kill switch, then this agent's quarantine.
-    if let Some((stage, advice)) = stopped(&state, &principal_id) {
+    if let Some((stage, advice)) = stopped(state, &principal_id) {
         let verdict = Verdict::deny(stage, tool, advice);
         let caller = (&who, principal_id.as_str());
-        let body = record_early(&state, &snap, caller, &call, verdict, started).await?;
+        let body = record_early(state, &snap, caller, &call, verdict, started).await?;
         return Ok(Decided {
             headers: HeaderMap::new(),
             body,
+            snap,
+            principal: principal_id,
             call: None,
         });
     }
@@ -132,7 +137,7 @@ pub(super) async fn decide(
         Ok(quota) => quota,
         Err(limited) => {
             let caller = (&who, principal_id.as_str());
-            return Err(rate_limited(&state, &snap, caller, &call, limited, started).await);
+            return Err(rate_limited(state, &snap, caller, &call, limited, started).await);
         }
     };
     let signals = state
@@ -140,12 +145,12 @@ pub(super) async fn decide(
         .signals(&principal_id, &call.tool, tool.is_some());
     let verdict = authz::decide_with(&snap, &who, &call, &signals);
     // The tool_call gate may deny, or (apply_mask) decide again on masked arguments.
-    let gated = callgate::screen(&state, &snap, &who, &call, verdict, &signals);
+    let gated = callgate::screen(state, &snap, &who, &call, verdict, &signals);
     // Approvals and the audit record are bound to this one digest of the arguments.
     let digest = args_digest(&call.args);
     let decision_id = new_decision_id();
     let (verdict, approval) = approvals::settle(
-        &state,
+        state,
         &snap,
         &who,
         (&call, &digest, &gated.preview),
@@ -179,10 +184,12 @@ pub(super) async fn decide(
         .as_ref()
         .map(super::error::quota_headers)
         .unwrap_or_default();
-    let body = commit(&state, body, entry, started).await?;
+    let body = commit(state, body, entry, started).await?;
     Ok(Decided {
         headers,
         body,
+        snap,
+        principal: principal_id,
         call: Some(call),
     })
 }
