@@ -50,8 +50,9 @@ impl Cgroups {
         Ok(dir)
     }
 
-    /// Removes a run's cgroup (empty once the launcher is gone; retried briefly).
-    pub fn remove(&self, dir: &Path) {
+    /// Removes a run's cgroup (empty once the launcher is gone; retried briefly, so call it
+    /// off the async workers).
+    pub fn remove(dir: &Path) {
         for _ in 0..50 {
             if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
                 return;

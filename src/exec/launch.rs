@@ -188,11 +188,8 @@ fn supervise(spec: &LaunchSpec, out: &mut Outcome) -> Result<(), String> {
         reaper.reap();
         if let Some(status) = reaper.status {
             record(out, status);
-            let left = members(spec, me);
-            if !left.is_empty() {
-                out.stragglers = u32::try_from(left.len()).unwrap_or(u32::MAX);
-                kill_all(spec, me, pid, Signal::KILL);
-            }
+            // Whatever it left running is killed by `finish`.
+            out.stragglers = u32::try_from(members(spec, me).len()).unwrap_or(u32::MAX);
             finish(spec, me, pid, &mut reaper);
             return Ok(());
         }
@@ -224,19 +221,18 @@ fn supervise(spec: &LaunchSpec, out: &mut Outcome) -> Result<(), String> {
         }
     }
     // Deadline or cancellation: TERM everyone, KILL after the grace period.
-    kill_all(spec, me, pid, Signal::TERM);
+    signal(pid, &members(spec, me), Signal::TERM);
     let grace_end = Instant::now() + Duration::from_millis(spec.grace_ms);
+    out.killed = true;
     while Instant::now() < grace_end {
         reaper.reap();
         if reaper.status.is_some() && members(spec, me).is_empty() {
+            out.killed = false;
             break;
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    if reaper.status.is_none() || !members(spec, me).is_empty() {
-        out.killed = true;
-        kill_all(spec, me, pid, Signal::KILL);
-    }
+    // Still running after the grace period: `finish` KILLs.
     finish(spec, me, pid, &mut reaper);
     if let Some(s) = reaper.status {
         record(out, s);
@@ -276,10 +272,11 @@ fn record(out: &mut Outcome, status: rustix::process::WaitStatus) {
 fn finish(spec: &LaunchSpec, me: Pid, pid: Pid, reaper: &mut Reaper) {
     for _ in 0..5000 {
         reaper.reap();
-        if reaper.status.is_some() && members(spec, me).is_empty() {
+        let left = members(spec, me);
+        if reaper.status.is_some() && left.is_empty() {
             return;
         }
-        kill_all(spec, me, pid, Signal::KILL);
+        signal(pid, &left, Signal::KILL);
         std::thread::sleep(Duration::from_millis(1));
     }
 }
@@ -340,9 +337,10 @@ fn is_zombie(pid: i32) -> bool {
         .unwrap_or(true)
 }
 
-fn kill_all(spec: &LaunchSpec, me: Pid, program: Pid, sig: Signal) {
+/// Sends `sig` to the program's process group and to each of `members`.
+fn signal(program: Pid, members: &BTreeSet<i32>, sig: Signal) {
     let _ = rustix::process::kill_process_group(program, sig);
-    for p in members(spec, me) {
+    for &p in members {
         if let Some(pid) = Pid::from_raw(p) {
             let _ = rustix::process::kill_process(pid, sig);
         }

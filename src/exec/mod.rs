@@ -243,17 +243,17 @@ impl Runner {
     async fn probe(&self) -> Protections {
         let mut p = self.protections.clone();
         let spec = LaunchSpec {
+            nonce: "probe".to_owned(),
+            program: PathBuf::new(),
+            argv: Vec::new(),
+            cwd: self.jail.root().to_path_buf(),
+            env: Vec::new(),
+            timeout_ms: 1000,
+            grace_ms: self.settings.grace_ms,
+            rlimits: self.rlimits(1000, LimitOverrides::default()),
+            sandbox: self.sandbox(Classification::Read, None),
+            cgroup: None,
             probe: true,
-            ..self.spec(
-                "probe",
-                Vec::new(),
-                self.jail.root(),
-                1000,
-                LimitOverrides::default(),
-                Vec::new(),
-                Classification::Read,
-                None,
-            )
         };
         match run::run(&self.launcher, &spec, 0, 0).await {
             Ok(ran) => match ran.outcome {
@@ -282,21 +282,12 @@ impl Runner {
         p
     }
 
-    #[expect(clippy::too_many_arguments, reason = "one spec from one call's parts")]
-    fn spec(
-        &self,
-        nonce: &str,
-        argv: Vec<String>,
-        cwd: &Path,
-        timeout_ms: u64,
-        o: LimitOverrides,
-        env: Vec<(String, String)>,
-        class: Classification,
-        scratch: Option<&Path>,
-    ) -> LaunchSpec {
+    /// The resource limits of a run: the tool's overrides over `[exec.limits]`; CPU seconds
+    /// default to the timeout.
+    fn rlimits(&self, timeout_ms: u64, o: LimitOverrides) -> Rlimits {
         let d = self.settings.limits;
         let mib = |m: u64| m.saturating_mul(1024 * 1024);
-        let rlimits = Rlimits {
+        Rlimits {
             cpu_secs: o
                 .cpu_secs
                 .or(d.cpu_secs)
@@ -311,8 +302,14 @@ impl Runner {
                 o.processes.unwrap_or(d.processes)
             },
             open_files: o.open_files.unwrap_or(d.open_files),
-        };
-        let sandbox = self.settings.landlock.then(|| {
+        }
+    }
+
+    /// The Landlock rules of a run (`None` when switched off): system directories, the roots,
+    /// the extra paths; writes to the scratch directory, `/dev/null`, and the service root for
+    /// tools that are not `read`.
+    fn sandbox(&self, class: Classification, scratch: Option<&Path>) -> Option<Sandbox> {
+        self.settings.landlock.then(|| {
             let mut read: Vec<PathBuf> = SYSTEM_READ.iter().map(PathBuf::from).collect();
             read.extend(self.jail.shared().map(Path::to_path_buf));
             read.extend(self.settings.read_paths.iter().cloned());
@@ -327,20 +324,7 @@ impl Runner {
                 write.push(self.jail.root().to_path_buf());
             }
             Sandbox { read, write }
-        });
-        LaunchSpec {
-            nonce: nonce.to_owned(),
-            program: PathBuf::from("/nonexistent"),
-            argv,
-            cwd: cwd.to_path_buf(),
-            env,
-            timeout_ms,
-            grace_ms: self.settings.grace_ms,
-            rlimits,
-            sandbox,
-            cgroup: None,
-            probe: false,
-        }
+        })
     }
 
     /// Renders and runs `tool` with `args` (validated and allowed), retrying marked exit codes.
@@ -383,29 +367,38 @@ impl Runner {
                 .map_err(|e| ExecError::Setup(format!("scratch directory: {e}")))?;
             let cg = match &self.cgroups {
                 Some(c) => Some(
-                    c.make(n, self.settings.limits.processes_for(&ex.limits))
-                        .map_err(|e| ExecError::Setup(format!("cgroup: {e}")))?,
+                    c.make(
+                        n,
+                        ex.limits
+                            .processes
+                            .unwrap_or(self.settings.limits.processes),
+                    )
+                    .map_err(|e| ExecError::Setup(format!("cgroup: {e}")))?,
                 ),
                 None => None,
             };
-            let nonce = uuid::Uuid::now_v7().simple().to_string();
-            let mut spec = self.spec(
-                &nonce,
-                argv.clone(),
-                &cwd,
-                tool.limits.timeout_ms,
-                ex.limits,
-                self.env(ex, &scratch),
-                tool.classification,
-                Some(&scratch),
-            );
-            spec.program = program.clone();
-            spec.cgroup = cg.clone();
+            let spec = LaunchSpec {
+                nonce: uuid::Uuid::now_v7().simple().to_string(),
+                program: program.clone(),
+                argv: argv.clone(),
+                cwd: cwd.clone(),
+                env: self.env(ex, &scratch),
+                timeout_ms: tool.limits.timeout_ms,
+                grace_ms: self.settings.grace_ms,
+                rlimits: self.rlimits(tool.limits.timeout_ms, ex.limits),
+                sandbox: self.sandbox(tool.classification, Some(&scratch)),
+                cgroup: cg.clone(),
+                probe: false,
+            };
             let ran = run::run(&self.launcher, &spec, head, tail).await;
-            if let (Some(c), Some(dir)) = (&self.cgroups, &cg) {
-                c.remove(dir);
-            }
-            let _ = std::fs::remove_dir_all(&scratch);
+            // Blocking file-system work (and the cgroup's brief retries): off the workers.
+            let _ = tokio::task::spawn_blocking(move || {
+                if let Some(dir) = cg {
+                    cgroup::Cgroups::remove(&dir);
+                }
+                let _ = std::fs::remove_dir_all(&scratch);
+            })
+            .await;
             let ran = ran.map_err(|e| ExecError::Setup(e.to_string()))?;
             let code = ran.outcome.as_ref().and_then(|o| o.exit_code);
             let retry = code.is_some_and(|c| ex.retry.exit_codes.contains(&c))
@@ -446,12 +439,6 @@ impl Runner {
             }
         }
         env
-    }
-}
-
-impl DefaultLimits {
-    fn processes_for(&self, o: &LimitOverrides) -> u64 {
-        o.processes.unwrap_or(self.processes)
     }
 }
 

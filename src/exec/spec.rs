@@ -187,8 +187,13 @@ pub struct Programs {
 pub const DEFAULT_PROGRAMS: [&str; 3] = ["git", "printf", "npm"];
 
 impl Default for Programs {
+    /// [`DEFAULT_PROGRAMS`], looked up on `PATH` once per process (every `Sources` and
+    /// config starts from it).
     fn default() -> Self {
-        Programs::resolve(DEFAULT_PROGRAMS.iter().map(|s| (*s).to_owned()))
+        static DEFAULT: std::sync::OnceLock<Programs> = std::sync::OnceLock::new();
+        DEFAULT
+            .get_or_init(|| Programs::resolve(DEFAULT_PROGRAMS.iter().map(|s| (*s).to_owned())))
+            .clone()
     }
 }
 
