@@ -301,10 +301,7 @@ async fn decide(
         )),
         ..approval_entry(&decided, now, word(&decided.status))
     };
-    state.audit.record(entry).await.map_err(|e| {
-        tracing::error!(error = %e, "approval decided but not recorded");
-        ApiError::StoreUnavailable
-    })?;
+    super::handlers::record_or_refuse(&state, entry, "approval decision").await?;
     Ok(Json(view(&decided, now)))
 }
 

@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use super::body::{DecisionBody, RawCall};
 use super::error::Refusal;
-use super::handlers::decide;
+use super::handlers::{decide, record_or_refuse};
 use super::{ApiError, AppState};
 use crate::audit::{Entry, EntryKind, now_ms};
 use crate::authz::Outcome;
@@ -288,14 +288,14 @@ pub async fn execute(
             entry.decision = "refused".to_owned();
             entry.reasons = vec![code.to_owned()];
             entry.detail = Some(format!("decision_id={decision_id}"));
-            record(&state, entry).await?;
+            record_or_refuse(&state, entry, "execution").await?;
             let mut answer = ExecAnswer::refused(decision_id, code, e.to_string(), suggestion);
             answer.metadata.execution_id = Some(execution_id);
             return Err(ApiError::Execution(refusal, Box::new(answer)));
         }
     };
     let answer = finish(&state, tool, ex, ran, decision_id, execution_id, &mut entry).await?;
-    record(&state, entry).await?;
+    record_or_refuse(&state, entry, "execution").await?;
     Ok((StatusCode::OK, Json(answer)))
 }
 
@@ -498,13 +498,4 @@ fn tail(s: &str, max: usize) -> &str {
         from += 1;
     }
     s.get(from..).unwrap_or("")
-}
-
-/// Records an execution entry; a failed write is a 503 (the run happened, but nothing is
-/// claimed without its record).
-async fn record(state: &AppState, entry: Entry) -> Result<(), ApiError> {
-    state.audit.record(entry).await.map_err(|e| {
-        tracing::error!(error = %e, "execution not recorded; refusing to answer");
-        ApiError::StoreUnavailable
-    })
 }

@@ -173,8 +173,5 @@ async fn record(
         detail: Some(detail),
         ..Entry::default()
     };
-    state.audit.record(entry).await.map_err(|e| {
-        tracing::error!(error = %e, "gate verdict not recorded; refusing to answer");
-        ApiError::StoreUnavailable
-    })
+    super::handlers::record_or_refuse(state, entry, "gate verdict").await
 }

@@ -194,6 +194,19 @@ pub(super) async fn decide(
     })
 }
 
+/// Records `entry`, or refuses the answer with a 503: nothing is claimed without its record.
+/// `what` names the record in the log (e.g. "gate verdict").
+pub(super) async fn record_or_refuse(
+    state: &AppState,
+    entry: Entry,
+    what: &str,
+) -> Result<(), ApiError> {
+    state.audit.record(entry).await.map_err(|e| {
+        tracing::error!(error = %e, "{what} not recorded; refusing to answer");
+        ApiError::StoreUnavailable
+    })
+}
+
 /// Records `entry` (the audit record of `body`), then counts the answer in the metrics. A
 /// record that cannot be written turns the answer into a 503 deny at stage `audit`.
 async fn commit(

@@ -136,10 +136,7 @@ pub async fn report(
         detail: Some(detail),
         ..Entry::default()
     };
-    state.audit.record(entry).await.map_err(|e| {
-        tracing::error!(error = %e, "result not recorded; refusing to answer");
-        ApiError::StoreUnavailable
-    })?;
+    super::handlers::record_or_refuse(&state, entry, "result").await?;
     Ok(Json(screened))
 }
 
