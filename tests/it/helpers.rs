@@ -201,6 +201,11 @@ pub async fn post(app: &Router, path: &str, token: &str, body: &Value) -> (Statu
     send(app, "POST", path, Some(token), Some(&body.to_string())).await
 }
 
+/// `POST /v1/results` as `token`: status and body.
+pub async fn report(app: &Router, token: &str, body: &Value) -> (StatusCode, Value) {
+    post(app, "/v1/results", token, body).await
+}
+
 /// `POST /v1/authorize` as `token`: status and body.
 pub async fn decide(app: &Router, token: &str, body: &Value) -> (StatusCode, Value) {
     post(app, "/v1/authorize", token, body).await
