@@ -137,10 +137,7 @@ impl Jail {
 
     /// Opens an existing regular file for reading.
     pub fn open_read(&self, raw: &str) -> Result<Opened, JailError> {
-        let clean = normalize_path(raw)?;
-        if let Some(d) = self.denied(&clean) {
-            return Err(JailError::Denied(d));
-        }
+        let clean = self.normalized(raw)?;
         let (root, inside) = self.root_for(&clean);
         let fd = beneath(
             root,
@@ -161,14 +158,17 @@ impl Jail {
 
     /// Opens the parent directory of a file to create (or replace) in the service root.
     pub fn parent_for_write(&self, raw: &str) -> Result<Parent, JailError> {
-        let clean = normalize_path(raw)?;
-        if let Some(d) = self.denied(&clean) {
-            return Err(JailError::Denied(d));
-        }
+        let clean = self.normalized(raw)?;
         let (root, inside) = self.root_for(&clean);
         if !root.writable {
             return Err(JailError::ReadOnly(root.name.clone()));
         }
+        self.parent(root, inside)
+    }
+
+    /// The directory holding `inside` (opened beneath `root`), the last segment's name, and
+    /// the path as resolved through the directory, deny-listed or not.
+    fn parent(&self, root: &Root, inside: &str) -> Result<Parent, JailError> {
         let (dir_path, name) = inside.rsplit_once('/').unwrap_or((".", inside));
         if matches!(name, "." | "..") {
             return Err(JailError::NotAFile);
@@ -192,6 +192,15 @@ impl Jail {
             name: name.to_owned(),
             resolved,
         })
+    }
+
+    /// `raw` normalized, refused if deny-listed as asked.
+    fn normalized(&self, raw: &str) -> Result<String, JailError> {
+        let clean = normalize_path(raw)?;
+        match self.denied(&clean) {
+            Some(d) => Err(JailError::Denied(d)),
+            None => Ok(clean),
+        }
     }
 
     /// Creates (or truncates) a regular file in the service root for writing. The last
@@ -221,28 +230,11 @@ impl Jail {
     /// open: beneath the root, no magic links, no mount crossing, deny list as asked and as
     /// resolved.
     pub fn locate(&self, raw: &str) -> Result<PathBuf, JailError> {
-        let clean = normalize_path(raw)?;
-        if let Some(d) = self.denied(&clean) {
-            return Err(JailError::Denied(d));
-        }
+        let clean = self.normalized(raw)?;
         let (root, inside) = self.root_for(&clean);
-        let flags = OFlags::PATH | OFlags::CLOEXEC;
-        let rel = match beneath(root, inside, flags) {
+        let rel = match beneath(root, inside, OFlags::PATH | OFlags::CLOEXEC) {
             Ok(fd) => self.resolved(root, &fd)?,
-            Err(JailError::NotFound) => {
-                let (dir_path, name) = inside.rsplit_once('/').unwrap_or((".", inside));
-                let dir = beneath(root, dir_path, flags | OFlags::DIRECTORY)?;
-                let parent = self.resolved(root, &dir)?;
-                let joined = if parent == "." {
-                    name.to_owned()
-                } else {
-                    format!("{parent}/{name}")
-                };
-                if let Some(d) = self.denied(&joined) {
-                    return Err(JailError::Denied(d));
-                }
-                joined
-            }
+            Err(JailError::NotFound) => self.parent(root, inside)?.resolved,
             Err(e) => return Err(e),
         };
         // `rel` starts with the shared root's name for shared roots.
