@@ -493,9 +493,6 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
 
 /// The last `max` bytes of `s`, at a character boundary.
 fn tail(s: &str, max: usize) -> &str {
-    let mut from = s.len().saturating_sub(max);
-    while !s.is_char_boundary(from) {
-        from += 1;
-    }
-    s.get(from..).unwrap_or("")
+    s.get(s.ceil_char_boundary(s.len().saturating_sub(max))..)
+        .unwrap_or("")
 }

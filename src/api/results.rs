@@ -226,10 +226,7 @@ fn cap_output(output: Value, cap: usize) -> (Value, bool, usize) {
     if bytes <= cap {
         return (output, false, bytes);
     }
-    let mut cut = cap;
-    while cut > 0 && !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
+    let cut = text.floor_char_boundary(cap);
     let head = text.get(..cut).unwrap_or("");
     let marker = format!("{head}\n[TRUNCATED] ({} bytes)", bytes - cut);
     (Value::String(marker), true, bytes)

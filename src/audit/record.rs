@@ -343,11 +343,7 @@ fn bounded(v: &Value) -> String {
     canonical_json(v, &mut bytes);
     let mut text = String::from_utf8_lossy(&bytes).into_owned();
     if text.len() > PREVIEW_MAX {
-        let mut cut = PREVIEW_MAX;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
+        text.truncate(text.floor_char_boundary(PREVIEW_MAX));
         text.push('…');
     }
     text

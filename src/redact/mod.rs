@@ -446,14 +446,11 @@ fn unescape_whitespace(text: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// Widens a byte range to char boundaries (byte-level patterns may stop inside a character).
-fn char_bounds(text: &str, mut start: usize, mut end: usize) -> (usize, usize) {
-    while start > 0 && !text.is_char_boundary(start) {
-        start -= 1;
-    }
-    while end < text.len() && !text.is_char_boundary(end) {
-        end += 1;
-    }
-    (start, end.min(text.len()))
+fn char_bounds(text: &str, start: usize, end: usize) -> (usize, usize) {
+    (
+        text.floor_char_boundary(start),
+        text.ceil_char_boundary(end),
+    )
 }
 
 #[cfg(test)]

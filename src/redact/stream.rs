@@ -74,22 +74,13 @@ pub enum StreamError {
     Blocked,
 }
 
-/// The largest char boundary at or below `at`.
-fn floor_boundary(text: &str, mut at: usize) -> usize {
-    at = at.min(text.len());
-    while at > 0 && !text.is_char_boundary(at) {
-        at -= 1;
-    }
-    at
-}
-
 /// Where to cut `held` (scanned as `scan_text[base..]`, `found` in `scan_text` offsets),
 /// holding back at least `hold` bytes, and whether the cut was forced.
 fn safe_cut(held: &str, base: usize, found: &[Finding], hold: usize) -> (usize, bool) {
     if held.len() <= hold {
         return (0, false);
     }
-    let limit = floor_boundary(held, held.len() - hold);
+    let limit = held.floor_char_boundary(held.len() - hold);
     // The whitespace run at or before the limit: cut at its start, so the run is held with
     // what follows it and a label just before it stays in the context (labels and values may
     // be separated by any amount of whitespace).
@@ -174,7 +165,7 @@ impl Gates {
             .unwrap_or("")
             .to_owned();
         // Keep the tail of the emitted raw text as context.
-        let ctx_from = floor_boundary(out, out.len().saturating_sub(CONTEXT));
+        let ctx_from = out.floor_char_boundary(out.len().saturating_sub(CONTEXT));
         state.context = out.get(ctx_from..).unwrap_or("").to_owned();
         state.held = text.get(end..).unwrap_or("").to_owned();
         state.emitted += cut;
