@@ -8,8 +8,8 @@
 //!   `RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV`: the kernel follows symlinks
 //!   only while they stay below the root, refuses `/proc` magic links and mount crossings, and
 //!   the check is the open itself, so a symlink swapped in between cannot escape.
-//! - The deny list (`.env*`, `.git`, `secrets`, `node_modules` by default, case-insensitive)
-//!   is applied to the path as asked and to the path the kernel actually opened (read back
+//! - The deny list ([`DEFAULT_DENY`] by default: secrets, key material, repository internals;
+//!   case-insensitive) is applied to the path as asked and to the path the kernel actually opened (read back
 //!   from the descriptor), so a link to `.env` is refused too.
 //! - A path that does not exist yet is created through its parent: the parent is opened
 //!   through the jail, checked, and the new name is created in it without following links.
@@ -24,8 +24,27 @@ use rustix::fs::{Mode, OFlags, ResolveFlags};
 
 use crate::tools::{PathError, normalize_path};
 
-/// The deny list when none is configured.
-pub const DEFAULT_DENY: [&str; 4] = [".env*", ".git", "secrets", "node_modules"];
+/// The deny list when none is configured: the names the shipped `deny-listed-paths` policy
+/// forbids, so a link with an innocent name cannot lead a read to them, plus `node_modules`.
+pub const DEFAULT_DENY: [&str; 17] = [
+    ".env*",
+    ".git",
+    ".git-credentials",
+    ".ssh",
+    ".aws",
+    "secrets",
+    ".netrc",
+    ".npmrc",
+    ".pypirc",
+    "*.pem",
+    "*.key",
+    "*.p12",
+    "*.pfx",
+    "*id_rsa*",
+    "*id_ed25519*",
+    "*id_ecdsa*",
+    "node_modules",
+];
 
 /// Why a path was refused. Messages name the path as asked, never file contents.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +67,9 @@ pub enum JailError {
     /// Not a regular file (a directory, device, FIFO or socket).
     #[error("not a regular file")]
     NotAFile,
+    /// Not a directory (where one was asked for).
+    #[error("not a directory")]
+    NotADirectory,
     /// The kernel cannot confine the open (no openat2): refused.
     #[error("this kernel cannot confine file access (openat2 unavailable); refused")]
     Unsupported,
@@ -82,6 +104,15 @@ pub struct Parent {
     /// The new file's name in it (no separators, not `.` or `..`).
     pub name: String,
     /// The new file's path relative to the service root.
+    pub resolved: String,
+}
+
+/// A directory opened through the jail, for listing its entries.
+#[derive(Debug)]
+pub struct OpenedDir {
+    /// The directory, open for reading entries.
+    pub dir: OwnedFd,
+    /// Its path as the kernel opened it (see [`Opened::resolved`]).
     pub resolved: String,
 }
 
@@ -127,10 +158,7 @@ impl Jail {
             let seg = seg.to_lowercase();
             self.deny
                 .iter()
-                .any(|d| match d.strip_suffix('*') {
-                    Some(prefix) => seg.starts_with(prefix),
-                    None => seg == *d,
-                })
+                .any(|d| segment_matches(d, &seg))
                 .then_some(seg)
         })
     }
@@ -154,6 +182,51 @@ impl Jail {
             file: File::from(fd),
             resolved,
         })
+    }
+
+    /// Opens an existing directory for listing.
+    pub fn open_dir(&self, raw: &str) -> Result<OpenedDir, JailError> {
+        let clean = self.normalized(raw)?;
+        let (root, inside) = self.root_for(&clean);
+        let fd = beneath(
+            root,
+            inside,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        )
+        .map_err(|e| match e {
+            JailError::NotAFile => JailError::NotADirectory,
+            other => other,
+        })?;
+        let resolved = self.resolved(root, &fd)?;
+        Ok(OpenedDir { dir: fd, resolved })
+    }
+
+    /// Opens entry `name` of a directory opened through the jail, for walking a tree: never
+    /// through a link (a link entry is refused with [`JailError::Escapes`]), never across a
+    /// mount, never a deny-listed name. `directory` opens it for listing, otherwise for
+    /// reading a regular file.
+    pub fn child(&self, dir: &OwnedFd, name: &str, directory: bool) -> Result<OwnedFd, JailError> {
+        if name.contains('/') || matches!(name, "" | "." | "..") {
+            return Err(JailError::Escapes);
+        }
+        if let Some(d) = self.denied(name) {
+            return Err(JailError::Denied(d));
+        }
+        let flags = if directory {
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC
+        } else {
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK
+        };
+        let resolve = ResolveFlags::BENEATH
+            | ResolveFlags::NO_SYMLINKS
+            | ResolveFlags::NO_MAGICLINKS
+            | ResolveFlags::NO_XDEV;
+        rustix::fs::openat2(dir, name, flags, Mode::empty(), resolve).map_err(open_error)
+    }
+
+    /// Whether a path relative to a root has a deny-listed segment: what listings leave out.
+    pub fn is_denied(&self, path: &str) -> bool {
+        self.denied(path).is_some()
     }
 
     /// Opens the parent directory of a file to create (or replace) in the service root.
@@ -285,6 +358,19 @@ impl Jail {
     }
 }
 
+/// A deny entry against one lowercased segment: `*` at the end matches any ending, at the
+/// start any beginning, at both any text around.
+fn segment_matches(entry: &str, seg: &str) -> bool {
+    match (entry.strip_prefix('*'), entry.strip_suffix('*')) {
+        (Some(_), Some(_)) if entry.len() >= 2 => {
+            seg.contains(entry.get(1..entry.len() - 1).unwrap_or(""))
+        }
+        (Some(suffix), None) => seg.ends_with(suffix),
+        (None, Some(prefix)) => seg.starts_with(prefix),
+        _ => seg == entry,
+    }
+}
+
 fn open_root(name: &str, path: &Path, writable: bool) -> std::io::Result<Root> {
     let path = path.canonicalize()?;
     let dir = rustix::fs::open(
@@ -304,11 +390,15 @@ fn open_root(name: &str, path: &Path, writable: bool) -> std::io::Result<Root> {
 /// no mount crossing.
 fn beneath(root: &Root, inside: &str, flags: OFlags) -> Result<OwnedFd, JailError> {
     let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS | ResolveFlags::NO_XDEV;
-    rustix::fs::openat2(&root.dir, inside, flags, Mode::empty(), resolve).map_err(|e| match e {
+    rustix::fs::openat2(&root.dir, inside, flags, Mode::empty(), resolve).map_err(open_error)
+}
+
+fn open_error(e: rustix::io::Errno) -> JailError {
+    match e {
         rustix::io::Errno::XDEV | rustix::io::Errno::LOOP => JailError::Escapes,
         rustix::io::Errno::NOENT => JailError::NotFound,
         rustix::io::Errno::NOSYS => JailError::Unsupported,
         rustix::io::Errno::ISDIR | rustix::io::Errno::NOTDIR => JailError::NotAFile,
         other => JailError::Io(std::io::Error::from(other).kind()),
-    })
+    }
 }

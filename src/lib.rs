@@ -32,6 +32,7 @@ pub mod authz;
 pub mod cli;
 pub mod config;
 pub mod exec;
+pub mod files;
 pub mod jail;
 pub mod limits;
 pub mod metrics;

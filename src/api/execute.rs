@@ -150,9 +150,21 @@ fn unavailable(code: &str, message: String, suggestion: &str) -> ApiError {
     )
 }
 
-/// The tool's executor, or why toolgate cannot run it: no executor (409), or its program is
-/// not installed on this machine (503).
-fn runnable(tool: &crate::tools::Tool) -> Result<&crate::exec::Executor, ApiError> {
+/// How toolgate runs a tool.
+#[derive(Debug, Clone, Copy)]
+enum Run<'a> {
+    /// A program, under the launcher.
+    Program(&'a crate::exec::Executor),
+    /// A built-in file tool, in process.
+    Builtin(crate::files::Builtin),
+}
+
+/// How toolgate runs the tool, or why it cannot: no executor (409), or its program is not
+/// installed on this machine (503).
+fn runnable(tool: &crate::tools::Tool) -> Result<Run<'_>, ApiError> {
+    if let Some(builtin) = tool.builtin {
+        return Ok(Run::Builtin(builtin));
+    }
     match &tool.executor {
         None => Err(ApiError::Execution(
             Refusal::NotExecutable,
@@ -168,7 +180,7 @@ fn runnable(tool: &crate::tools::Tool) -> Result<&crate::exec::Executor, ApiErro
             format!("`{}` is not installed on this machine", ex.program.written),
             "operators: install it (or give its absolute path in the manifest)",
         )),
-        Some(ex) => Ok(ex),
+        Some(ex) => Ok(Run::Program(ex)),
     }
 }
 
@@ -239,10 +251,9 @@ pub async fn execute(
             "retry the call",
         ));
     };
-    let ex = runnable(tool)?;
+    let how = runnable(tool)?;
     // Execution receives what the policy allowed: the masked arguments under `apply_mask`.
     let args = body.arguments.take().unwrap_or(call.args);
-    let run = runner.execute(tool, ex, &args).await;
     let execution_id = uuid::Uuid::now_v7().to_string();
     let mut entry = Entry {
         kind: EntryKind::Execution,
@@ -255,6 +266,19 @@ pub async fn execute(
         principal: Some(decided.principal),
         ..Entry::default()
     };
+    let ex = match how {
+        Run::Program(ex) => ex,
+        Run::Builtin(builtin) => {
+            let run = BuiltinRun {
+                tool,
+                builtin,
+                decision_id,
+                execution_id,
+            };
+            return run_builtin(&state, &runner, run, args, entry).await;
+        }
+    };
+    let run = runner.execute(tool, ex, &args).await;
     let ran = match run {
         Ok(ran) => ran,
         Err(e) => {
@@ -297,6 +321,114 @@ pub async fn execute(
     let answer = finish(&state, tool, ex, ran, decision_id, execution_id, &mut entry).await?;
     record_or_refuse(&state, entry, "execution").await?;
     Ok((StatusCode::OK, Json(answer)))
+}
+
+/// A built-in tool's call, allowed.
+struct BuiltinRun<'a> {
+    tool: &'a crate::tools::Tool,
+    builtin: crate::files::Builtin,
+    decision_id: String,
+    execution_id: String,
+}
+
+/// Runs a built-in file tool, screens its result like any tool's output and records it. A
+/// path the jail refuses is 422 (nothing ran); every other outcome is a standard result.
+async fn run_builtin(
+    state: &AppState,
+    runner: &std::sync::Arc<crate::exec::Runner>,
+    run: BuiltinRun<'_>,
+    args: Value,
+    mut entry: Entry,
+) -> Result<(StatusCode, Json<ExecAnswer>), ApiError> {
+    let BuiltinRun {
+        tool,
+        builtin,
+        decision_id,
+        execution_id,
+    } = run;
+    let started = std::time::Instant::now();
+    let result = runner.files(builtin, args, &tool.limits).await;
+    let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let metadata = Metadata {
+        decision_id: decision_id.clone(),
+        execution_id: Some(execution_id),
+        duration_ms: Some(duration_ms),
+        attempts: 1,
+        ..Metadata::default()
+    };
+    let detail = format!("decision_id={decision_id} duration_ms={duration_ms}");
+    let done = match result {
+        Ok(done) => done,
+        Err(e) => {
+            let refused = matches!(e, crate::files::FileError::PathDenied { .. });
+            entry.decision = if refused { "refused" } else { "error" }.to_owned();
+            entry.reasons = vec![e.code().to_owned()];
+            entry.detail = Some(detail);
+            record_or_refuse(state, entry, "execution").await?;
+            let mut answer =
+                ExecAnswer::refused(decision_id, e.code(), e.to_string(), &e.suggestion());
+            answer.metadata = metadata;
+            return if refused {
+                Err(ApiError::Execution(Refusal::Arguments, Box::new(answer)))
+            } else {
+                Ok((StatusCode::OK, Json(answer)))
+            };
+        }
+    };
+    let Some(gates) = state.gates.clone() else {
+        return Err(ApiError::GatesUnavailable);
+    };
+    let cap = usize::try_from(tool.limits.max_output_bytes).unwrap_or(usize::MAX);
+    let schema_errors = tool.check_output(&done.data);
+    let fields = tool.output_fields.clone();
+    let data = done.data;
+    let screened = super::gates::off_workers(move || {
+        super::results::screen(&gates, schema_errors, fields.as_ref(), cap, data)
+    })
+    .await?;
+    state.metrics.gate(
+        crate::redact::Gate::Output.as_str(),
+        screened.decision.as_str(),
+    );
+    let truncated = screened.truncated;
+    let verdict = verdict(screened);
+    let status = if verdict.failure.is_some() {
+        "error"
+    } else {
+        "success"
+    };
+    entry.decision = status.to_owned();
+    entry.reasons = verdict.failure.iter().map(|f| f.code.clone()).collect();
+    entry.reasons.extend(labels(&verdict.report.violations));
+    entry.detail = Some(match &done.took_over {
+        // A stale lock taken over is on the record, with what it said about its holder.
+        Some(t) => {
+            entry.reasons.push("lock_takeover".to_owned());
+            format!(
+                "{detail} lock_takeover_age_ms={} lock_holder={}",
+                t.age_ms,
+                t.holder.replace(' ', ",")
+            )
+        }
+        None => detail,
+    });
+    record_or_refuse(state, entry, "execution").await?;
+    Ok((
+        StatusCode::OK,
+        Json(ExecAnswer {
+            status,
+            data: verdict.data,
+            error: verdict.failure,
+            metadata: Metadata {
+                truncated,
+                ..metadata
+            },
+            approval_id: None,
+            decision: None,
+            output: Some(verdict.report),
+            stderr: String::new(),
+        }),
+    ))
 }
 
 /// Parses and screens a run's output, and fills in its audit record.
@@ -345,24 +477,9 @@ async fn finish(
         crate::redact::Gate::Output.as_str(),
         screened.decision.as_str(),
     );
-    if failure.is_none() {
-        if let Some(e) = screened.errors.first() {
-            failure = Some(ExecFailure {
-                code: e.code.to_owned(),
-                message: e.message.clone(),
-                suggestion: e.suggestion.clone(),
-            });
-        } else if screened.decision == crate::redact::Action::Block {
-            failure = Some(ExecFailure {
-                code: "output_blocked".to_owned(),
-                message: format!(
-                    "the output gate blocked the output ({})",
-                    labels(&screened.violations).join(", ")
-                ),
-                suggestion: "the output held something that may not reach the model".to_owned(),
-            });
-        }
-    }
+    let screened_truncated = screened.truncated;
+    let verdict = verdict(screened);
+    failure = failure.or(verdict.failure);
     let metadata = Metadata {
         decision_id: decision_id.clone(),
         execution_id: Some(execution_id),
@@ -370,7 +487,7 @@ async fn finish(
         exit_code: outcome.exit_code,
         signal: outcome.signal,
         timed_out: outcome.timed_out,
-        truncated: ran.stdout.truncated || screened.truncated,
+        truncated: ran.stdout.truncated || screened_truncated,
         bytes: ran.bytes,
         cpu_ms: ran.outcome.as_ref().map(|o| o.cpu_ms),
         max_rss_bytes: ran.outcome.as_ref().map(|o| o.max_rss_bytes),
@@ -384,7 +501,7 @@ async fn finish(
     };
     entry.decision = status.to_owned();
     let mut reasons: Vec<String> = failure.iter().map(|f| f.code.clone()).collect();
-    reasons.extend(labels(&screened.violations));
+    reasons.extend(labels(&verdict.report.violations));
     entry.reasons = reasons;
     entry.detail = Some(format!(
         "decision_id={decision_id} exit_code={} signal={} timed_out={} duration_ms={} cpu_ms={} max_rss_bytes={} bytes={} truncated={} attempts={} stragglers={} landlock={}",
@@ -404,28 +521,60 @@ async fn finish(
             &metadata.landlock
         },
     ));
-    let data = screened.output;
-    let report = OutputReport {
-        decision: screened.decision,
-        violations: screened.violations,
-        found: screened.found,
-        dropped: screened.dropped,
-        dropped_count: screened.dropped_count,
-    };
     let stderr = match stderr.content {
         Value::String(s) => s,
         _ => String::new(),
     };
     Ok(ExecAnswer {
         status,
-        data,
+        data: verdict.data,
         error: failure,
         metadata,
         approval_id: None,
         decision: None,
-        output: Some(report),
+        output: Some(verdict.report),
         stderr,
     })
+}
+
+/// What the output screen means for an answer.
+struct Verdict {
+    /// The failure it makes: the `outputSchema` mismatch, or the gate's block.
+    failure: Option<ExecFailure>,
+    report: OutputReport,
+    data: Value,
+}
+
+fn verdict(screened: super::results::ResultAnswer) -> Verdict {
+    let failure = if let Some(e) = screened.errors.first() {
+        Some(ExecFailure {
+            code: e.code.to_owned(),
+            message: e.message.clone(),
+            suggestion: e.suggestion.clone(),
+        })
+    } else if screened.decision == crate::redact::Action::Block {
+        Some(ExecFailure {
+            code: "output_blocked".to_owned(),
+            message: format!(
+                "the output gate blocked the output ({})",
+                labels(&screened.violations).join(", ")
+            ),
+            suggestion: "the output held something that may not reach the model".to_owned(),
+        })
+    } else {
+        None
+    };
+    Verdict {
+        failure,
+        data: screened.output,
+        report: OutputReport {
+            decision: screened.decision,
+            violations: screened.violations,
+            found: screened.found,
+            dropped: screened.dropped,
+            dropped_count: screened.dropped_count,
+        },
+    }
 }
 
 /// The run's own failure, if any: no report, timeout, a signal, a non-zero exit.

@@ -25,6 +25,9 @@ pub(super) struct RawExec {
     #[serde(default)]
     write_paths: Vec<PathBuf>,
     max_concurrent: Option<usize>,
+    lock_dir: Option<PathBuf>,
+    lock_timeout_ms: Option<u64>,
+    stale_lock_ms: Option<u64>,
     #[serde(default)]
     limits: RawLimits,
 }
@@ -39,8 +42,13 @@ struct RawLimits {
     open_files: Option<u64>,
 }
 
-/// Validates `[exec]`.
-pub(super) fn settings(raw: RawExec, base: &Path) -> Result<ExecSettings, (String, String)> {
+/// Validates `[exec]`. The lock directory defaults to `<data_dir>/locks`, so a lock left by a
+/// sidecar killed mid-edit is found (and, once stale, taken over) after a restart.
+pub(super) fn settings(
+    raw: RawExec,
+    base: &Path,
+    data_dir: &Path,
+) -> Result<ExecSettings, (String, String)> {
     let d = ExecSettings::default();
     let dl = DefaultLimits::default();
     for name in raw.shared.keys() {
@@ -95,6 +103,14 @@ pub(super) fn settings(raw: RawExec, base: &Path) -> Result<ExecSettings, (Strin
             "omit it for the default (4)".to_owned(),
         ));
     }
+    let lock_timeout_ms = raw.lock_timeout_ms.unwrap_or(d.lock_timeout_ms);
+    let stale_lock_ms = raw.stale_lock_ms.unwrap_or(d.stale_lock_ms);
+    if lock_timeout_ms == 0 || stale_lock_ms <= lock_timeout_ms {
+        return Err((
+            "`exec.lock_timeout_ms` must be at least 1 and `exec.stale_lock_ms` larger than it".to_owned(),
+            "a lock is presumed abandoned only after every live holder would have given up: e.g. 5000 and 30000 (the defaults)".to_owned(),
+        ));
+    }
     Ok(ExecSettings {
         root: raw.root.map(|p| base.join(p)),
         shared: raw
@@ -111,5 +127,11 @@ pub(super) fn settings(raw: RawExec, base: &Path) -> Result<ExecSettings, (Strin
         read_paths: raw.read_paths.into_iter().map(|p| base.join(p)).collect(),
         write_paths: raw.write_paths.into_iter().map(|p| base.join(p)).collect(),
         max_concurrent: raw.max_concurrent.unwrap_or(d.max_concurrent),
+        lock_dir: Some(
+            raw.lock_dir
+                .map_or_else(|| data_dir.join("locks"), |p| base.join(p)),
+        ),
+        lock_timeout_ms,
+        stale_lock_ms,
     })
 }

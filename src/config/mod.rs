@@ -504,7 +504,10 @@ impl Config {
         let quarantine_on = quarantine_kinds(&raw.anomaly).map_err(|(m, h)| invalid(m, h))?;
         let redaction = gates::redaction(&raw.redaction, base).map_err(|(m, h)| invalid(m, h))?;
         let gate_rules = gates::gate_rules(raw.gates).map_err(|(m, h)| invalid(m, h))?;
-        let exec = exec::settings(raw.exec, base).map_err(|(m, h)| invalid(m, &h))?;
+        let data_dir = raw
+            .data_dir
+            .map_or_else(|| PathBuf::from("data"), |p| base.join(p));
+        let exec = exec::settings(raw.exec, base, &data_dir).map_err(|(m, h)| invalid(m, &h))?;
         sources.programs = exec.programs.clone();
         let anomaly = detector_config(raw.anomaly).map_err(|(m, h)| invalid(m, h))?;
         if raw.audit.retain_records == Some(0) || raw.audit.retain_days == Some(0) {
@@ -521,9 +524,7 @@ impl Config {
         });
         Ok(Config {
             audit_retention,
-            data_dir: raw
-                .data_dir
-                .map_or_else(|| PathBuf::from("data"), |p| base.join(p)),
+            data_dir,
             audit_durability,
             audit_hmac_key_file: raw.audit.hmac_key_file.map(|p| base.join(p)),
             approval_ttl,

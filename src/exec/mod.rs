@@ -92,6 +92,13 @@ pub struct ExecSettings {
     pub write_paths: Vec<PathBuf>,
     /// Runs at once; more are refused with 429.
     pub max_concurrent: usize,
+    /// Where the file tools keep their per-file locks (`None`: a directory of this run's
+    /// scratch space, so locks do not outlive the process).
+    pub lock_dir: Option<PathBuf>,
+    /// How long a file tool waits for a file's lock before `ResourceBusy`.
+    pub lock_timeout_ms: u64,
+    /// Age after which a lock is presumed abandoned and taken over.
+    pub stale_lock_ms: u64,
 }
 
 impl Default for ExecSettings {
@@ -111,6 +118,9 @@ impl Default for ExecSettings {
             read_paths: Vec::new(),
             write_paths: Vec::new(),
             max_concurrent: 4,
+            lock_dir: None,
+            lock_timeout_ms: 5000,
+            stale_lock_ms: 30_000,
         }
     }
 }
@@ -179,6 +189,7 @@ pub struct Runner {
     protections: Protections,
     slots: Arc<tokio::sync::Semaphore>,
     seq: AtomicU64,
+    locks: crate::files::Locks,
 }
 
 impl Runner {
@@ -203,6 +214,21 @@ impl Runner {
         ));
         std::fs::create_dir_all(&scratch)
             .map_err(|e| ExecError::Setup(format!("cannot create `{}`: {e}", scratch.display())))?;
+        let lock_dir = settings
+            .lock_dir
+            .clone()
+            .unwrap_or_else(|| scratch.join("locks"));
+        let locks = crate::files::Locks::new(
+            lock_dir.clone(),
+            Duration::from_millis(settings.lock_timeout_ms),
+            Duration::from_millis(settings.stale_lock_ms),
+        )
+        .map_err(|e| {
+            ExecError::Setup(format!(
+                "cannot create the lock directory `{}`: {e}",
+                lock_dir.display()
+            ))
+        })?;
         let cgroups = if settings.cgroup {
             cgroup::Cgroups::create()
         } else {
@@ -225,6 +251,7 @@ impl Runner {
             scratch,
             cgroups,
             seq: AtomicU64::new(0),
+            locks,
         };
         runner.protections = runner.probe().await;
         Ok(runner)
@@ -238,6 +265,35 @@ impl Runner {
     /// The path jail (shared with the file tools).
     pub fn jail(&self) -> &Jail {
         &self.jail
+    }
+
+    /// Runs a built-in file tool with `args` (validated and allowed) off the async workers,
+    /// within the tool's `timeout_ms` and `max_output_bytes`.
+    pub async fn files(
+        self: &Arc<Self>,
+        tool: crate::files::Builtin,
+        args: Value,
+        limits: &crate::tools::Limits,
+    ) -> Result<crate::files::Done, crate::files::FileError> {
+        let runner = Arc::clone(self);
+        let deadline = crate::files::Deadline::after_ms(limits.timeout_ms);
+        let max_output_bytes = limits.max_output_bytes;
+        tokio::task::spawn_blocking(move || {
+            let cx = crate::files::Context {
+                jail: &runner.jail,
+                locks: &runner.locks,
+                deadline,
+                max_output_bytes,
+            };
+            crate::files::run(cx, tool, &args)
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Err(crate::files::FileError::Io {
+                path: String::new(),
+                message: format!("the file tool's task failed: {e}"),
+            })
+        })
     }
 
     async fn probe(&self) -> Protections {

@@ -132,6 +132,9 @@ struct RawManifest {
     /// How toolgate runs the tool itself (`POST /v1/execute`).
     #[serde(default)]
     executor: Option<crate::exec::RawExecutor>,
+    /// A file tool toolgate implements itself (instead of an `executor`).
+    #[serde(default)]
+    builtin: Option<crate::files::Builtin>,
 }
 
 /// MCP tool annotations: hints, checked against the classification so they cannot mislead.
@@ -204,7 +207,7 @@ pub fn compile_manifest(
         message: format!("invalid manifest: {e}"),
         help: Some(
             "a manifest is an MCP tool definition (`name`, `description`, `inputSchema`, \
-             `outputSchema`, `annotations`) plus `risk`, `classification`, `limits`, `path_args`, `output_fields`, `executor`"
+             `outputSchema`, `annotations`) plus `risk`, `classification`, `limits`, `path_args`, `output_fields`, `executor` or `builtin`"
                 .to_owned(),
         ),
         line: Some(e.line()),
@@ -241,6 +244,9 @@ pub fn compile_manifest(
             )
         })?;
     }
+    if let Some(builtin) = raw.builtin {
+        check_builtin(&raw, builtin)?;
+    }
     let executor = match raw.executor {
         None => None,
         Some(ex) => {
@@ -273,9 +279,62 @@ pub fn compile_manifest(
         output_validator,
         output_fields: raw.output_fields,
         executor,
+        builtin: raw.builtin,
         action_uid,
         resource_uid,
     })
+}
+
+/// A built-in tool's manifest must describe what the built-in does: no `executor` beside it,
+/// only arguments it knows, the ones it needs required, `path` jailed, and a tool that
+/// changes files not classified `read`.
+fn check_builtin(raw: &RawManifest, builtin: crate::files::Builtin) -> Result<(), ManifestError> {
+    if raw.executor.is_some() {
+        return Err(ManifestError::new(
+            "a manifest has either `executor` or `builtin`, not both",
+            "`builtin` tools are run by toolgate itself; remove `executor`",
+        ));
+    }
+    let (known, needed) = builtin.arguments();
+    let props = raw
+        .input_schema
+        .get("properties")
+        .and_then(Value::as_object);
+    if let Some(unknown) = props
+        .into_iter()
+        .flat_map(|p| p.keys())
+        .find(|k| !known.contains(&k.as_str()))
+    {
+        return Err(ManifestError::new(
+            format!("`inputSchema` offers `{unknown}`, which this built-in does not take"),
+            format!("its arguments are: {}", known.join(", ")),
+        ));
+    }
+    let required: Vec<&str> = raw
+        .input_schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if let Some(missing) = needed.iter().find(|n| !required.contains(n)) {
+        return Err(ManifestError::new(
+            format!("`inputSchema` must require `{missing}` for this built-in"),
+            "add it to `required` (and to `properties`)",
+        ));
+    }
+    if props.is_some_and(|p| p.contains_key("path")) && !raw.path_args.iter().any(|a| a == "path") {
+        return Err(ManifestError::new(
+            "a built-in file tool's `path` must be listed in `path_args`",
+            "add `\"path_args\": [\"path\"]` so policies see the normalized path",
+        ));
+    }
+    if builtin.changes_files() && raw.classification == Classification::Read {
+        return Err(ManifestError::new(
+            "this built-in changes files and cannot be classified `read`",
+            "use `write` (or `destructive` for deletions)",
+        ));
+    }
+    Ok(())
 }
 
 fn check_name(name: &str, file_stem: &str) -> Result<(), ManifestError> {
@@ -415,6 +474,17 @@ mod tests {
     }
 
     #[test]
+    fn a_builtin_manifest_names_its_tool() {
+        let tool = compile_manifest(
+            &manifest(json!({"builtin": "read_file"})),
+            "read_file",
+            None,
+        )
+        .unwrap();
+        assert_eq!(tool.builtin, Some(crate::files::Builtin::ReadFile));
+    }
+
+    #[test]
     fn compiles_a_good_manifest() {
         let tool = compile_manifest(&manifest(json!({})), "read_file", None).unwrap();
         assert_eq!(tool.risk, Risk::Low);
@@ -443,6 +513,28 @@ mod tests {
                 "readOnlyHint",
             ),
             (json!({"limits": {"timeout_ms": 0}}), "greater than zero"),
+            // Built-ins: the manifest must describe what the built-in does.
+            (json!({"builtin": "cat_file"}), "unknown variant"),
+            (
+                json!({"builtin": "read_file", "executor": {"program": "cat", "argv": ["{path}"]}}),
+                "not both",
+            ),
+            (
+                json!({"builtin": "read_file", "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}, "follow": {"type": "boolean"}}, "required": ["path"]}}),
+                "`follow`",
+            ),
+            (
+                json!({"builtin": "read_file", "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}}}),
+                "must require `path`",
+            ),
+            (
+                json!({"builtin": "read_file", "path_args": []}),
+                "`path_args`",
+            ),
+            (
+                json!({"builtin": "delete_file"}),
+                "cannot be classified `read`",
+            ),
         ];
         for (extra, want) in cases {
             let stem = extra

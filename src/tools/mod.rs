@@ -47,6 +47,8 @@ pub struct Tool {
     pub output_fields: Option<FieldPolicy>,
     /// How toolgate runs the tool (`None`: the agent runtime runs it and reports results).
     pub executor: Option<crate::exec::Executor>,
+    /// The file tool toolgate implements itself, if this is one.
+    pub builtin: Option<crate::files::Builtin>,
     /// `Action::"<name>"`, built once.
     pub action_uid: EntityUid,
     /// `Tool::"<name>"`, built once.

@@ -14,7 +14,7 @@ use crate::helpers::*;
 async fn a_secret_in_arguments_is_denied_at_the_gate_and_never_stored() {
     let state = shipped_state();
     let app = router(state.clone());
-    let call = json!({"tool": "search_code", "args": {"query": format!("key {AWS}")}});
+    let call = json!({"tool": "search_files", "args": {"regex": format!("key {AWS}")}});
     let (s, v) = decide(&app, DEV, &call).await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(
@@ -27,7 +27,7 @@ async fn a_secret_in_arguments_is_denied_at_the_gate_and_never_stored() {
         v["errors"][0]["message"]
             .as_str()
             .unwrap()
-            .contains("aws-access-key at `/query`")
+            .contains("aws-access-key at `/regex`")
     );
     assert_eq!(v["gate"]["decision"], "block");
     assert!(!v.to_string().contains(AWS));
@@ -37,7 +37,7 @@ async fn a_secret_in_arguments_is_denied_at_the_gate_and_never_stored() {
     assert!(!stored.contains(AWS), "{stored}");
     assert_eq!(
         rec[0].entry.args_preview.as_deref(),
-        Some(r#"{"query":"key <redacted:aws-access-key>"}"#)
+        Some(r#"{"regex":"key <redacted:aws-access-key>"}"#)
     );
     assert!(
         rec[0]
@@ -48,11 +48,11 @@ async fn a_secret_in_arguments_is_denied_at_the_gate_and_never_stored() {
             .contains("block:aws-access-key")
     );
     // Invalid arguments are refused at validation first, whatever they hold.
-    let call = json!({"tool": "search_code", "args": {"query": AWS, "bogus": 1}});
+    let call = json!({"tool": "search_files", "args": {"regex": AWS, "bogus": 1}});
     let (_, v) = decide(&app, DEV, &call).await;
     assert_eq!(v["stage"], "validation");
     // Any secret kind, e.g. a password assignment.
-    let call = json!({"tool": "search_code", "args": {"query": "password=hunter22!"}});
+    let call = json!({"tool": "search_files", "args": {"regex": "password=hunter22!"}});
     let (_, v) = decide(&app, DEV, &call).await;
     assert_eq!(
         (
@@ -68,7 +68,7 @@ async fn a_secret_in_arguments_is_denied_at_the_gate_and_never_stored() {
 async fn personal_data_is_reported_and_masked_in_records_only() {
     let state = shipped_state();
     let app = router(state.clone());
-    let call = json!({"tool": "search_code", "args": {"query": "mail ops@example.com"}});
+    let call = json!({"tool": "search_files", "args": {"regex": "mail ops@example.com"}});
     let (_, v) = decide(&app, DEV, &call).await;
     assert_eq!(
         (v["decision"].as_str(), v["stage"].as_str()),
@@ -77,7 +77,7 @@ async fn personal_data_is_reported_and_masked_in_records_only() {
     );
     assert_eq!(v["gate"]["decision"], "mask");
     assert_eq!(v["gate"]["violations"][0]["kind"], "email");
-    assert_eq!(v["gate"]["violations"][0]["path"], "/query");
+    assert_eq!(v["gate"]["violations"][0]["path"], "/regex");
     assert!(
         v.get("arguments").is_none(),
         "masking changes the call only with apply_mask"
@@ -86,10 +86,10 @@ async fn personal_data_is_reported_and_masked_in_records_only() {
     let entry = &rec.last().unwrap().entry;
     assert_eq!(
         entry.args_preview.as_deref(),
-        Some(r#"{"query":"mail <redacted:email>"}"#)
+        Some(r#"{"regex":"mail <redacted:email>"}"#)
     );
     // A clean call carries no gate report.
-    let call = json!({"tool": "search_code", "args": {"query": "fn main"}});
+    let call = json!({"tool": "search_files", "args": {"regex": "fn main"}});
     let (_, v) = decide(&app, DEV, &call).await;
     assert!(v.get("gate").is_none(), "{v}");
 }
@@ -103,10 +103,10 @@ async fn apply_mask_decides_and_answers_with_the_masked_arguments() {
     let gates = Gates::new(&RedactConfig::default(), vec![(Gate::ToolCall, rules)]).unwrap();
     let state = shipped_state().with_gates(gates);
     let app = router(state.clone());
-    let call = json!({"tool": "search_code", "args": {"query": "mail ops@example.com"}});
+    let call = json!({"tool": "search_files", "args": {"regex": "mail ops@example.com"}});
     let (_, v) = decide(&app, DEV, &call).await;
     assert_eq!(v["decision"], "allow", "{v}");
-    assert_eq!(v["arguments"], json!({"query": "mail <redacted:email>"}));
+    assert_eq!(v["arguments"], json!({"regex": "mail <redacted:email>"}));
     // A pending call's approval preview is redacted too; the approval binds the masked call.
     let call = json!({"tool": "write_file", "args": {"path": "notes.txt", "content": "call 415-555-0142"}});
     let (_, v) = decide(&app, DEV, &call).await;

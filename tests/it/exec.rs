@@ -408,7 +408,7 @@ async fn execution_needs_an_allow_and_an_executor() {
     assert!(v["approval_id"].is_string(), "{v}");
     assert_eq!(v["data"], Value::Null);
     // No executor: 409, and nothing decided.
-    let (s, v) = run(&r.app, "read_file", json!({"path": "x"})).await;
+    let (s, v) = run(&r.app, "http_fetch", json!({"url": "https://example.com/"})).await;
     assert_eq!(s, StatusCode::CONFLICT, "{v}");
     assert_eq!(v["error"]["code"], "not_executable");
     // npm install is refused by the argument policy; without a token, 401.

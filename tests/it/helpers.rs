@@ -23,13 +23,16 @@ pub const ALICE: &str = "demo-alice-token";
 pub const AWS: &str = "AKIAQWERTYUIOPASDFGH";
 
 /// Every shipped tool, in manifest order.
-pub const SHIPPED_TOOLS: [&str; 12] = [
+pub const SHIPPED_TOOLS: [&str; 15] = [
     "echo",
     "git_status",
     "install_deps",
     "read_file",
     "list_files",
-    "search_code",
+    "search_files",
+    "count_matches",
+    "edit_file",
+    "delete_file",
     "git_log",
     "git_diff",
     "run_tests",

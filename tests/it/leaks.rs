@@ -75,7 +75,7 @@ fn no_raw_secret_reaches_the_data_directory_or_the_logs() {
         let (s, d) = post(
             "/v1/authorize",
             DEV,
-            json!({"tool": "search_code", "args": {"query": line}}),
+            json!({"tool": "search_files", "args": {"regex": line}}),
         );
         assert_eq!(s, 200, "{d}");
         // Every line once more through one of the other content routes.
@@ -83,7 +83,7 @@ fn no_raw_secret_reaches_the_data_directory_or_the_logs() {
             0 | 1 => post(
                 "/v1/results",
                 DEV,
-                json!({"tool": "search_code", "output": line}),
+                json!({"tool": "search_files", "output": line}),
             ),
             2 | 3 => post(
                 "/v1/gates/stream",
@@ -120,7 +120,7 @@ fn no_raw_secret_reaches_the_data_directory_or_the_logs() {
             raw(port, "/v1/authorize", &format!("{{\"tool\": \"{line}")),
             400
         );
-        let odd = json!({"tool": "search_code", "args": {}, line.clone(): 1}).to_string();
+        let odd = json!({"tool": "search_files", "args": {}, line.clone(): 1}).to_string();
         assert_eq!(raw(port, "/v1/authorize", &odd), 400);
     }
     // Let group commit and sled settle, then stop the server.

@@ -19,6 +19,8 @@ mod crash;
 mod decisions;
 mod examples;
 mod exec;
+mod files;
+mod files_jail;
 mod gates;
 mod helpers;
 mod http;

@@ -9,7 +9,7 @@ use toolgate::policy::{Snapshot, load};
 
 use crate::helpers::*;
 
-const TOOLS: [&str; 12] = SHIPPED_TOOLS;
+const TOOLS: [&str; 15] = SHIPPED_TOOLS;
 const AGENTS: [&str; 4] = ["dev-agent", "sre-agent", "release-agent", "po-agent"];
 
 fn valid_args(tool: &str, path: &str, n: i64, flag: bool) -> Value {
@@ -17,13 +17,18 @@ fn valid_args(tool: &str, path: &str, n: i64, flag: bool) -> Value {
         "echo" => json!({"message": path}),
         "read_file" => json!({"path": path, "max_bytes": n}),
         "list_files" => json!({"path": path, "recursive": flag, "max_entries": n}),
-        "search_code" => json!({"query": "fn", "path": path, "regex": flag}),
+        "search_files" => json!({"regex": "fn", "path": path, "literal": flag}),
         "git_log" => json!({"max_count": n, "path": path}),
         "git_diff" => json!({"path": path, "staged": flag}),
         "run_tests" => json!({"suite": "unit", "timeout_s": n}),
         "http_fetch" => {
             json!({"url": format!("https://example.com/{path}"), "max_bytes": n * 1000})
         }
+        "count_matches" => json!({"regex": "fn", "path": path, "recursive": flag}),
+        "edit_file" => {
+            json!({"path": path, "edits": [{"operation": "delete", "spec": "x", "count": n}]})
+        }
+        "delete_file" => json!({"path": path}),
         "write_file" => json!({"path": path, "content": "x"}),
         _ => json!({"remote": "origin", "branch": "feature/x", "force": flag}),
     }

@@ -17,7 +17,7 @@ async fn output_is_masked_filtered_and_audited_without_content() {
     let (s, v) = report(
         &app,
         DEV,
-        &json!({"tool": "search_code", "output": out, "decision_id": "d-1"}),
+        &json!({"tool": "search_files", "output": out, "decision_id": "d-1"}),
     )
     .await;
     assert_eq!(s, StatusCode::OK, "{v}");
@@ -96,13 +96,13 @@ async fn output_is_masked_filtered_and_audited_without_content() {
 #[tokio::test]
 async fn the_size_cap_cuts_with_a_marker() {
     let set = TempSet::new();
-    set.edit_manifest("search_code", |m| {
+    set.edit_manifest("search_files", |m| {
         m["limits"]["max_output_bytes"] = json!(32);
     });
     let snap = toolgate::policy::load(&set.sources()).unwrap().snapshot;
     let app = app_with(snap, demo_auth());
     let out = "0123456789".repeat(10);
-    let (_, v) = report(&app, DEV, &json!({"tool": "search_code", "output": out})).await;
+    let (_, v) = report(&app, DEV, &json!({"tool": "search_files", "output": out})).await;
     assert_eq!(v["truncated"], true);
     assert_eq!(v["bytes"], 100);
     assert_eq!(
@@ -111,7 +111,7 @@ async fn the_size_cap_cuts_with_a_marker() {
     );
     // A secret across the cut is masked before the cut is made.
     let out = format!("{}{AWS}", "x ".repeat(12));
-    let (_, v) = report(&app, DEV, &json!({"tool": "search_code", "output": out})).await;
+    let (_, v) = report(&app, DEV, &json!({"tool": "search_files", "output": out})).await;
     let text = v["output"].as_str().unwrap();
     assert!(!text.contains("AKIAQWERTY"), "{text}");
 }
@@ -128,25 +128,25 @@ async fn bad_reports_are_refused() {
         ),
         (
             DEV,
-            json!({"tool": "search_code"}),
+            json!({"tool": "search_files"}),
             StatusCode::BAD_REQUEST,
             "invalid_body",
         ),
         (
             DEV,
-            json!({"tool": "search_code", "output": "x", "extra": 1}),
+            json!({"tool": "search_files", "output": "x", "extra": 1}),
             StatusCode::BAD_REQUEST,
             "invalid_body",
         ),
         (
             DEV,
-            json!({"tool": "search_code", "output": "x", "decision_id": ""}),
+            json!({"tool": "search_files", "output": "x", "decision_id": ""}),
             StatusCode::BAD_REQUEST,
             "invalid_decision_id",
         ),
         (
             ALICE,
-            json!({"tool": "search_code", "output": "x"}),
+            json!({"tool": "search_files", "output": "x"}),
             StatusCode::FORBIDDEN,
             "forbidden",
         ),
@@ -163,7 +163,7 @@ async fn bad_reports_are_refused() {
         "POST",
         "/v1/results",
         None,
-        Some(r#"{"tool":"search_code","output":"x"}"#),
+        Some(r#"{"tool":"search_files","output":"x"}"#),
     )
     .await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
