@@ -67,6 +67,11 @@ pub enum JailError {
     /// Not a regular file (a directory, device, FIFO or socket).
     #[error("not a regular file")]
     NotAFile,
+    /// A file with more than one name (or none): what it really is cannot be told.
+    #[error(
+        "the file has several names (hard links), and another may be outside the root or deny-listed"
+    )]
+    HardLinked,
     /// Not a directory (where one was asked for).
     #[error("not a directory")]
     NotADirectory,
@@ -122,6 +127,9 @@ pub struct Jail {
     service: Root,
     shared: Vec<Root>,
     deny: Vec<String>,
+    /// The sidecar's own files below the service root (data, locks, policies, config), as
+    /// paths relative to it: never reachable through a tool.
+    own: Vec<String>,
 }
 
 impl Jail {
@@ -140,9 +148,28 @@ impl Jail {
                 .map(|(name, path)| open_root(name, path, false))
                 .collect::<std::io::Result<_>>()?,
             deny: deny.iter().map(|d| d.to_lowercase()).collect(),
+            own: Vec::new(),
         })
     }
 
+    /// Keeps `paths` (the sidecar's data directory, lock directory, policies, schemas, config
+    /// file) out of reach of every tool when they lie below the service root. Paths that do
+    /// not exist yet are taken as written.
+    pub fn protect(&mut self, paths: &[PathBuf]) {
+        for p in paths {
+            let abs = p
+                .canonicalize()
+                .unwrap_or_else(|_| std::path::absolute(p).unwrap_or_else(|_| p.clone()));
+            if let Ok(rel) = abs.strip_prefix(&self.service.path)
+                && let Some(rel) = rel.to_str()
+            {
+                // The root itself cannot be protected without switching the tools off.
+                if !rel.is_empty() {
+                    self.own.push(rel.to_owned());
+                }
+            }
+        }
+    }
     /// The root a normalized path belongs to, and the path inside it.
     fn root_for<'a>(&self, clean: &'a str) -> (&Root, &'a str) {
         let (first, rest) = clean.split_once('/').unwrap_or((clean, "."));
@@ -152,8 +179,16 @@ impl Jail {
         }
     }
 
-    /// The first deny-listed segment of `path`, if any.
+    /// The first deny-listed segment of `path`, if any, or the sidecar's own file it is in.
     fn denied(&self, path: &str) -> Option<String> {
+        if let Some(own) = self.own.iter().find(|o| {
+            path == o.as_str()
+                || path
+                    .strip_prefix(o.as_str())
+                    .is_some_and(|rest| rest.starts_with('/'))
+        }) {
+            return Some(format!("{own}: toolgate's own files"));
+        }
         path.split('/').find_map(|seg| {
             let seg = seg.to_lowercase();
             self.deny
@@ -175,9 +210,7 @@ impl Jail {
         let resolved = self.resolved(root, &fd)?;
         let stat =
             rustix::fs::fstat(&fd).map_err(|e| JailError::Io(std::io::Error::from(e).kind()))?;
-        if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
-            return Err(JailError::NotAFile);
-        }
+        regular_single(&stat)?;
         Ok(Opened {
             file: File::from(fd),
             resolved,
@@ -221,7 +254,15 @@ impl Jail {
             | ResolveFlags::NO_SYMLINKS
             | ResolveFlags::NO_MAGICLINKS
             | ResolveFlags::NO_XDEV;
-        rustix::fs::openat2(dir, name, flags, Mode::empty(), resolve).map_err(open_error)
+        let fd =
+            rustix::fs::openat2(dir, name, flags, Mode::empty(), resolve).map_err(open_error)?;
+        if !directory {
+            // What was listed may have been swapped for a FIFO or device since.
+            let stat = rustix::fs::fstat(&fd)
+                .map_err(|e| JailError::Io(std::io::Error::from(e).kind()))?;
+            regular_single(&stat)?;
+        }
+        Ok(fd)
     }
 
     /// Whether a path relative to a root has a deny-listed segment: what listings leave out.
@@ -356,6 +397,19 @@ impl Jail {
             format!("{}/{rel}", root.name)
         })
     }
+}
+
+/// Refuses anything but a regular file with one name: a hard link's other name may be
+/// outside the root or deny-listed, and the name read back from the descriptor would not say
+/// so; an unlinked file (no name) is refused too.
+pub fn regular_single(stat: &rustix::fs::Stat) -> Result<(), JailError> {
+    if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(JailError::NotAFile);
+    }
+    if stat.st_nlink != 1 {
+        return Err(JailError::HardLinked);
+    }
+    Ok(())
 }
 
 /// A deny entry against one lowercased segment: `*` at the end matches any ending, at the

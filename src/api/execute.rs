@@ -347,7 +347,7 @@ async fn run_builtin(
         execution_id,
     } = run;
     let started = std::time::Instant::now();
-    let result = runner.files(builtin, args, &tool.limits).await;
+    let ran = runner.files(builtin, args, &tool.limits).await;
     let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let metadata = Metadata {
         decision_id: decision_id.clone(),
@@ -356,13 +356,24 @@ async fn run_builtin(
         attempts: 1,
         ..Metadata::default()
     };
-    let detail = format!("decision_id={decision_id} duration_ms={duration_ms}");
-    let done = match result {
-        Ok(done) => done,
+    let mut detail = format!("decision_id={decision_id} duration_ms={duration_ms}");
+    // A stale lock taken over is on the record, with what it said about its holder, whatever
+    // the call's outcome.
+    let takeover = ran.took_over.as_ref().map(|t| {
+        detail.push_str(&format!(
+            " lock_takeover_age_ms={} lock_holder={}",
+            t.age_ms,
+            t.holder.replace(' ', ",")
+        ));
+        "lock_takeover".to_owned()
+    });
+    let data = match ran.result {
+        Ok(data) => data,
         Err(e) => {
             let refused = matches!(e, crate::files::FileError::PathDenied { .. });
             entry.decision = if refused { "refused" } else { "error" }.to_owned();
             entry.reasons = vec![e.code().to_owned()];
+            entry.reasons.extend(takeover);
             entry.detail = Some(detail);
             record_or_refuse(state, entry, "execution").await?;
             let mut answer =
@@ -379,9 +390,8 @@ async fn run_builtin(
         return Err(ApiError::GatesUnavailable);
     };
     let cap = usize::try_from(tool.limits.max_output_bytes).unwrap_or(usize::MAX);
-    let schema_errors = tool.check_output(&done.data);
+    let schema_errors = tool.check_output(&data);
     let fields = tool.output_fields.clone();
-    let data = done.data;
     let screened = super::gates::off_workers(move || {
         super::results::screen(&gates, schema_errors, fields.as_ref(), cap, data)
     })
@@ -400,18 +410,8 @@ async fn run_builtin(
     entry.decision = status.to_owned();
     entry.reasons = verdict.failure.iter().map(|f| f.code.clone()).collect();
     entry.reasons.extend(labels(&verdict.report.violations));
-    entry.detail = Some(match &done.took_over {
-        // A stale lock taken over is on the record, with what it said about its holder.
-        Some(t) => {
-            entry.reasons.push("lock_takeover".to_owned());
-            format!(
-                "{detail} lock_takeover_age_ms={} lock_holder={}",
-                t.age_ms,
-                t.holder.replace(' ', ",")
-            )
-        }
-        None => detail,
-    });
+    entry.reasons.extend(takeover);
+    entry.detail = Some(detail);
     record_or_refuse(state, entry, "execution").await?;
     Ok((
         StatusCode::OK,

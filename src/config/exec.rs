@@ -133,5 +133,6 @@ pub(super) fn settings(
         ),
         lock_timeout_ms,
         stale_lock_ms,
+        protected: vec![data_dir.to_path_buf()],
     })
 }

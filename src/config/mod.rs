@@ -507,8 +507,15 @@ impl Config {
         let data_dir = raw
             .data_dir
             .map_or_else(|| PathBuf::from("data"), |p| base.join(p));
-        let exec = exec::settings(raw.exec, base, &data_dir).map_err(|(m, h)| invalid(m, &h))?;
+        let mut exec =
+            exec::settings(raw.exec, base, &data_dir).map_err(|(m, h)| invalid(m, &h))?;
         sources.programs = exec.programs.clone();
+        // The sidecar's own files stay out of every tool's reach.
+        exec.protected.extend([
+            sources.policies_dir.clone(),
+            sources.schemas_dir.clone(),
+            path.to_path_buf(),
+        ]);
         let anomaly = detector_config(raw.anomaly).map_err(|(m, h)| invalid(m, h))?;
         if raw.audit.retain_records == Some(0) || raw.audit.retain_days == Some(0) {
             return Err(invalid(

@@ -99,6 +99,9 @@ pub struct ExecSettings {
     pub lock_timeout_ms: u64,
     /// Age after which a lock is presumed abandoned and taken over.
     pub stale_lock_ms: u64,
+    /// The sidecar's own files (data directory, policies, schemas, config): never reachable
+    /// through a tool, even when they lie below the service root.
+    pub protected: Vec<PathBuf>,
 }
 
 impl Default for ExecSettings {
@@ -121,6 +124,7 @@ impl Default for ExecSettings {
             lock_dir: None,
             lock_timeout_ms: 5000,
             stale_lock_ms: 30_000,
+            protected: Vec::new(),
         }
     }
 }
@@ -190,6 +194,8 @@ pub struct Runner {
     slots: Arc<tokio::sync::Semaphore>,
     seq: AtomicU64,
     locks: crate::files::Locks,
+    /// File tools at once (4× `max_concurrent`); more wait within their time budget.
+    file_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl Runner {
@@ -200,7 +206,7 @@ impl Runner {
             .root
             .clone()
             .ok_or_else(|| ExecError::Setup("`[exec] root` is not set".to_owned()))?;
-        let jail = Jail::new(&root, &settings.shared, &settings.deny).map_err(|e| {
+        let mut jail = Jail::new(&root, &settings.shared, &settings.deny).map_err(|e| {
             ExecError::Setup(format!(
                 "cannot open the service root `{}`: {e}",
                 root.display()
@@ -229,11 +235,14 @@ impl Runner {
                 lock_dir.display()
             ))
         })?;
+        jail.protect(std::slice::from_ref(&lock_dir));
+        jail.protect(&settings.protected);
         let cgroups = if settings.cgroup {
             cgroup::Cgroups::create()
         } else {
             None
         };
+        let settings_max = settings.max_concurrent.max(1);
         let mut runner = Runner {
             slots: Arc::new(tokio::sync::Semaphore::new(settings.max_concurrent.max(1))),
             protections: Protections {
@@ -252,6 +261,7 @@ impl Runner {
             cgroups,
             seq: AtomicU64::new(0),
             locks,
+            file_slots: Arc::new(tokio::sync::Semaphore::new(settings_max.saturating_mul(4))),
         };
         runner.protections = runner.probe().await;
         Ok(runner)
@@ -274,11 +284,29 @@ impl Runner {
         tool: crate::files::Builtin,
         args: Value,
         limits: &crate::tools::Limits,
-    ) -> Result<crate::files::Done, crate::files::FileError> {
+    ) -> crate::files::Ran {
         let runner = Arc::clone(self);
-        let deadline = crate::files::Deadline::after_ms(limits.timeout_ms);
+        // A writer gives up well before its lock could be judged stale and taken over.
+        let budget = if tool.changes_files() {
+            limits.timeout_ms.min(self.settings.stale_lock_ms / 2)
+        } else {
+            limits.timeout_ms
+        };
+        let deadline = crate::files::Deadline::after_ms(budget);
         let max_output_bytes = limits.max_output_bytes;
+        // Bounded like program runs, but waiting (within the budget) instead of refusing:
+        // file tools are short, and a refusal would spend an approval.
+        let wait = std::time::Duration::from_millis(budget);
+        let Ok(Ok(slot)) =
+            tokio::time::timeout(wait, Arc::clone(&self.file_slots).acquire_owned()).await
+        else {
+            return crate::files::Ran {
+                result: Err(crate::files::FileError::Timeout(budget)),
+                took_over: None,
+            };
+        };
         tokio::task::spawn_blocking(move || {
+            let _slot = slot;
             let cx = crate::files::Context {
                 jail: &runner.jail,
                 locks: &runner.locks,
@@ -288,11 +316,12 @@ impl Runner {
             crate::files::run(cx, tool, &args)
         })
         .await
-        .unwrap_or_else(|e| {
-            Err(crate::files::FileError::Io {
+        .unwrap_or_else(|e| crate::files::Ran {
+            result: Err(crate::files::FileError::Io {
                 path: String::new(),
                 message: format!("the file tool's task failed: {e}"),
-            })
+            }),
+            took_over: None,
         })
     }
 

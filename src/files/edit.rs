@@ -93,7 +93,13 @@ pub enum EditError {
     /// The time budget ran out while matching.
     #[error("matching ran out of its time budget")]
     OutOfTime,
+    /// The edited text would be larger than the limit (its size in bytes).
+    #[error("the edited text would be {0} bytes, over the limit")]
+    TooLarge(usize),
 }
+
+/// Matches changed by one call at most, over all its edits.
+const MAX_TARGETS: usize = 100_000;
 
 fn describe(mismatches: &[Mismatch]) -> String {
     mismatches
@@ -128,11 +134,12 @@ pub struct Applied {
     pub matches: usize,
 }
 
-/// Applies `edits` to `text`, all or none. `in_time` is asked between matches; `false` stops
-/// with [`EditError::OutOfTime`].
+/// Applies `edits` to `text`, all or none; the result may not exceed `limit` bytes. `in_time`
+/// is asked between matches; `false` stops with [`EditError::OutOfTime`].
 pub fn apply(
     text: &str,
     edits: &[Edit],
+    limit: usize,
     in_time: &dyn Fn() -> bool,
 ) -> Result<(String, Vec<Applied>), EditError> {
     let mut targets: Vec<Target> = Vec::new();
@@ -156,6 +163,12 @@ pub fn apply(
             found += 1;
             // Past the expected count the ranges are not needed: the call aborts.
             if found <= edit.count {
+                if targets.len() >= MAX_TARGETS {
+                    return Err(EditError::Invalid {
+                        index,
+                        message: format!("more than {MAX_TARGETS} matches in all edits"),
+                    });
+                }
                 targets.push(Target {
                     start,
                     end,
@@ -191,7 +204,23 @@ pub fn apply(
             });
         }
     }
-    Ok((build(text, edits, &targets), applied))
+    match new_size(text.len(), edits, &targets) {
+        Some(size) if size <= limit => Ok((build(text, edits, &targets, size), applied)),
+        other => Err(EditError::TooLarge(other.unwrap_or(usize::MAX))),
+    }
+}
+
+/// The edited text's length, computed before building it (`None`: it overflows).
+fn new_size(len: usize, edits: &[Edit], targets: &[Target]) -> Option<usize> {
+    targets.iter().try_fold(len, |n, t| {
+        let edit = edits.get(t.edit)?;
+        let added = edit.content.as_deref().map_or(0, str::len);
+        match edit.operation {
+            Operation::Replace => n.checked_sub(t.end - t.start)?.checked_add(added),
+            Operation::Delete => n.checked_sub(t.end - t.start),
+            Operation::AppendAfter | Operation::PrependBefore => n.checked_add(added),
+        }
+    })
 }
 
 /// Ranges overlap when they share a byte, or are the same empty range (two insertions whose
@@ -226,7 +255,7 @@ fn check(index: usize, edit: &Edit) -> Result<(), EditError> {
 
 /// The new text: the original with each target's change, in order. Targets do not overlap;
 /// an insertion at the point where a replaced range starts goes first.
-fn build(text: &str, edits: &[Edit], targets: &[Target]) -> String {
+fn build(text: &str, edits: &[Edit], targets: &[Target], size: usize) -> String {
     // Each change as (from, to, replacement) over the original.
     let mut changes: Vec<(usize, usize, &str, usize)> = targets
         .iter()
@@ -242,8 +271,7 @@ fn build(text: &str, edits: &[Edit], targets: &[Target]) -> String {
         })
         .collect();
     changes.sort_by_key(|&(from, to, _, edit)| (from, to, edit));
-    let added: usize = changes.iter().map(|c| c.2.len()).sum();
-    let mut out = String::with_capacity(text.len() + added);
+    let mut out = String::with_capacity(size);
     let mut at = 0usize;
     for (from, to, with, _) in changes {
         out.push_str(text.get(at..from).unwrap_or(""));
@@ -269,7 +297,7 @@ mod tests {
     }
 
     fn run(text: &str, edits: &[Edit]) -> Result<String, EditError> {
-        apply(text, edits, &|| true).map(|(t, _)| t)
+        apply(text, edits, 1 << 20, &|| true).map(|(t, _)| t)
     }
 
     #[test]
@@ -378,7 +406,15 @@ mod tests {
 
     #[test]
     fn the_time_budget_stops_matching() {
-        let e = apply("aaa", &[edit(Operation::Delete, "a", None)], &|| false).unwrap_err();
+        let e = apply("aaa", &[edit(Operation::Delete, "a", None)], 10, &|| false).unwrap_err();
         assert_eq!(e, EditError::OutOfTime);
+    }
+
+    #[test]
+    fn a_result_over_the_limit_is_refused_before_it_is_built() {
+        let mut grow = edit(Operation::Replace, "x", Some(&"y".repeat(1000)));
+        grow.count = 100;
+        let e = apply(&"x".repeat(100), &[grow], 50_000, &|| true).unwrap_err();
+        assert_eq!(e, EditError::TooLarge(100_000));
     }
 }

@@ -14,6 +14,10 @@
 //! they do not hold. Before a holder replaces the file it checks it still holds the lock
 //! ([`Held::still_held`]); a holder whose lock was taken over writes nothing.
 //!
+//! A writer's time budget is kept under half the stale age (see `exec::Runner::files`), so a
+//! live holder always gives up before its lock can be judged stale: takeovers only ever
+//! happen to holders that died or hung.
+//!
 //! The locks bind toolgate's own file tools (of every sidecar sharing the lock directory);
 //! other programs writing the same files do not see them.
 
@@ -134,14 +138,18 @@ impl Locks {
 
     /// Removes the lock at `path` if it is older than the stale age, and says whose it was.
     fn take_stale(&self, path: &Path, key: &str) -> Option<TakeOver> {
-        let modified = std::fs::metadata(path).ok()?.modified().ok()?;
+        // Age and token from one open file: the lock judged stale is the one whose token is
+        // checked when it is removed, never a newer lock that took its place meanwhile.
+        let mut file = std::fs::File::open(path).ok()?;
+        let modified = file.metadata().ok()?.modified().ok()?;
         let age = SystemTime::now()
             .duration_since(modified)
             .unwrap_or_default();
         if age < self.stale_after {
             return None;
         }
-        let text = std::fs::read_to_string(path).ok()?;
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut file, &mut text).ok()?;
         let (token, holder) = text.trim().split_once(' ').unwrap_or((text.trim(), ""));
         if !claim(path, token) {
             return None;
@@ -170,7 +178,11 @@ impl Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        claim(&self.path, &self.token);
+        // A lock taken over is left alone: moving it aside, even briefly, would let a third
+        // call in.
+        if self.still_held() {
+            claim(&self.path, &self.token);
+        }
     }
 }
 

@@ -169,7 +169,7 @@ impl FileError {
     /// What the agent can do about it.
     pub fn suggestion(&self) -> String {
         match self {
-            FileError::PathDenied { .. } => "name a path below the service root that is not deny-listed and does not go through a link out of it; list_files shows what may be used".to_owned(),
+            FileError::PathDenied { .. } => "name a path below the service root that is not deny-listed and does not go through a link (for writes: name the file itself, not a link to it or through a linked directory); list_files shows what may be used".to_owned(),
             FileError::FileNotFound(_) => "check the path with list_files (paths are relative to the service root); write_file creates new files".to_owned(),
             FileError::NotAFile(_) => "name a file; use list_files for a directory".to_owned(),
             FileError::NotADirectory(_) => "name a directory, or read the file with read_file".to_owned(),
@@ -214,22 +214,13 @@ impl FileError {
     }
 }
 
-/// A successful run of a file tool.
+/// A run of a file tool.
 #[derive(Debug)]
-pub struct Done {
-    /// The result (`data` of the standard result, before the output gate).
-    pub data: Value,
-    /// A stale lock taken over on the way (to be audited).
+pub struct Ran {
+    /// The result (`data` of the standard result, before the output gate), or why not.
+    pub result: Result<Value, FileError>,
+    /// A stale lock taken over on the way, whatever the outcome (to be audited).
     pub took_over: Option<TakeOver>,
-}
-
-impl Done {
-    fn data(data: Value) -> Done {
-        Done {
-            data,
-            took_over: None,
-        }
-    }
 }
 
 /// When a call's time is up: the tool's `limits.timeout_ms` from the start.
@@ -240,10 +231,14 @@ pub struct Deadline {
 }
 
 impl Deadline {
-    /// `budget_ms` from now.
+    /// `budget_ms` from now (at most a day).
     pub fn after_ms(budget_ms: u64) -> Deadline {
+        let budget_ms = budget_ms.min(86_400_000);
+        let now = Instant::now();
         Deadline {
-            at: Instant::now() + Duration::from_millis(budget_ms),
+            at: now
+                .checked_add(Duration::from_millis(budget_ms))
+                .unwrap_or(now),
             budget_ms,
         }
     }
@@ -276,16 +271,19 @@ pub struct Context<'a> {
 }
 
 /// Runs `tool` with `args` (validated and allowed). Blocking: call it off the async workers.
-pub fn run(cx: Context<'_>, tool: Builtin, args: &Value) -> Result<Done, FileError> {
-    match tool {
-        Builtin::ReadFile => read::read_file(cx, parse(args)?).map(Done::data),
-        Builtin::ListFiles => read::list_files(cx, parse(args)?).map(Done::data),
-        Builtin::SearchFiles => read::search_files(cx, parse(args)?).map(Done::data),
-        Builtin::CountMatches => read::count_matches(cx, parse(args)?).map(Done::data),
-        Builtin::WriteFile => write::write_file(cx, parse(args)?),
-        Builtin::EditFile => write::edit_file(cx, parse(args)?),
-        Builtin::DeleteFile => write::delete_file(cx, parse(args)?),
-    }
+pub fn run(cx: Context<'_>, tool: Builtin, args: &Value) -> Ran {
+    let mut took_over = None;
+    let took = &mut took_over;
+    let result = match tool {
+        Builtin::ReadFile => parse(args).and_then(|a| read::read_file(cx, a)),
+        Builtin::ListFiles => parse(args).and_then(|a| read::list_files(cx, a)),
+        Builtin::SearchFiles => parse(args).and_then(|a| read::search_files(cx, a)),
+        Builtin::CountMatches => parse(args).and_then(|a| read::count_matches(cx, a)),
+        Builtin::WriteFile => parse(args).and_then(|a| write::write_file(cx, a, took)),
+        Builtin::EditFile => parse(args).and_then(|a| write::edit_file(cx, a, took)),
+        Builtin::DeleteFile => parse(args).and_then(|a| write::delete_file(cx, a, took)),
+    };
+    Ran { result, took_over }
 }
 
 fn parse<T: DeserializeOwned>(args: &Value) -> Result<T, FileError> {

@@ -16,6 +16,8 @@ const READ_DEFAULT: u64 = 100_000;
 const READ_MAX: u64 = 10_000_000;
 /// Files larger than this are skipped by searches (and counted as skipped).
 const SEARCH_FILE_MAX: u64 = 4 * 1024 * 1024;
+/// Entries read from one directory at most.
+const DIR_MAX: usize = 100_000;
 /// Snippet length around a match's start, bytes.
 const SNIPPET: usize = 240;
 
@@ -125,10 +127,21 @@ fn walk(
     let listing = rustix::fs::Dir::read_from(dir).map_err(|e| FileError::io(path, e))?;
     for item in listing {
         let item = item.map_err(|e| FileError::io(path, e))?;
+        // A huge directory is read within the time budget and a bounded count.
+        if names.len() >= DIR_MAX {
+            return Err(FileError::TooLarge {
+                path: path.to_owned(),
+                size: u64::try_from(names.len()).unwrap_or(u64::MAX),
+                limit: u64::try_from(DIR_MAX).unwrap_or(u64::MAX),
+            });
+        }
+        if names.len() % 1024 == 1023 {
+            cx.deadline.check()?;
+        }
         let Ok(name) = item.file_name().to_str() else {
             continue; // names that are not UTF-8 cannot be named back in a call
         };
-        if matches!(name, "." | "..") || cx.jail.is_denied(name) {
+        if matches!(name, "." | "..") || cx.jail.is_denied(&join(path, name)) {
             continue;
         }
         let kind = match item.file_type() {
@@ -143,15 +156,10 @@ fn walk(
     names.sort();
     for (name, kind) in &names {
         cx.deadline.check()?;
-        let child = if path == "." {
-            name.clone()
-        } else {
-            format!("{path}/{name}")
-        };
         let entry = Entry {
             dir,
             name,
-            path: child,
+            path: join(path, name),
             kind: *kind,
         };
         if visit(&entry)? == Flow::Stop {
@@ -177,6 +185,15 @@ fn walk(
         }
     }
     Ok(Flow::Go)
+}
+
+/// `name` in the directory at `path`.
+fn join(path: &str, name: &str) -> String {
+    if path == "." {
+        name.to_owned()
+    } else {
+        format!("{path}/{name}")
+    }
 }
 
 fn stat_kind(dir: &OwnedFd, name: &str) -> Kind {
@@ -205,7 +222,7 @@ pub(super) fn list_files(cx: Context<'_>, a: ListArgs) -> Result<Value, FileErro
         cx,
         &opened.dir,
         &opened.resolved,
-        1,
+        0,
         max_depth,
         a.recursive,
         &mut |e| {
@@ -255,7 +272,7 @@ fn each_text(
                 cx,
                 &opened.dir,
                 &opened.resolved,
-                1,
+                0,
                 32,
                 recursive,
                 &mut |e| {

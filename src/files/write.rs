@@ -9,10 +9,10 @@ use std::os::fd::OwnedFd;
 
 use rustix::fs::{AtFlags, Mode, OFlags};
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::edit::{Edit, EditError};
-use super::{Context, Done, FileError, Held, read_text};
+use super::{Context, FileError, Held, TakeOver, read_text};
 use crate::jail::{JailError, Parent};
 
 /// Largest file `edit_file` works on.
@@ -43,73 +43,117 @@ pub(super) struct DeleteArgs {
 /// What is at a parent's name now.
 enum Existing {
     Missing,
-    File { mode: u32, size: u64 },
+    File {
+        /// Permission bits (no setuid, setgid or sticky bit is ever carried over).
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        size: u64,
+    },
 }
 
 /// The parent directory of `raw` (writable root only) and what its entry is now: a regular
-/// file or nothing. A link, directory or other kind is refused.
+/// file with one name, or nothing. A link, a hard-linked file, a directory or another kind is
+/// refused, and so is a path that reaches its file through a linked directory: policies
+/// decided on the path as asked, so the path written must be that path.
 fn target(cx: Context<'_>, raw: &str) -> Result<(Parent, Existing), FileError> {
     let parent = cx
         .jail
         .parent_for_write(raw)
         .map_err(|e| FileError::jail(raw, e))?;
-    let existing =
-        match rustix::fs::statat(&parent.dir, parent.name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
-            Err(rustix::io::Errno::NOENT) => Existing::Missing,
-            Err(e) => return Err(FileError::io(&parent.resolved, e)),
-            Ok(st) => match rustix::fs::FileType::from_raw_mode(st.st_mode) {
-                rustix::fs::FileType::RegularFile => Existing::File {
-                    mode: st.st_mode & 0o7777,
+    let asked =
+        crate::tools::normalize_path(raw).map_err(|e| FileError::jail(raw, JailError::from(e)))?;
+    if parent.resolved != asked {
+        return Err(FileError::PathDenied {
+            path: raw.to_owned(),
+            why: JailError::Escapes,
+        });
+    }
+    let stat = rustix::fs::statat(&parent.dir, parent.name.as_str(), AtFlags::SYMLINK_NOFOLLOW);
+    let existing = match stat {
+        Err(rustix::io::Errno::NOENT) => Existing::Missing,
+        Err(e) => return Err(FileError::io(&parent.resolved, e)),
+        Ok(st) => match rustix::fs::FileType::from_raw_mode(st.st_mode) {
+            rustix::fs::FileType::RegularFile => {
+                crate::jail::regular_single(&st).map_err(|e| FileError::jail(raw, e))?;
+                Existing::File {
+                    mode: st.st_mode & 0o777,
+                    uid: st.st_uid,
+                    gid: st.st_gid,
                     size: u64::try_from(st.st_size).unwrap_or(0),
-                },
-                rustix::fs::FileType::Symlink => {
-                    return Err(FileError::PathDenied {
-                        path: raw.to_owned(),
-                        why: JailError::Escapes,
-                    });
                 }
-                _ => return Err(FileError::NotAFile(parent.resolved.clone())),
-            },
-        };
+            }
+            rustix::fs::FileType::Symlink => {
+                return Err(FileError::PathDenied {
+                    path: raw.to_owned(),
+                    why: JailError::Escapes,
+                });
+            }
+            _ => return Err(FileError::NotAFile(parent.resolved.clone())),
+        },
+    };
     Ok((parent, existing))
 }
 
-fn lock(cx: Context<'_>, parent: &Parent) -> Result<Held, FileError> {
-    cx.locks
-        .acquire(&parent.resolved)
+/// Takes the file's lock, then looks at the file again under it (another call may have made,
+/// changed or removed it meanwhile). Any stale lock taken over is reported through `took`.
+fn locked(
+    cx: Context<'_>,
+    raw: &str,
+    took: &mut Option<TakeOver>,
+) -> Result<(Held, Parent, Existing), FileError> {
+    let (first, _) = target(cx, raw)?;
+    let held = cx
+        .locks
+        .acquire(&first.resolved)
         .map_err(|e| FileError::ResourceBusy {
-            path: parent.resolved.clone(),
+            path: first.resolved.clone(),
             why: e.to_string(),
-        })
+        })?;
+    took.clone_from(&held.took_over);
+    let (parent, existing) = target(cx, raw)?;
+    Ok((held, parent, existing))
 }
 
-pub(super) fn write_file(cx: Context<'_>, a: WriteArgs) -> Result<Done, FileError> {
-    let (parent, _) = target(cx, &a.path)?;
-    let held = lock(cx, &parent)?;
-    // Looked at again under the lock: another call may have made or removed it meanwhile.
-    let (parent, existing) = target(cx, &a.path)?;
-    let (created, mode) = match existing {
-        Existing::Missing => (true, 0o644),
-        Existing::File { mode, .. } => (false, mode),
+pub(super) fn write_file(
+    cx: Context<'_>,
+    a: WriteArgs,
+    took: &mut Option<TakeOver>,
+) -> Result<Value, FileError> {
+    let (held, parent, existing) = locked(cx, &a.path, took)?;
+    let (created, owner) = match existing {
+        Existing::Missing => (
+            true,
+            Owner {
+                mode: 0o644,
+                ids: None,
+            },
+        ),
+        Existing::File { mode, uid, gid, .. } => (
+            false,
+            Owner {
+                mode,
+                ids: Some((uid, gid)),
+            },
+        ),
     };
-    replace(cx, &parent, a.content.as_bytes(), mode, &held)?;
-    Ok(Done {
-        data: json!({"path": parent.resolved, "bytes": a.content.len(), "created": created}),
-        took_over: held.took_over.clone(),
-    })
+    replace(cx, &parent, a.content.as_bytes(), owner, &held)?;
+    Ok(json!({"path": parent.resolved, "bytes": a.content.len(), "created": created}))
 }
 
-pub(super) fn edit_file(cx: Context<'_>, a: EditArgs) -> Result<Done, FileError> {
+pub(super) fn edit_file(
+    cx: Context<'_>,
+    a: EditArgs,
+    took: &mut Option<TakeOver>,
+) -> Result<Value, FileError> {
     if a.edits.is_empty() || a.edits.len() > MAX_EDITS {
         return Err(FileError::InvalidEdit(EditError::Invalid {
             index: 0,
             message: format!("send 1 to {MAX_EDITS} edits"),
         }));
     }
-    let (parent, _) = target(cx, &a.path)?;
-    let held = lock(cx, &parent)?;
-    let (parent, existing) = target(cx, &a.path)?;
-    let Existing::File { mode, .. } = existing else {
+    let (held, parent, existing) = locked(cx, &a.path, took)?;
+    let Existing::File { mode, uid, gid, .. } = existing else {
         return Err(FileError::FileNotFound(parent.resolved));
     };
     let fd = rustix::fs::openat(
@@ -120,33 +164,42 @@ pub(super) fn edit_file(cx: Context<'_>, a: EditArgs) -> Result<Done, FileError>
     )
     .map_err(|e| FileError::io(&parent.resolved, e))?;
     let before = read_text(&parent.resolved, std::fs::File::from(fd), EDIT_MAX)?;
-    let (after, applied) = super::edit::apply(&before, &a.edits, &|| cx.deadline.in_time())
+    let limit = usize::try_from(EDIT_MAX).unwrap_or(usize::MAX);
+    let (after, applied) = super::edit::apply(&before, &a.edits, limit, &|| cx.deadline.in_time())
         .map_err(|e| match e {
             EditError::MatchCountMismatch(_) => FileError::MatchCountMismatch(e),
             EditError::Overlapping { .. } => FileError::OverlappingEdits(e),
             EditError::Invalid { .. } => FileError::InvalidEdit(e),
             EditError::OutOfTime => FileError::Timeout(cx.deadline.budget_ms),
+            EditError::TooLarge(size) => FileError::TooLarge {
+                path: parent.resolved.clone(),
+                size: u64::try_from(size).unwrap_or(u64::MAX),
+                limit: EDIT_MAX,
+            },
         })?;
     let changed = after != before;
     if changed {
-        replace(cx, &parent, after.as_bytes(), mode, &held)?;
+        let owner = Owner {
+            mode,
+            ids: Some((uid, gid)),
+        };
+        replace(cx, &parent, after.as_bytes(), owner, &held)?;
     }
-    Ok(Done {
-        data: json!({
-            "path": parent.resolved,
-            "bytes_before": before.len(),
-            "bytes": after.len(),
-            "changed": changed,
-            "edits": applied,
-        }),
-        took_over: held.took_over.clone(),
-    })
+    Ok(json!({
+        "path": parent.resolved,
+        "bytes_before": before.len(),
+        "bytes": after.len(),
+        "changed": changed,
+        "edits": applied,
+    }))
 }
 
-pub(super) fn delete_file(cx: Context<'_>, a: DeleteArgs) -> Result<Done, FileError> {
-    let (parent, _) = target(cx, &a.path)?;
-    let held = lock(cx, &parent)?;
-    let (parent, existing) = target(cx, &a.path)?;
+pub(super) fn delete_file(
+    cx: Context<'_>,
+    a: DeleteArgs,
+    took: &mut Option<TakeOver>,
+) -> Result<Value, FileError> {
+    let (held, parent, existing) = locked(cx, &a.path, took)?;
     let Existing::File { size, .. } = existing else {
         return Err(FileError::FileNotFound(parent.resolved));
     };
@@ -159,10 +212,7 @@ pub(super) fn delete_file(cx: Context<'_>, a: DeleteArgs) -> Result<Done, FileEr
         },
     )?;
     sync_dir(&parent.dir);
-    Ok(Done {
-        data: json!({"path": parent.resolved, "bytes": size, "deleted": true}),
-        took_over: held.took_over.clone(),
-    })
+    Ok(json!({"path": parent.resolved, "bytes": size, "deleted": true}))
 }
 
 /// Refuses to change the file when time is up or the lock was taken over as stale.
@@ -178,13 +228,21 @@ fn commit_check(cx: Context<'_>, parent: &Parent, held: &Held) -> Result<(), Fil
     }
 }
 
+/// Who a replaced file belongs to and its permission bits.
+struct Owner {
+    mode: u32,
+    /// The old file's owner and group, kept where the sidecar may (as root); `None` for a new
+    /// file.
+    ids: Option<(u32, u32)>,
+}
+
 /// Replaces the parent's entry with `bytes` atomically: temporary file, fsync, rename,
 /// directory fsync. The temporary file is removed on any failure.
 fn replace(
     cx: Context<'_>,
     parent: &Parent,
     bytes: &[u8],
-    mode: u32,
+    owner: Owner,
     held: &Held,
 ) -> Result<(), FileError> {
     let stem = parent
@@ -199,7 +257,7 @@ fn replace(
         Mode::from_raw_mode(0o600),
     )
     .map_err(|e| FileError::io(&parent.resolved, e))?;
-    let written = fill(fd, bytes, mode)
+    let written = fill(fd, bytes, &owner)
         .map_err(|e| FileError::io(&parent.resolved, e))
         .and_then(|()| commit_check(cx, parent, held))
         .and_then(|()| {
@@ -214,8 +272,17 @@ fn replace(
     Ok(())
 }
 
-fn fill(fd: OwnedFd, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
+fn fill(fd: OwnedFd, bytes: &[u8], owner: &Owner) -> std::io::Result<()> {
+    if let Some((uid, gid)) = owner.ids {
+        // Only root may give a file away; otherwise the new file is the sidecar user's, as
+        // any file it writes. Best effort: failing here changes no permission.
+        let _ = rustix::fs::fchown(
+            &fd,
+            Some(rustix::fs::Uid::from_raw(uid)),
+            Some(rustix::fs::Gid::from_raw(gid)),
+        );
+    }
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(owner.mode & 0o777))?;
     let mut file = std::fs::File::from(fd);
     file.write_all(bytes)?;
     file.sync_all()

@@ -40,6 +40,11 @@ pub(crate) async fn rig_with(snap: Snapshot, lock_timeout_ms: u64, stale_lock_ms
         lock_dir: Some(locks.path().to_path_buf()),
         lock_timeout_ms,
         stale_lock_ms,
+        // As a config below the root would: the sidecar's own files.
+        protected: vec![
+            root.path().join("toolgate-data"),
+            root.path().join("policies"),
+        ],
         ..ExecSettings::default()
     };
     let runner = Runner::start(settings, env!("CARGO_BIN_EXE_toolgate").into())
@@ -226,7 +231,8 @@ async fn reads_lists_searches_and_counts() {
         json!({"path": "src", "recursive": true, "max_depth": 1}),
     )
     .await;
-    assert_eq!(v["data"]["entries"].as_array().unwrap().len(), 2, "{v}");
+    // One level down: src/deep's entries, not deeper.
+    assert_eq!(v["data"]["entries"].as_array().unwrap().len(), 3, "{v}");
     let (_, v) = exec(
         &r.app,
         DEV,
