@@ -44,25 +44,38 @@ pub(super) struct DeleteArgs {
 enum Existing {
     Missing,
     File {
-        /// Permission bits (no setuid, setgid or sticky bit is ever carried over).
-        mode: u32,
-        uid: u32,
-        gid: u32,
+        /// Whose it is, kept when it is replaced.
+        owner: Owner,
         size: u64,
     },
+}
+
+/// Who a file belongs to and its permission bits.
+struct Owner {
+    /// Permission bits only: no setuid, setgid or sticky bit is ever carried over.
+    mode: u32,
+    /// The old file's owner and group, kept where the sidecar may (as root); `None` for a new
+    /// file.
+    ids: Option<(u32, u32)>,
+}
+
+impl Owner {
+    /// A file the sidecar creates.
+    const NEW: Owner = Owner {
+        mode: 0o644,
+        ids: None,
+    };
 }
 
 /// The parent directory of `raw` (writable root only) and what its entry is now: a regular
 /// file with one name, or nothing. A link, a hard-linked file, a directory or another kind is
 /// refused, and so is a path that reaches its file through a linked directory: policies
-/// decided on the path as asked, so the path written must be that path.
-fn target(cx: Context<'_>, raw: &str) -> Result<(Parent, Existing), FileError> {
+/// decided on the path as asked (`asked`, normalized), so the path written must be that path.
+fn target(cx: Context<'_>, raw: &str, asked: &str) -> Result<(Parent, Existing), FileError> {
     let parent = cx
         .jail
         .parent_for_write(raw)
         .map_err(|e| FileError::jail(raw, e))?;
-    let asked =
-        crate::tools::normalize_path(raw).map_err(|e| FileError::jail(raw, JailError::from(e)))?;
     if parent.resolved != asked {
         return Err(FileError::PathDenied {
             path: raw.to_owned(),
@@ -77,9 +90,10 @@ fn target(cx: Context<'_>, raw: &str) -> Result<(Parent, Existing), FileError> {
             rustix::fs::FileType::RegularFile => {
                 crate::jail::regular_single(&st).map_err(|e| FileError::jail(raw, e))?;
                 Existing::File {
-                    mode: st.st_mode & 0o777,
-                    uid: st.st_uid,
-                    gid: st.st_gid,
+                    owner: Owner {
+                        mode: st.st_mode & 0o777,
+                        ids: Some((st.st_uid, st.st_gid)),
+                    },
                     size: u64::try_from(st.st_size).unwrap_or(0),
                 }
             }
@@ -95,23 +109,25 @@ fn target(cx: Context<'_>, raw: &str) -> Result<(Parent, Existing), FileError> {
     Ok((parent, existing))
 }
 
-/// Takes the file's lock, then looks at the file again under it (another call may have made,
-/// changed or removed it meanwhile). Any stale lock taken over is reported through `took`.
+/// Takes the file's lock, then looks at the file under it. The lock is keyed on the path as
+/// asked, normalized: [`target`] refuses any other path, so that is the file written. Any
+/// stale lock taken over is reported through `took`.
 fn locked(
     cx: Context<'_>,
     raw: &str,
     took: &mut Option<TakeOver>,
 ) -> Result<(Held, Parent, Existing), FileError> {
-    let (first, _) = target(cx, raw)?;
+    let asked =
+        crate::tools::normalize_path(raw).map_err(|e| FileError::jail(raw, JailError::from(e)))?;
     let held = cx
         .locks
-        .acquire(&first.resolved)
+        .acquire(&asked)
         .map_err(|e| FileError::ResourceBusy {
-            path: first.resolved.clone(),
+            path: asked.clone(),
             why: e.to_string(),
         })?;
     took.clone_from(&held.took_over);
-    let (parent, existing) = target(cx, raw)?;
+    let (parent, existing) = target(cx, raw, &asked)?;
     Ok((held, parent, existing))
 }
 
@@ -122,20 +138,8 @@ pub(super) fn write_file(
 ) -> Result<Value, FileError> {
     let (held, parent, existing) = locked(cx, &a.path, took)?;
     let (created, owner) = match existing {
-        Existing::Missing => (
-            true,
-            Owner {
-                mode: 0o644,
-                ids: None,
-            },
-        ),
-        Existing::File { mode, uid, gid, .. } => (
-            false,
-            Owner {
-                mode,
-                ids: Some((uid, gid)),
-            },
-        ),
+        Existing::Missing => (true, Owner::NEW),
+        Existing::File { owner, .. } => (false, owner),
     };
     replace(cx, &parent, a.content.as_bytes(), owner, &held)?;
     Ok(json!({"path": parent.resolved, "bytes": a.content.len(), "created": created}))
@@ -153,7 +157,7 @@ pub(super) fn edit_file(
         }));
     }
     let (held, parent, existing) = locked(cx, &a.path, took)?;
-    let Existing::File { mode, uid, gid, .. } = existing else {
+    let Existing::File { owner, .. } = existing else {
         return Err(FileError::FileNotFound(parent.resolved));
     };
     let fd = rustix::fs::openat(
@@ -179,10 +183,6 @@ pub(super) fn edit_file(
         })?;
     let changed = after != before;
     if changed {
-        let owner = Owner {
-            mode,
-            ids: Some((uid, gid)),
-        };
         replace(cx, &parent, after.as_bytes(), owner, &held)?;
     }
     Ok(json!({
@@ -226,14 +226,6 @@ fn commit_check(cx: Context<'_>, parent: &Parent, held: &Held) -> Result<(), Fil
             why: "this call's lock was taken over as stale before it could write".to_owned(),
         })
     }
-}
-
-/// Who a replaced file belongs to and its permission bits.
-struct Owner {
-    mode: u32,
-    /// The old file's owner and group, kept where the sidecar may (as root); `None` for a new
-    /// file.
-    ids: Option<(u32, u32)>,
 }
 
 /// Replaces the parent's entry with `bytes` atomically: temporary file, fsync, rename,
@@ -282,7 +274,7 @@ fn fill(fd: OwnedFd, bytes: &[u8], owner: &Owner) -> std::io::Result<()> {
             Some(rustix::fs::Gid::from_raw(gid)),
         );
     }
-    rustix::fs::fchmod(&fd, Mode::from_raw_mode(owner.mode & 0o777))?;
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(owner.mode))?;
     let mut file = std::fs::File::from(fd);
     file.write_all(bytes)?;
     file.sync_all()
