@@ -109,15 +109,10 @@ pub enum FileError {
         /// The limit that applied.
         limit: u64,
     },
-    /// An edit matched a different number of times than its `count`.
+    /// An edit list refused by the edit engine: a count mismatch, overlapping edits, or an
+    /// edit that cannot run as written (its code says which).
     #[error("{0}; nothing was changed")]
-    MatchCountMismatch(edit::EditError),
-    /// Two edits target overlapping text.
-    #[error("{0}; nothing was changed")]
-    OverlappingEdits(edit::EditError),
-    /// An edit that cannot run as written.
-    #[error("{0}; nothing was changed")]
-    InvalidEdit(edit::EditError),
+    Edit(edit::EditError),
     /// A pattern refused.
     #[error("{0}")]
     InvalidPattern(pattern::PatternError),
@@ -155,9 +150,11 @@ impl FileError {
             FileError::NotADirectory(_) => "NotADirectory",
             FileError::NotText { .. } => "NotText",
             FileError::TooLarge { .. } => "TooLarge",
-            FileError::MatchCountMismatch(_) => "MatchCountMismatch",
-            FileError::OverlappingEdits(_) => "OverlappingEdits",
-            FileError::InvalidEdit(_) => "InvalidEdit",
+            FileError::Edit(edit::EditError::MatchCountMismatch(_)) => "MatchCountMismatch",
+            FileError::Edit(edit::EditError::Overlapping { .. }) => "OverlappingEdits",
+            FileError::Edit(edit::EditError::OutOfTime) => "Timeout",
+            FileError::Edit(edit::EditError::TooLarge(_)) => "TooLarge",
+            FileError::Edit(edit::EditError::Invalid { .. }) => "InvalidEdit",
             FileError::InvalidPattern(_) => "InvalidPattern",
             FileError::ResourceBusy { .. } => "ResourceBusy",
             FileError::Timeout(_) => "Timeout",
@@ -175,9 +172,11 @@ impl FileError {
             FileError::NotADirectory(_) => "name a directory, or read the file with read_file".to_owned(),
             FileError::NotText { .. } => "only UTF-8 text files can be read or edited; binary files are not served".to_owned(),
             FileError::TooLarge { limit, .. } => format!("read less: raise `max_bytes` (up to the tool's maximum), or find the part you need with search_files (limit here: {limit} bytes)"),
-            FileError::MatchCountMismatch(_) => "make `spec` match exactly the intended text (include a neighbouring line), or set `count` to the number found; count_matches checks before editing".to_owned(),
-            FileError::OverlappingEdits(_) => "merge the overlapping edits into one, or target disjoint text".to_owned(),
-            FileError::InvalidEdit(_) => "fix the named edit: a non-empty `spec`, `content` for replace/append_after/prepend_before, none for delete, `count` of at least 1".to_owned(),
+            FileError::Edit(edit::EditError::MatchCountMismatch(_)) => "make `spec` match exactly the intended text (include a neighbouring line), or set `count` to the number found; count_matches checks before editing".to_owned(),
+            FileError::Edit(edit::EditError::Overlapping { .. }) => "merge the overlapping edits into one, or target disjoint text".to_owned(),
+            FileError::Edit(edit::EditError::OutOfTime) => "ask for less: fewer edits, or exact specs instead of broad patterns".to_owned(),
+            FileError::Edit(edit::EditError::TooLarge(_)) => "split the change into several calls, or write the file whole with write_file".to_owned(),
+            FileError::Edit(edit::EditError::Invalid { .. }) => "fix the named edit: a non-empty `spec`, `content` for replace/append_after/prepend_before, none for delete, `count` of at least 1".to_owned(),
             FileError::InvalidPattern(_) => "fix the pattern (Rust regex syntax, no look-around or back-references), or set `literal` to search for the text as written".to_owned(),
             FileError::ResourceBusy { .. } => "another call is changing this file: retry in a moment, and read it again before editing".to_owned(),
             FileError::Timeout(_) => "ask for less: a narrower `path`, `recursive: false`, or a more specific pattern".to_owned(),

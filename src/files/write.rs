@@ -151,7 +151,7 @@ pub(super) fn edit_file(
     took: &mut Option<TakeOver>,
 ) -> Result<Value, FileError> {
     if a.edits.is_empty() || a.edits.len() > MAX_EDITS {
-        return Err(FileError::InvalidEdit(EditError::Invalid {
+        return Err(FileError::Edit(EditError::Invalid {
             index: 0,
             message: format!("send 1 to {MAX_EDITS} edits"),
         }));
@@ -170,17 +170,7 @@ pub(super) fn edit_file(
     let before = read_text(&parent.resolved, std::fs::File::from(fd), EDIT_MAX)?;
     let limit = usize::try_from(EDIT_MAX).unwrap_or(usize::MAX);
     let (after, applied) = super::edit::apply(&before, &a.edits, limit, &|| cx.deadline.in_time())
-        .map_err(|e| match e {
-            EditError::MatchCountMismatch(_) => FileError::MatchCountMismatch(e),
-            EditError::Overlapping { .. } => FileError::OverlappingEdits(e),
-            EditError::Invalid { .. } => FileError::InvalidEdit(e),
-            EditError::OutOfTime => FileError::Timeout(cx.deadline.budget_ms),
-            EditError::TooLarge(size) => FileError::TooLarge {
-                path: parent.resolved.clone(),
-                size: u64::try_from(size).unwrap_or(u64::MAX),
-                limit: EDIT_MAX,
-            },
-        })?;
+        .map_err(FileError::Edit)?;
     let changed = after != before;
     if changed {
         replace(cx, &parent, after.as_bytes(), owner, &held)?;
