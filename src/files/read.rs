@@ -112,15 +112,14 @@ enum Flow {
 }
 
 /// Walks the directory `dir` (at `path`), names sorted, depth-first, down to `max_depth`
-/// levels below it when `recursive`. Deny-listed names are skipped; links are visited as
-/// links and never followed.
+/// levels below it (0: its own entries only). Deny-listed names are skipped; links are
+/// visited as links and never followed.
 fn walk(
     cx: Context<'_>,
     dir: &OwnedFd,
     path: &str,
     depth: usize,
     max_depth: usize,
-    recursive: bool,
     visit: &mut dyn FnMut(&Entry<'_>) -> Result<Flow, FileError>,
 ) -> Result<Flow, FileError> {
     let mut names: Vec<(String, Kind)> = Vec::new();
@@ -165,21 +164,12 @@ fn walk(
         if visit(&entry)? == Flow::Stop {
             return Ok(Flow::Stop);
         }
-        if *kind == Kind::Dir && recursive && depth < max_depth {
+        if *kind == Kind::Dir && depth < max_depth {
             // A mount point or a name swapped for a link meanwhile is not entered.
             let Ok(sub) = cx.jail.child(dir, name, true) else {
                 continue;
             };
-            if walk(
-                cx,
-                &sub,
-                &entry.path,
-                depth + 1,
-                max_depth,
-                recursive,
-                visit,
-            )? == Flow::Stop
-            {
+            if walk(cx, &sub, &entry.path, depth + 1, max_depth, visit)? == Flow::Stop {
                 return Ok(Flow::Stop);
             }
         }
@@ -211,37 +201,33 @@ fn stat_kind(dir: &OwnedFd, name: &str) -> Kind {
 pub(super) fn list_files(cx: Context<'_>, a: ListArgs) -> Result<Value, FileError> {
     let path = a.path.as_deref().unwrap_or(".");
     let max_entries = a.max_entries.unwrap_or(1000).clamp(1, 10_000);
-    let max_depth = a.max_depth.unwrap_or(8).clamp(1, 32);
+    let max_depth = if a.recursive {
+        a.max_depth.unwrap_or(8).clamp(1, 32)
+    } else {
+        0
+    };
     let opened = cx
         .jail
         .open_dir(path)
         .map_err(|e| FileError::jail(path, e))?;
     let mut entries = Vec::new();
     let mut truncated = false;
-    walk(
-        cx,
-        &opened.dir,
-        &opened.resolved,
-        0,
-        max_depth,
-        a.recursive,
-        &mut |e| {
-            if entries.len() >= max_entries {
-                truncated = true;
-                return Ok(Flow::Stop);
-            }
-            let size = (e.kind == Kind::File)
-                .then(|| rustix::fs::statat(e.dir, e.name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW))
-                .and_then(Result::ok)
-                .map(|st| st.st_size);
-            let mut item = json!({"path": e.path, "type": e.kind.as_str()});
-            if let (Some(size), Some(obj)) = (size, item.as_object_mut()) {
-                obj.insert("size".to_owned(), json!(size));
-            }
-            entries.push(item);
-            Ok(Flow::Go)
-        },
-    )?;
+    walk(cx, &opened.dir, &opened.resolved, 0, max_depth, &mut |e| {
+        if entries.len() >= max_entries {
+            truncated = true;
+            return Ok(Flow::Stop);
+        }
+        let size = (e.kind == Kind::File)
+            .then(|| rustix::fs::statat(e.dir, e.name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW))
+            .and_then(Result::ok)
+            .map(|st| st.st_size);
+        let mut item = json!({"path": e.path, "type": e.kind.as_str()});
+        if let (Some(size), Some(obj)) = (size, item.as_object_mut()) {
+            obj.insert("size".to_owned(), json!(size));
+        }
+        entries.push(item);
+        Ok(Flow::Go)
+    })?;
     Ok(json!({
         "path": opened.resolved,
         "entries": entries,
@@ -273,8 +259,7 @@ fn each_text(
                 &opened.dir,
                 &opened.resolved,
                 0,
-                32,
-                recursive,
+                if recursive { 32 } else { 0 },
                 &mut |e| {
                     if e.kind != Kind::File {
                         return Ok(Flow::Go);
