@@ -242,9 +242,9 @@ impl Runner {
         } else {
             None
         };
-        let settings_max = settings.max_concurrent.max(1);
+        let max_concurrent = settings.max_concurrent.max(1);
         let mut runner = Runner {
-            slots: Arc::new(tokio::sync::Semaphore::new(settings.max_concurrent.max(1))),
+            slots: Arc::new(tokio::sync::Semaphore::new(max_concurrent)),
             protections: Protections {
                 root: jail.root().display().to_string(),
                 landlock: String::new(),
@@ -261,7 +261,9 @@ impl Runner {
             cgroups,
             seq: AtomicU64::new(0),
             locks,
-            file_slots: Arc::new(tokio::sync::Semaphore::new(settings_max.saturating_mul(4))),
+            file_slots: Arc::new(tokio::sync::Semaphore::new(
+                max_concurrent.saturating_mul(4),
+            )),
         };
         runner.protections = runner.probe().await;
         Ok(runner)

@@ -318,7 +318,7 @@ fn read_text(path: &str, file: std::fs::File, limit: u64) -> Result<String, File
 
 /// `bytes` as text, or [`FileError::NotText`]: a NUL byte marks a binary file.
 fn text(path: &str, bytes: Vec<u8>) -> Result<String, FileError> {
-    if let Some(at) = memchr_nul(&bytes) {
+    if let Some(at) = bytes.iter().position(|&b| b == 0) {
         return Err(FileError::NotText {
             path: path.to_owned(),
             why: format!("a NUL byte at offset {at}: a binary file"),
@@ -328,8 +328,4 @@ fn text(path: &str, bytes: Vec<u8>) -> Result<String, FileError> {
         path: path.to_owned(),
         why: format!("invalid UTF-8 at offset {}", e.utf8_error().valid_up_to()),
     })
-}
-
-fn memchr_nul(bytes: &[u8]) -> Option<usize> {
-    bytes.iter().position(|&b| b == 0)
 }
