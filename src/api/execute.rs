@@ -386,30 +386,11 @@ async fn run_builtin(
             };
         }
     };
-    let Some(gates) = state.gates.clone() else {
-        return Err(ApiError::GatesUnavailable);
-    };
     let cap = usize::try_from(tool.limits.max_output_bytes).unwrap_or(usize::MAX);
     let schema_errors = tool.check_output(&data);
     let fields = tool.output_fields.clone();
-    let screened = super::gates::off_workers(move || {
-        super::results::screen(&gates, schema_errors, fields.as_ref(), cap, data)
-    })
-    .await?;
-    state.metrics.gate(
-        crate::redact::Gate::Output.as_str(),
-        screened.decision.as_str(),
-    );
-    let truncated = screened.truncated;
-    let verdict = verdict(screened);
-    let status = if verdict.failure.is_some() {
-        "error"
-    } else {
-        "success"
-    };
-    entry.decision = status.to_owned();
-    entry.reasons = verdict.failure.iter().map(|f| f.code.clone()).collect();
-    entry.reasons.extend(labels(&verdict.report.violations));
+    let (verdict, _) = screen_output(state, data, schema_errors, fields, cap, None).await?;
+    let status = outcome_on_record(&mut entry, verdict.failure.as_ref(), &verdict.report);
     entry.reasons.extend(takeover);
     entry.detail = Some(detail);
     record_or_refuse(state, entry, "execution").await?;
@@ -420,7 +401,7 @@ async fn run_builtin(
             data: verdict.data,
             error: verdict.failure,
             metadata: Metadata {
-                truncated,
+                truncated: verdict.truncated,
                 ..metadata
             },
             approval_id: None,
@@ -441,9 +422,6 @@ async fn finish(
     execution_id: String,
     entry: &mut Entry,
 ) -> Result<ExecAnswer, ApiError> {
-    let Some(gates) = state.gates.clone() else {
-        return Err(ApiError::GatesUnavailable);
-    };
     let outcome = ran.outcome.clone().unwrap_or_default();
     let mut failure = run_failure(&ran, tool.limits.timeout_ms);
     let parsed = crate::exec::parse(ex.parser, &ran.stdout);
@@ -466,20 +444,10 @@ async fn finish(
             (Value::Null, Vec::new(), None)
         }
     };
-    let stderr = tail(&ran.stderr, STDERR_ANSWERED).to_owned();
-    let (screened, stderr) = super::gates::off_workers(move || {
-        let out = super::results::screen(&gates, schema_errors, fields.as_ref(), cap, value);
-        let err = gates.screen(crate::redact::Gate::Output, &Value::String(stderr));
-        (out, err)
-    })
-    .await?;
-    state.metrics.gate(
-        crate::redact::Gate::Output.as_str(),
-        screened.decision.as_str(),
-    );
-    let screened_truncated = screened.truncated;
-    let verdict = verdict(screened);
-    failure = failure.or(verdict.failure);
+    let stderr = Some(tail(&ran.stderr, STDERR_ANSWERED).to_owned());
+    let (mut verdict, stderr) =
+        screen_output(state, value, schema_errors, fields, cap, stderr).await?;
+    failure = failure.or(verdict.failure.take());
     let metadata = Metadata {
         decision_id: decision_id.clone(),
         execution_id: Some(execution_id),
@@ -487,22 +455,14 @@ async fn finish(
         exit_code: outcome.exit_code,
         signal: outcome.signal,
         timed_out: outcome.timed_out,
-        truncated: ran.stdout.truncated || screened_truncated,
+        truncated: ran.stdout.truncated || verdict.truncated,
         bytes: ran.bytes,
         cpu_ms: ran.outcome.as_ref().map(|o| o.cpu_ms),
         max_rss_bytes: ran.outcome.as_ref().map(|o| o.max_rss_bytes),
         attempts: ran.attempts,
         landlock: outcome.landlock.clone(),
     };
-    let status = if failure.is_some() {
-        "error"
-    } else {
-        "success"
-    };
-    entry.decision = status.to_owned();
-    let mut reasons: Vec<String> = failure.iter().map(|f| f.code.clone()).collect();
-    reasons.extend(labels(&verdict.report.violations));
-    entry.reasons = reasons;
+    let status = outcome_on_record(entry, failure.as_ref(), &verdict.report);
     entry.detail = Some(format!(
         "decision_id={decision_id} exit_code={} signal={} timed_out={} duration_ms={} cpu_ms={} max_rss_bytes={} bytes={} truncated={} attempts={} stragglers={} landlock={}",
         opt(metadata.exit_code),
@@ -521,10 +481,6 @@ async fn finish(
             &metadata.landlock
         },
     ));
-    let stderr = match stderr.content {
-        Value::String(s) => s,
-        _ => String::new(),
-    };
     Ok(ExecAnswer {
         status,
         data: verdict.data,
@@ -543,6 +499,57 @@ struct Verdict {
     failure: Option<ExecFailure>,
     report: OutputReport,
     data: Value,
+    /// The size cap cut the output.
+    truncated: bool,
+}
+
+/// Screens a tool's output like a reported result (`outputSchema` errors found by the
+/// caller, field policy, output gate, cap) and, when given, its stderr through the output
+/// gate, off the async workers; counts the gate's verdict.
+async fn screen_output(
+    state: &AppState,
+    value: Value,
+    schema_errors: Vec<crate::tools::ArgViolation>,
+    fields: Option<crate::tools::FieldPolicy>,
+    cap: usize,
+    stderr: Option<String>,
+) -> Result<(Verdict, String), ApiError> {
+    let Some(gates) = state.gates.clone() else {
+        return Err(ApiError::GatesUnavailable);
+    };
+    let (screened, stderr) = super::gates::off_workers(move || {
+        let out = super::results::screen(&gates, schema_errors, fields.as_ref(), cap, value);
+        let err = stderr.map(|s| gates.screen(crate::redact::Gate::Output, &Value::String(s)));
+        (out, err)
+    })
+    .await?;
+    state.metrics.gate(
+        crate::redact::Gate::Output.as_str(),
+        screened.decision.as_str(),
+    );
+    let stderr = match stderr.map(|e| e.content) {
+        Some(Value::String(s)) => s,
+        _ => String::new(),
+    };
+    Ok((verdict(screened), stderr))
+}
+
+/// Sets a run's record to its status and reasons (the failure's code, then what the output
+/// gate found), and answers the status.
+fn outcome_on_record(
+    entry: &mut Entry,
+    failure: Option<&ExecFailure>,
+    report: &OutputReport,
+) -> &'static str {
+    let status = if failure.is_some() {
+        "error"
+    } else {
+        "success"
+    };
+    entry.decision = status.to_owned();
+    entry.reasons = failure.iter().map(|f| f.code.clone()).collect();
+    entry.reasons.extend(labels(&report.violations));
+    status
 }
 
 fn verdict(screened: super::results::ResultAnswer) -> Verdict {
@@ -566,6 +573,7 @@ fn verdict(screened: super::results::ResultAnswer) -> Verdict {
     };
     Verdict {
         failure,
+        truncated: screened.truncated,
         data: screened.output,
         report: OutputReport {
             decision: screened.decision,
