@@ -82,13 +82,7 @@ async fn rig(tools: &[Value]) -> Rig {
 }
 
 async fn run(app: &Router, tool: &str, args: Value) -> (StatusCode, Value) {
-    post(
-        app,
-        "/v1/execute",
-        DEV,
-        &json!({"tool": tool, "args": args}),
-    )
-    .await
+    execute(app, DEV, tool, args).await
 }
 
 /// Processes whose command line holds `marker`.
@@ -266,10 +260,6 @@ async fn option_like_values_and_bad_paths_are_refused_before_running() {
     assert_eq!(v["decision"]["stage"], "validation");
 }
 
-fn link(target: &str, at: &Path) {
-    std::os::unix::fs::symlink(target, at).unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn path_arguments_cannot_reach_outside_the_root() {
     let cat = tool(
@@ -281,32 +271,8 @@ async fn path_arguments_cannot_reach_outside_the_root() {
     let r = rig(&[cat]).await;
     let root = r.root.path();
     let out = r.outside.path();
-    std::fs::write(out.join("canary"), "CANARY-OUTSIDE").unwrap();
-    std::fs::write(root.join("ok.txt"), "fine").unwrap();
-    std::fs::write(root.join(".ENV"), "CANARY-ENV").unwrap();
-    std::fs::create_dir(root.join("sub")).unwrap();
-    link("/", &root.join("to_root"));
-    link("..", &root.join("sub/up"));
-    link(out.join("canary").to_str().unwrap(), &root.join("abs"));
-    link("sub/up/../x", &root.join("chain1"));
-    link("chain1", &root.join("chain2"));
-    link(out.join("nope").to_str().unwrap(), &root.join("dangling"));
-    link(".ENV", &root.join("env_link"));
+    let attempts = hostile_tree(root, out);
     std::fs::write(root.join("%2e%2e"), "literal name").unwrap();
-    let canary_rel = format!("../{}/canary", out.file_name().unwrap().to_str().unwrap());
-    let attempts = [
-        "to_root/etc/passwd".to_owned(),
-        "sub/up/../../etc/passwd".to_owned(),
-        "abs".to_owned(),
-        "chain2".to_owned(),
-        "dangling".to_owned(),
-        ".ENV".to_owned(),
-        ".env".to_owned(),
-        "env_link".to_owned(),
-        canary_rel,
-        out.join("canary").display().to_string(),
-        "/proc/self/root/etc/passwd".to_owned(),
-    ];
     for a in &attempts {
         let (s, v) = run(&r.app, "show", json!({"path": a})).await;
         let text = v.to_string();

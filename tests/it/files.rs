@@ -65,21 +65,6 @@ async fn rig() -> Rig {
     rig_with(shipped_snapshot(), 2000, 30_000).await
 }
 
-pub(crate) async fn exec(
-    app: &Router,
-    token: &str,
-    tool: &str,
-    args: Value,
-) -> (StatusCode, Value) {
-    post(
-        app,
-        "/v1/execute",
-        token,
-        &json!({"tool": tool, "args": args}),
-    )
-    .await
-}
-
 /// Sends the call; if it is pending, `approver` approves it and the call is sent again.
 async fn approved(
     app: &Router,
@@ -88,7 +73,7 @@ async fn approved(
     tool: &str,
     args: Value,
 ) -> (StatusCode, Value) {
-    let (s, v) = exec(app, token, tool, args.clone()).await;
+    let (s, v) = execute(app, token, tool, args.clone()).await;
     if s != StatusCode::ACCEPTED {
         return (s, v);
     }
@@ -138,7 +123,7 @@ async fn reads_lists_searches_and_counts() {
     std::fs::write(r.path("leak.txt"), format!("key = {AWS}\n")).unwrap();
     std::os::unix::fs::symlink("src/main.rs", r.path("main_link")).unwrap();
 
-    let (s, v) = exec(&r.app, DEV, "read_file", json!({"path": "src/main.rs"})).await;
+    let (s, v) = execute(&r.app, DEV, "read_file", json!({"path": "src/main.rs"})).await;
     assert_eq!(
         (s, v["status"].as_str()),
         (StatusCode::OK, Some("success")),
@@ -153,7 +138,7 @@ async fn reads_lists_searches_and_counts() {
         (Some(3), Some(34))
     );
     // Through a link inside the root: the resolved path is answered.
-    let (_, v) = exec(&r.app, DEV, "read_file", json!({"path": "main_link"})).await;
+    let (_, v) = execute(&r.app, DEV, "read_file", json!({"path": "main_link"})).await;
     assert_eq!(v["data"]["path"], "src/main.rs", "{v}");
     let cases = [
         (json!({"path": "blob.bin"}), "NotText", "binary"),
@@ -168,13 +153,13 @@ async fn reads_lists_searches_and_counts() {
         (json!({"path": "src"}), "NotAFile", "list_files"),
     ];
     for (args, want, hint) in cases {
-        let (s, v) = exec(&r.app, DEV, "read_file", args.clone()).await;
+        let (s, v) = execute(&r.app, DEV, "read_file", args.clone()).await;
         assert_eq!((s, code(&v)), (StatusCode::OK, want), "{args}: {v}");
         assert_eq!(v["status"], "error");
         let text = format!("{} {}", v["error"]["message"], v["error"]["suggestion"]);
         assert!(text.contains(hint), "{args}: {v}");
     }
-    let (_, v) = exec(
+    let (_, v) = execute(
         &r.app,
         DEV,
         "read_file",
@@ -183,12 +168,12 @@ async fn reads_lists_searches_and_counts() {
     .await;
     assert_eq!(v["data"]["bytes"], 200_000);
     // The output gate screens what is read.
-    let (_, v) = exec(&r.app, DEV, "read_file", json!({"path": "leak.txt"})).await;
+    let (_, v) = execute(&r.app, DEV, "read_file", json!({"path": "leak.txt"})).await;
     assert!(!v.to_string().contains(AWS), "{v}");
     assert_ne!(v["output"]["found"], 0, "{v}");
 
     // Listing: deny-listed names are not shown, links are shown as links.
-    let (_, v) = exec(&r.app, DEV, "list_files", json!({"path": "."})).await;
+    let (_, v) = execute(&r.app, DEV, "list_files", json!({"path": "."})).await;
     let names: Vec<&str> = v["data"]["entries"]
         .as_array()
         .unwrap()
@@ -209,7 +194,7 @@ async fn reads_lists_searches_and_counts() {
     );
     assert_eq!(v["data"]["entries"][4]["type"], "symlink");
     assert_eq!(v["data"]["entries"][0]["size"], 200_000);
-    let (_, v) = exec(
+    let (_, v) = execute(
         &r.app,
         DEV,
         "list_files",
@@ -224,7 +209,7 @@ async fn reads_lists_searches_and_counts() {
             {"path": "src/main.rs", "type": "file", "size": 34},
         ])
     );
-    let (_, v) = exec(
+    let (_, v) = execute(
         &r.app,
         DEV,
         "list_files",
@@ -233,7 +218,7 @@ async fn reads_lists_searches_and_counts() {
     .await;
     // One level down: src/deep's entries, not deeper.
     assert_eq!(v["data"]["entries"].as_array().unwrap().len(), 3, "{v}");
-    let (_, v) = exec(
+    let (_, v) = execute(
         &r.app,
         DEV,
         "list_files",
@@ -247,11 +232,11 @@ async fn reads_lists_searches_and_counts() {
         ),
         (2, &json!(true))
     );
-    let (_, v) = exec(&r.app, DEV, "list_files", json!({"path": "src/main.rs"})).await;
+    let (_, v) = execute(&r.app, DEV, "list_files", json!({"path": "src/main.rs"})).await;
     assert_eq!(code(&v), "NotADirectory", "{v}");
 
     // Search: line numbers and snippets; deny-listed and binary files are never searched.
-    let (_, v) = exec(&r.app, DEV, "search_files", json!({"regex": r"fn \w+\("})).await;
+    let (_, v) = execute(&r.app, DEV, "search_files", json!({"regex": r"fn \w+\("})).await;
     assert_eq!(
         v["data"]["matches"],
         json!([
@@ -264,7 +249,7 @@ async fn reads_lists_searches_and_counts() {
     assert_eq!(v["data"]["truncated"], false);
     // blob.bin and latin1.txt are not text; .env and .git are not even looked at.
     assert_eq!(v["data"]["files_skipped"], 2, "{v}");
-    let (_, v) = exec(
+    let (_, v) = execute(
         &r.app,
         DEV,
         "search_files",
@@ -278,7 +263,7 @@ async fn reads_lists_searches_and_counts() {
         ),
         (Some("max_matches"), Some(true))
     );
-    let (_, v) = exec(
+    let (_, v) = execute(
         &r.app,
         DEV,
         "search_files",
@@ -286,7 +271,7 @@ async fn reads_lists_searches_and_counts() {
     )
     .await;
     assert_eq!(code(&v), "InvalidPattern", "{v}");
-    let (_, v) = exec(
+    let (_, v) = execute(
         &r.app,
         DEV,
         "search_files",
@@ -296,7 +281,7 @@ async fn reads_lists_searches_and_counts() {
     assert_eq!(v["data"]["matches"][0]["line"], 1, "{v}");
 
     // Counts, as edit_file counts.
-    let (_, v) = exec(
+    let (_, v) = execute(
         &r.app,
         DEV,
         "count_matches",
@@ -308,7 +293,7 @@ async fn reads_lists_searches_and_counts() {
         v["data"]["files"],
         json!([{"path": "src/deep/lib.rs", "count": 2}])
     );
-    let (_, v) = exec(
+    let (_, v) = execute(
         &r.app,
         DEV,
         "count_matches",
@@ -317,7 +302,7 @@ async fn reads_lists_searches_and_counts() {
     .await;
     assert_eq!(v["data"]["total"], 0, "{v}");
     // A pattern that hangs a backtracking engine is linear here.
-    let (_, v) = exec(
+    let (_, v) = execute(
         &r.app,
         DEV,
         "count_matches",
@@ -337,7 +322,7 @@ async fn writes_need_approval_are_atomic_and_never_carry_a_secret() {
     std::fs::create_dir(r.path("docs")).unwrap();
     // High risk: pending until a human approves this exact call.
     let args = json!({"path": "docs/notes.md", "content": "# Notes\n"});
-    let (s, v) = exec(&r.app, DEV, "write_file", args.clone()).await;
+    let (s, v) = execute(&r.app, DEV, "write_file", args.clone()).await;
     assert_eq!(s, StatusCode::ACCEPTED, "{v}");
     assert!(!r.path("docs/notes.md").exists());
     let (s, v) = approved(&r.app, DEV, BOB, "write_file", args).await;
@@ -371,7 +356,7 @@ async fn writes_need_approval_are_atomic_and_never_carry_a_secret() {
     assert_eq!(mode & 0o777, 0o600);
     assert_eq!(std::fs::read_dir(r.path("docs")).unwrap().count(), 1);
     // A secret in the content is denied at the gate: nothing is asked, nothing written.
-    let (s, v) = exec(
+    let (s, v) = execute(
         &r.app,
         DEV,
         "write_file",
@@ -408,7 +393,7 @@ async fn edits_apply_all_or_nothing_with_codes_an_agent_can_act_on() {
     let original = "alpha\nbeta\nbeta\ngamma\nomega\n";
     std::fs::write(r.path("f.txt"), original).unwrap();
     let edit = |edits: Value| json!({"path": "f.txt", "edits": edits});
-    let (s, v) = exec(&r.app, DEV, "edit_file", edit(json!([
+    let (s, v) = execute(&r.app, DEV, "edit_file", edit(json!([
         {"operation": "replace", "spec": "alpha", "content": "ALPHA"},
         {"operation": "delete", "spec": "beta\n", "count": 2},
         {"operation": "append_after", "spec": "gamma\n", "content": "delta\n"},
@@ -453,7 +438,7 @@ async fn edits_apply_all_or_nothing_with_codes_an_agent_can_act_on() {
         ),
     ];
     for (edits, want, hint) in refusals {
-        let (s, v) = exec(&r.app, DEV, "edit_file", edit(edits.clone())).await;
+        let (s, v) = execute(&r.app, DEV, "edit_file", edit(edits.clone())).await;
         assert_eq!((s, code(&v)), (StatusCode::OK, want), "{edits}: {v}");
         assert!(
             v["error"]["message"].as_str().unwrap().contains(hint),
@@ -462,7 +447,7 @@ async fn edits_apply_all_or_nothing_with_codes_an_agent_can_act_on() {
         assert!(!v["error"]["suggestion"].as_str().unwrap().is_empty());
         assert_eq!(r.read("f.txt"), original, "{edits} changed the file");
     }
-    let (_, v) = exec(
+    let (_, v) = execute(
         &r.app,
         DEV,
         "edit_file",
@@ -472,7 +457,7 @@ async fn edits_apply_all_or_nothing_with_codes_an_agent_can_act_on() {
     assert_eq!(code(&v), "FileNotFound", "{v}");
     // Edits to build and CI files wait for a human.
     std::fs::write(r.path("Cargo.toml"), "[package]\n").unwrap();
-    let (s, v) = exec(&r.app, DEV, "edit_file", json!({"path": "Cargo.toml", "edits": [{"operation": "append_after", "spec": "[package]\n", "content": "x = 1\n"}]})).await;
+    let (s, v) = execute(&r.app, DEV, "edit_file", json!({"path": "Cargo.toml", "edits": [{"operation": "append_after", "spec": "[package]\n", "content": "x = 1\n"}]})).await;
     assert_eq!(s, StatusCode::ACCEPTED, "{v}");
     assert_eq!(r.read("Cargo.toml"), "[package]\n");
     // The audit record names the outcome code.
@@ -490,9 +475,9 @@ async fn deletions_are_critical_and_only_of_files() {
     std::fs::write(r.path("old.log"), "bye").unwrap();
     std::fs::create_dir(r.path("dir")).unwrap();
     // Developers may not delete at all; SREs need a director's approval.
-    let (s, v) = exec(&r.app, DEV, "delete_file", json!({"path": "old.log"})).await;
+    let (s, v) = execute(&r.app, DEV, "delete_file", json!({"path": "old.log"})).await;
     assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
-    let (s, v) = exec(&r.app, SRE, "delete_file", json!({"path": "old.log"})).await;
+    let (s, v) = execute(&r.app, SRE, "delete_file", json!({"path": "old.log"})).await;
     assert_eq!(s, StatusCode::ACCEPTED, "{v}");
     let id = v["approval_id"].as_str().unwrap();
     let (s, _) = send(
@@ -554,7 +539,7 @@ async fn a_held_lock_is_busy_and_a_stale_one_is_taken_over_on_the_record() {
     std::fs::write(&lock, "othertoken pid=4242 at_ms=1\n").unwrap();
     let args =
         json!({"path": "f.txt", "edits": [{"operation": "replace", "spec": "a", "content": "b"}]});
-    let (_, v) = exec(&r.app, DEV, "edit_file", args.clone()).await;
+    let (_, v) = execute(&r.app, DEV, "edit_file", args.clone()).await;
     assert_eq!(code(&v), "ResourceBusy", "{v}");
     assert!(
         v["error"]["message"].as_str().unwrap().contains("waited"),
@@ -569,7 +554,7 @@ async fn a_held_lock_is_busy_and_a_stale_one_is_taken_over_on_the_record() {
         .unwrap()
         .set_modified(old)
         .unwrap();
-    let (_, v) = exec(&r.app, DEV, "edit_file", args).await;
+    let (_, v) = execute(&r.app, DEV, "edit_file", args).await;
     assert_eq!(v["status"], "success", "{v}");
     assert_eq!(r.read("f.txt"), "b\n");
     assert!(!lock.exists(), "the lock is released");
@@ -614,7 +599,7 @@ async fn parallel_edits_lose_no_update_and_never_tear_the_file() {
             let args = json!({"path": "list.txt", "edits": [
                 {"operation": "prepend_before", "spec": "END\n", "content": format!("item {i}\n")}
             ]});
-            exec(&app, DEV, "edit_file", args).await
+            execute(&app, DEV, "edit_file", args).await
         })
     });
     for call in calls.collect::<Vec<_>>() {
@@ -710,7 +695,7 @@ fn edit_lists_match_the_model_and_aborted_ones_change_nothing() {
                     .push(json!({"operation": "replace", "spec": first, "content": "x"})),
                 _ => {}
             }
-            let (s, v) = rt.block_on(exec(
+            let (s, v) = rt.block_on(execute(
                 &r.app,
                 DEV,
                 "edit_file",

@@ -3,17 +3,11 @@
 //! innocently named link to a key, deny-listed names in any case. Nothing outside the root is
 //! read, listed, searched, written or deleted, and nothing deny-listed inside is either.
 
-use std::path::Path;
-
 use serde_json::json;
 use toolgate::policy::Snapshot;
 
-use super::files::{exec, rig_with};
+use super::files::rig_with;
 use crate::helpers::*;
-
-fn link(target: &str, at: &Path) {
-    std::os::unix::fs::symlink(target, at).unwrap();
-}
 
 /// The shipped set with the writing tools at low risk, so the jail (not an approval) is what
 /// stands between each call and the file system.
@@ -34,40 +28,22 @@ async fn no_file_tool_reaches_outside_the_root() {
     let outside = tempfile::tempdir().unwrap();
     let out = outside.path();
     let root = r.root.path();
-    std::fs::write(out.join("canary"), "CANARY-OUTSIDE").unwrap();
-    std::fs::write(root.join("ok.txt"), "fine").unwrap();
-    std::fs::write(root.join(".ENV"), "CANARY-ENV").unwrap();
+    let mut attempts = hostile_tree(root, out);
+    // And for file tools: a key under an innocent name, a directory outside, an option.
     std::fs::create_dir_all(root.join(".ssh")).unwrap();
     std::fs::write(root.join(".ssh/id_rsa"), "CANARY-KEY").unwrap();
-    std::fs::create_dir(root.join("sub")).unwrap();
-    link("/", &root.join("to_root"));
-    link("..", &root.join("sub/up"));
-    link(out.join("canary").to_str().unwrap(), &root.join("abs"));
-    link("sub/up/../x", &root.join("chain1"));
-    link("chain1", &root.join("chain2"));
-    link(out.join("nope").to_str().unwrap(), &root.join("dangling"));
-    link(".ENV", &root.join("env_link"));
     link(".ssh/id_rsa", &root.join("innocent.txt"));
     link(out.to_str().unwrap(), &root.join("out_dir"));
-    let canary_rel = format!("../{}/canary", out.file_name().unwrap().to_str().unwrap());
-    let attempts = [
-        "to_root/etc/passwd".to_owned(),
-        "sub/up/../../etc/passwd".to_owned(),
-        "abs".to_owned(),
-        "chain2".to_owned(),
-        "dangling".to_owned(),
-        ".ENV".to_owned(),
-        ".env".to_owned(),
-        "env_link".to_owned(),
-        "innocent.txt".to_owned(),
-        ".ssh/id_rsa".to_owned(),
-        "out_dir/canary".to_owned(),
-        "out_dir".to_owned(),
-        canary_rel,
-        out.join("canary").display().to_string(),
-        "/proc/self/root/etc/passwd".to_owned(),
-        "-rf".to_owned(),
-    ];
+    attempts.extend(
+        [
+            "innocent.txt",
+            ".ssh/id_rsa",
+            "out_dir/canary",
+            "out_dir",
+            "-rf",
+        ]
+        .map(str::to_owned),
+    );
     let calls = |p: &str| {
         [
             ("read_file", json!({"path": p})),
@@ -84,7 +60,7 @@ async fn no_file_tool_reaches_outside_the_root() {
     };
     for a in &attempts {
         for (tool, args) in calls(a) {
-            let (s, v) = exec(&r.app, SRE, tool, args).await;
+            let (s, v) = execute(&r.app, SRE, tool, args).await;
             let text = v.to_string();
             assert!(
                 !text.contains("CANARY") && !text.contains("root:x:0:0"),
@@ -94,9 +70,9 @@ async fn no_file_tool_reaches_outside_the_root() {
         }
     }
     // Whole-tree walks never list or search what the jail refuses.
-    let (_, v) = exec(&r.app, DEV, "search_files", json!({"regex": "CANARY"})).await;
+    let (_, v) = execute(&r.app, DEV, "search_files", json!({"regex": "CANARY"})).await;
     assert_eq!(v["data"]["matches"], json!([]), "{v}");
-    let (_, v) = exec(&r.app, DEV, "list_files", json!({"recursive": true})).await;
+    let (_, v) = execute(&r.app, DEV, "list_files", json!({"recursive": true})).await;
     let listed = v["data"]["entries"].to_string();
     assert!(
         !listed.contains(".ENV") && !listed.contains(".ssh") && !listed.contains("canary"),
@@ -128,7 +104,7 @@ async fn no_file_tool_reaches_outside_the_root() {
             .is_symlink()
     );
     // And the ordinary paths still work.
-    let (_, v) = exec(&r.app, DEV, "read_file", json!({"path": "sub/../ok.txt"})).await;
+    let (_, v) = execute(&r.app, DEV, "read_file", json!({"path": "sub/../ok.txt"})).await;
     assert_eq!(v["data"]["content"], "fine", "{v}");
 }
 
@@ -182,7 +158,7 @@ async fn hard_links_linked_directories_and_the_sidecars_own_files_are_refused() 
         ("list_files", json!({"path": "toolgate-data"})),
         ("read_file", json!({"path": "toolgate-data/audit"})),
     ] {
-        let (s, v) = exec(&r.app, SRE, tool, args.clone()).await;
+        let (s, v) = execute(&r.app, SRE, tool, args.clone()).await;
         assert_eq!(
             s,
             axum::http::StatusCode::UNPROCESSABLE_ENTITY,
@@ -191,7 +167,7 @@ async fn hard_links_linked_directories_and_the_sidecars_own_files_are_refused() 
         assert_eq!(v["error"]["code"], "PathDenied", "{tool} {args}: {v}");
         assert!(!v.to_string().contains("CANARY"), "{v}");
     }
-    let (_, v) = exec(
+    let (_, v) = execute(
         &r.app,
         DEV,
         "search_files",
@@ -199,7 +175,7 @@ async fn hard_links_linked_directories_and_the_sidecars_own_files_are_refused() 
     )
     .await;
     assert_eq!(v["data"]["matches"], json!([]), "{v}");
-    let (_, v) = exec(&r.app, DEV, "list_files", json!({"recursive": true})).await;
+    let (_, v) = execute(&r.app, DEV, "list_files", json!({"recursive": true})).await;
     let listed = v["data"]["entries"].to_string();
     assert!(
         !listed.contains("policies") && !listed.contains("toolgate-data"),
@@ -228,7 +204,7 @@ async fn a_replaced_file_never_gains_a_setuid_bit_and_edits_cannot_balloon() {
         std::fs::Permissions::from_mode(0o4755),
     )
     .unwrap();
-    let (_, v) = exec(
+    let (_, v) = execute(
         &r.app,
         SRE,
         "write_file",
@@ -244,7 +220,7 @@ async fn a_replaced_file_never_gains_a_setuid_bit_and_edits_cannot_balloon() {
     // 100 one-byte matches, each replaced by 200 KB: 20 MB, over the 10 MB an edit may make.
     std::fs::write(root.join("x.txt"), "x".repeat(100)).unwrap();
     let edits = json!([{"operation": "replace", "spec": "x", "count": 100, "content": "y".repeat(200_000)}]);
-    let (_, v) = exec(
+    let (_, v) = execute(
         &r.app,
         SRE,
         "edit_file",

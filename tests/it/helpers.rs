@@ -266,3 +266,57 @@ pub fn recorded_at(audit: &toolgate::audit::Audit, stage: &str) -> Vec<toolgate:
         })
         .unwrap()
 }
+
+/// `POST /v1/execute` of `tool` with `args` as `token`: status and body.
+pub async fn execute(app: &Router, token: &str, tool: &str, args: Value) -> (StatusCode, Value) {
+    post(
+        app,
+        "/v1/execute",
+        token,
+        &serde_json::json!({"tool": tool, "args": args}),
+    )
+    .await
+}
+
+/// A symbolic link at `at` to `target`.
+pub fn link(target: &str, at: &Path) {
+    std::os::unix::fs::symlink(target, at).unwrap();
+}
+
+/// The hostile tree of the path-jail tests, in `root` with a canary in `outside`: links to
+/// `/`, to a parent, to the canary by absolute path, a chain out of the root, a dangling link
+/// out, `.ENV` and a link to it, beside an ordinary `ok.txt` ("fine"). Answers the paths an
+/// attacker tries with it; none may reach the canary, `/etc/passwd` or `.ENV`.
+pub fn hostile_tree(root: &Path, outside: &Path) -> Vec<String> {
+    std::fs::write(outside.join("canary"), "CANARY-OUTSIDE").unwrap();
+    std::fs::write(root.join("ok.txt"), "fine").unwrap();
+    std::fs::write(root.join(".ENV"), "CANARY-ENV").unwrap();
+    std::fs::create_dir(root.join("sub")).unwrap();
+    link("/", &root.join("to_root"));
+    link("..", &root.join("sub/up"));
+    link(outside.join("canary").to_str().unwrap(), &root.join("abs"));
+    link("sub/up/../x", &root.join("chain1"));
+    link("chain1", &root.join("chain2"));
+    link(
+        outside.join("nope").to_str().unwrap(),
+        &root.join("dangling"),
+    );
+    link(".ENV", &root.join("env_link"));
+    let canary_rel = format!(
+        "../{}/canary",
+        outside.file_name().unwrap().to_str().unwrap()
+    );
+    vec![
+        "to_root/etc/passwd".to_owned(),
+        "sub/up/../../etc/passwd".to_owned(),
+        "abs".to_owned(),
+        "chain2".to_owned(),
+        "dangling".to_owned(),
+        ".ENV".to_owned(),
+        ".env".to_owned(),
+        "env_link".to_owned(),
+        canary_rel,
+        outside.join("canary").display().to_string(),
+        "/proc/self/root/etc/passwd".to_owned(),
+    ]
+}
