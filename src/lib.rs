@@ -18,6 +18,7 @@
 //! - [`metrics`]: the Prometheus recorder behind `/metrics`.
 //! - [`redact`]: finds secrets, personal data and prompt-injection signals; the five gates
 //!   (on demand, on every call's arguments, on reported results, on streams).
+//! - [`review`]: policy fixtures and coverage, semantic policy diffs, explanations.
 //! - [`sched`]: scheduler hints: short slices for serving threads, nice 19 for rebuilds.
 //! - [`cli`]: the `toolgate` subcommands (`serve`, `validate`, `authorize`, `schema`, `audit`,
 //!   `approvals`).
@@ -38,6 +39,7 @@ pub mod limits;
 pub mod metrics;
 pub mod policy;
 pub mod redact;
+pub mod review;
 pub mod sched;
 pub mod storage;
 pub mod tools;

@@ -7,6 +7,7 @@ mod authorize;
 mod client;
 mod schema;
 mod serve;
+mod test;
 mod validate;
 
 use std::path::PathBuf;
@@ -48,6 +49,8 @@ enum Command {
     Audit(audit::AuditArgs),
     /// List, show, approve or deny pending calls (online, with a human's token).
     Approvals(approvals::ApprovalsArgs),
+    /// Run policy fixtures (expected outcomes of calls) and report failures and coverage.
+    Test(test::TestArgs),
 }
 
 /// Options every subcommand shares.
@@ -97,6 +100,7 @@ pub fn main() -> ExitCode {
         Command::Schema(s) => schema::run(&s),
         Command::Audit(a) => audit::run(&a),
         Command::Approvals(a) => approvals::run(&a),
+        Command::Test(t) => test::run(&t),
     };
     match result {
         Ok(code) => code,

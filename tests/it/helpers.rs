@@ -320,3 +320,36 @@ pub fn hostile_tree(root: &Path, outside: &Path) -> Vec<String> {
         "/proc/self/root/etc/passwd".to_owned(),
     ]
 }
+
+// The `toolgate` binary.
+
+pub fn toolgate() -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"));
+    c.env("NO_COLOR", "1").env_remove("TOOLGATE_CONFIG");
+    c
+}
+
+/// `toolgate ARGS…` run from the repository root (the shipped set).
+pub fn in_repo(args: &[&str]) -> std::process::Output {
+    toolgate().current_dir(repo()).args(args).output().unwrap()
+}
+
+/// Asserts the command succeeded, showing its stderr otherwise.
+pub fn assert_ok(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `toolgate SUBCOMMAND --policies … --schemas …` over a temp set.
+pub fn on(set: &TempSet, subcommand: &str) -> std::process::Command {
+    let mut c = toolgate();
+    c.arg(subcommand)
+        .arg("--policies")
+        .arg(set.policies())
+        .arg("--schemas")
+        .arg(set.dir.path().join("schemas"));
+    c
+}

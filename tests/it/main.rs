@@ -38,6 +38,7 @@ mod quarantine;
 mod regressions;
 mod reload;
 mod results;
+mod review;
 mod server;
 mod slicing;
 mod stream;

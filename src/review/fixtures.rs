@@ -1,0 +1,596 @@
+//! Policy test fixtures: JSON files of calls, each with the outcome the policies must give it,
+//! run through the server's own decision functions (`toolgate test`).
+//!
+//! Owns: the fixture format (raw serde → validated [`Case`]), running a case against a
+//! snapshot, and coverage (which policies determined no case).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::authz::{
+    self, AnomalyKind, AnomalyKinds, Call, Correlation, Outcome, Principal, PrincipalKind, Signals,
+    Stage, Usage, Verdict,
+};
+use crate::policy::Snapshot;
+
+/// A fixture file that cannot be used, with where and why.
+#[derive(Debug, thiserror::Error)]
+pub enum FixtureError {
+    /// The directory or a file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file or directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid fixture JSON.
+    #[error("{path}:{line}:{column}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// A case is well-formed JSON but contradicts itself.
+    #[error("{path}: case {index} ({name}): {message}")]
+    Case {
+        /// The file.
+        path: PathBuf,
+        /// 1-based position in the file.
+        index: usize,
+        /// The case's name.
+        name: String,
+        /// What is wrong, and what to write instead.
+        message: String,
+    },
+    /// The directory holds no fixture files.
+    #[error("{0}: no `*.json` fixture files")]
+    Empty(PathBuf),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    #[serde(default)]
+    #[allow(dead_code, reason = "documentation for readers of the file")]
+    description: Option<String>,
+    cases: Vec<RawCase>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCase {
+    name: String,
+    expect: Expect,
+    #[serde(default)]
+    policies: Option<Vec<String>>,
+    // A tool call.
+    agent: Option<String>,
+    roles: Option<Vec<String>>,
+    tool: Option<String>,
+    args: Option<Value>,
+    #[serde(default)]
+    usage: Option<RawUsage>,
+    #[serde(default)]
+    anomaly: Option<Vec<String>>,
+    #[serde(default)]
+    approved: bool,
+    // An approval: may `approver` approve `tool` for `requester`?
+    approver: Option<String>,
+    requester: Option<String>,
+    // An operator action by a human.
+    human: Option<String>,
+    action: Option<String>,
+    on: Option<bool>,
+    target: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUsage {
+    #[serde(default)]
+    tool_last_minute: u32,
+    #[serde(default)]
+    tool_last_hour: u32,
+    #[serde(default)]
+    calls_last_minute: u32,
+    #[serde(default)]
+    denials_last_minute: u32,
+}
+
+/// The outcome a case expects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Expect {
+    /// Allowed.
+    Allow,
+    /// Denied.
+    Deny,
+    /// Pending a human approval (tool calls only).
+    PendingApproval,
+}
+
+impl From<Outcome> for Expect {
+    fn from(o: Outcome) -> Self {
+        match o {
+            Outcome::Allow => Expect::Allow,
+            Outcome::Deny => Expect::Deny,
+            Outcome::PendingApproval => Expect::PendingApproval,
+        }
+    }
+}
+
+impl Expect {
+    /// The name fixtures use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Expect::Allow => "allow",
+            Expect::Deny => "deny",
+            Expect::PendingApproval => "pending_approval",
+        }
+    }
+}
+
+/// What a case asks the policies.
+#[derive(Debug, Clone)]
+pub enum Question {
+    /// An agent's tool call, decided as `POST /v1/authorize` decides it.
+    Call {
+        /// The agent (its roles from `roles`, else from the entities file).
+        principal: Principal,
+        /// The call.
+        call: Call,
+        /// `context.usage` and `context.anomaly`.
+        signals: Signals,
+        /// The call comes back with a valid approval: a pending call is then allowed.
+        approved: bool,
+    },
+    /// May `approver` approve a pending call to `tool` by `requester`?
+    Approve {
+        /// The human approving.
+        approver: Principal,
+        /// The agent whose call is pending.
+        requester: Principal,
+        /// The tool called.
+        tool: String,
+    },
+    /// May `human` turn the kill switch on or off?
+    KillSwitch {
+        /// The operator.
+        human: Principal,
+        /// On or off.
+        on: bool,
+    },
+    /// May `human` quarantine (`on`) or release `target`?
+    Quarantine {
+        /// The operator.
+        human: Principal,
+        /// Quarantine or release.
+        on: bool,
+        /// The agent.
+        target: Principal,
+    },
+}
+
+/// One validated test case.
+#[derive(Debug, Clone)]
+pub struct Case {
+    /// The file it came from.
+    pub file: PathBuf,
+    /// Its name (unique within the file).
+    pub name: String,
+    /// What it asks.
+    pub question: Question,
+    /// The outcome it expects.
+    pub expect: Expect,
+    /// The determining policies it expects, when it names them (compared as sets).
+    pub policies: Option<BTreeSet<String>>,
+}
+
+/// The answer the policies gave one case.
+#[derive(Debug, Clone, Serialize)]
+pub struct Answer {
+    /// Allow, deny or pending.
+    pub outcome: Expect,
+    /// The stage that decided (`policy`, `validation`, …).
+    pub stage: Stage,
+    /// The policies that determined it.
+    pub policies: Vec<String>,
+    /// Why, for a deny that no policy determined (validation, unknown tool, …).
+    pub errors: Vec<String>,
+}
+
+/// A case and how it fared.
+#[derive(Debug, Clone, Serialize)]
+pub struct CaseResult {
+    /// The fixture file.
+    pub file: String,
+    /// The case's name.
+    pub name: String,
+    /// The expected outcome.
+    pub expect: Expect,
+    /// The expected determining policies, when named.
+    pub expect_policies: Option<BTreeSet<String>>,
+    /// What the policies said.
+    pub got: Answer,
+    /// Whether outcome (and policies, when named) match.
+    pub passed: bool,
+}
+
+/// Every case's result and the coverage of the policy set.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The policy revision tested.
+    pub revision: String,
+    /// Per case, in file order.
+    pub results: Vec<CaseResult>,
+    /// Policies that determined no case.
+    pub uncovered: Vec<String>,
+    /// How many policies the set has.
+    pub policy_count: usize,
+}
+
+impl Report {
+    /// Number of failed cases.
+    pub fn failures(&self) -> usize {
+        self.results.iter().filter(|r| !r.passed).count()
+    }
+}
+
+/// Reads every `*.json` file in `dir` (sorted), or the one file `dir` names.
+pub fn read_dir(dir: &Path) -> Result<Vec<Case>, FixtureError> {
+    let files = if dir.is_file() {
+        vec![dir.to_path_buf()]
+    } else {
+        let read = |source| FixtureError::Read {
+            path: dir.to_path_buf(),
+            source,
+        };
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(read)? {
+            let path = entry.map_err(read)?.path();
+            if path.extension().is_some_and(|e| e == "json") && path.is_file() {
+                files.push(path);
+            }
+        }
+        files.sort();
+        files
+    };
+    if files.is_empty() {
+        return Err(FixtureError::Empty(dir.to_path_buf()));
+    }
+    let mut cases = Vec::new();
+    for path in files {
+        let text = std::fs::read_to_string(&path).map_err(|source| FixtureError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        cases.extend(parse_file(&path, &text)?);
+    }
+    Ok(cases)
+}
+
+/// Parses one fixture file's text.
+pub fn parse_file(path: &Path, text: &str) -> Result<Vec<Case>, FixtureError> {
+    let raw: RawFile = serde_json::from_str(text).map_err(|e| FixtureError::Parse {
+        path: path.to_path_buf(),
+        line: e.line(),
+        column: e.column(),
+        message: e.to_string(),
+    })?;
+    let mut names = BTreeSet::new();
+    let mut cases = Vec::with_capacity(raw.cases.len());
+    for (i, raw) in raw.cases.into_iter().enumerate() {
+        let fail = |name: &str, message: String| FixtureError::Case {
+            path: path.to_path_buf(),
+            index: i + 1,
+            name: name.to_owned(),
+            message,
+        };
+        if !names.insert(raw.name.clone()) {
+            return Err(fail(
+                &raw.name,
+                "another case in this file has this name".into(),
+            ));
+        }
+        let name = raw.name.clone();
+        let expect = raw.expect;
+        let policies = raw.policies.clone().map(|p| p.into_iter().collect());
+        let question = question(raw).map_err(|m| fail(&name, m))?;
+        if expect == Expect::PendingApproval && !matches!(question, Question::Call { .. }) {
+            return Err(fail(
+                &name,
+                "only tool calls can be pending; expect allow or deny".into(),
+            ));
+        }
+        cases.push(Case {
+            file: path.to_path_buf(),
+            name,
+            question,
+            expect,
+            policies,
+        });
+    }
+    Ok(cases)
+}
+
+/// The one question a raw case asks; every field that does not belong to it is an error.
+fn question(raw: RawCase) -> Result<Question, String> {
+    let kinds = [
+        raw.agent.is_some(),
+        raw.approver.is_some(),
+        raw.human.is_some(),
+    ];
+    match kinds {
+        [true, false, false] => call_question(raw),
+        [false, true, false] => {
+            refuse_fields(
+                &[
+                    ("args", raw.args.is_some()),
+                    ("roles", raw.roles.is_some()),
+                    ("usage", raw.usage.is_some()),
+                    ("anomaly", raw.anomaly.is_some()),
+                    ("approved", raw.approved),
+                    ("action", raw.action.is_some()),
+                    ("on", raw.on.is_some()),
+                    ("target", raw.target.is_some()),
+                ],
+                "an approval case",
+            )?;
+            let (Some(approver), Some(requester), Some(tool)) =
+                (raw.approver, raw.requester, raw.tool)
+            else {
+                return Err("an approval case needs `approver`, `requester` and `tool`".into());
+            };
+            Ok(Question::Approve {
+                approver: Principal::new(PrincipalKind::Human, approver),
+                requester: Principal::new(PrincipalKind::Agent, requester),
+                tool,
+            })
+        }
+        [false, false, true] => admin_question(raw),
+        _ => Err(
+            "name exactly one of `agent` (a tool call), `approver` (an approval) or `human` (an operator action)"
+                .into(),
+        ),
+    }
+}
+
+fn call_question(raw: RawCase) -> Result<Question, String> {
+    refuse_fields(
+        &[
+            ("requester", raw.requester.is_some()),
+            ("action", raw.action.is_some()),
+            ("on", raw.on.is_some()),
+            ("target", raw.target.is_some()),
+        ],
+        "a tool call",
+    )?;
+    let (Some(agent), Some(tool)) = (raw.agent, raw.tool) else {
+        return Err("a tool call needs `agent` and `tool`".into());
+    };
+    let mut principal = Principal::new(PrincipalKind::Agent, agent);
+    if let Some(roles) = raw.roles {
+        principal = principal.with_token_roles(roles);
+    }
+    let mut anomaly = AnomalyKinds::NONE;
+    for name in raw.anomaly.unwrap_or_default() {
+        let kind = AnomalyKind::parse(&name).ok_or_else(|| {
+            format!(
+                "unknown anomaly kind `{name}`; use one of {}",
+                AnomalyKind::ALL.map(AnomalyKind::as_str).join(", ")
+            )
+        })?;
+        anomaly.insert(kind);
+    }
+    let usage = raw.usage.unwrap_or_default();
+    Ok(Question::Call {
+        principal,
+        call: Call {
+            tool,
+            args: raw
+                .args
+                .unwrap_or_else(|| Value::Object(serde_json::Map::new())),
+            correlation: Correlation::default(),
+        },
+        signals: Signals {
+            usage: Usage {
+                tool_last_minute: usage.tool_last_minute,
+                tool_last_hour: usage.tool_last_hour,
+                calls_last_minute: usage.calls_last_minute,
+                denials_last_minute: usage.denials_last_minute,
+            },
+            anomaly,
+        },
+        approved: raw.approved,
+    })
+}
+
+fn admin_question(raw: RawCase) -> Result<Question, String> {
+    refuse_fields(
+        &[
+            ("tool", raw.tool.is_some()),
+            ("args", raw.args.is_some()),
+            ("roles", raw.roles.is_some()),
+            ("usage", raw.usage.is_some()),
+            ("anomaly", raw.anomaly.is_some()),
+            ("approved", raw.approved),
+            ("requester", raw.requester.is_some()),
+        ],
+        "an operator action",
+    )?;
+    let human = Principal::new(PrincipalKind::Human, raw.human.unwrap_or_default());
+    let Some(on) = raw.on else {
+        return Err("an operator action needs `on` (true or false)".into());
+    };
+    match (raw.action.as_deref(), raw.target) {
+        (Some("kill_switch"), None) => Ok(Question::KillSwitch { human, on }),
+        (Some("quarantine"), Some(target)) => Ok(Question::Quarantine {
+            human,
+            on,
+            target: Principal::new(PrincipalKind::Agent, target),
+        }),
+        (Some("kill_switch"), Some(_)) => Err("`kill_switch` takes no `target`".into()),
+        (Some("quarantine"), None) => Err("`quarantine` needs `target` (an agent id)".into()),
+        _ => Err("`action` must be `kill_switch` or `quarantine`".into()),
+    }
+}
+
+fn refuse_fields(fields: &[(&str, bool)], what: &str) -> Result<(), String> {
+    match fields.iter().find(|(_, present)| *present) {
+        Some((name, _)) => Err(format!("`{name}` does not belong in {what}")),
+        None => Ok(()),
+    }
+}
+
+/// Asks the policies of `snap` one case's question, with the server's decision functions.
+pub fn answer(snap: &Snapshot, question: &Question) -> Answer {
+    match question {
+        Question::Call {
+            principal,
+            call,
+            signals,
+            approved,
+        } => {
+            let verdict = authz::decide_with(snap, principal, call, signals);
+            let mut answer = from_verdict(verdict);
+            if *approved && answer.outcome == Expect::PendingApproval {
+                // As the server settles a call that comes back with its approval.
+                answer.outcome = Expect::Allow;
+                answer.stage = Stage::Approval;
+                answer.errors.clear();
+            }
+            answer
+        }
+        Question::Approve {
+            approver,
+            requester,
+            tool,
+        } => from_verdict(authz::may_approve(snap, approver, tool, requester)),
+        Question::KillSwitch { human, on } => {
+            from_admin(authz::may_flip_kill_switch(snap, human, *on))
+        }
+        Question::Quarantine { human, on, target } => {
+            from_admin(authz::may_quarantine(snap, human, *on, &target.uid))
+        }
+    }
+}
+
+fn from_verdict(v: Verdict) -> Answer {
+    Answer {
+        outcome: v.decision.into(),
+        stage: v.stage,
+        policies: v.reasons,
+        errors: v.errors.into_iter().map(|a| a.message).collect(),
+    }
+}
+
+fn from_admin(r: Result<Vec<String>, authz::Advice>) -> Answer {
+    match r {
+        Ok(policies) => Answer {
+            outcome: Expect::Allow,
+            stage: Stage::Policy,
+            policies,
+            errors: Vec::new(),
+        },
+        Err(advice) => Answer {
+            outcome: Expect::Deny,
+            stage: Stage::Policy,
+            policies: Vec::new(),
+            errors: vec![advice.message],
+        },
+    }
+}
+
+/// Runs every case against `snap` and works out coverage.
+pub fn run(snap: &Snapshot, cases: &[Case]) -> Report {
+    let mut determined = BTreeSet::new();
+    let results = cases
+        .iter()
+        .map(|case| {
+            let got = answer(snap, &case.question);
+            determined.extend(got.policies.iter().cloned());
+            let policies_match = case.policies.as_ref().is_none_or(|want| {
+                want.len() == got.policies.len() && got.policies.iter().all(|p| want.contains(p))
+            });
+            CaseResult {
+                file: case.file.display().to_string(),
+                name: case.name.clone(),
+                expect: case.expect,
+                expect_policies: case.policies.clone(),
+                passed: got.outcome == case.expect && policies_match,
+                got,
+            }
+        })
+        .collect();
+    let uncovered = snap
+        .policies
+        .policies()
+        .map(|p| p.id().to_string())
+        .filter(|id| !determined.contains(id))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    Report {
+        revision: snap.revision.clone(),
+        results,
+        uncovered,
+        policy_count: snap.policy_count(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Vec<Case>, FixtureError> {
+        parse_file(Path::new("t.json"), text)
+    }
+
+    #[test]
+    fn a_case_asks_one_question() {
+        let err = parse(
+            r#"{"cases":[{"name":"x","expect":"allow","agent":"a","approver":"b","tool":"t"}]}"#,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("exactly one of"), "{err}");
+        let err = parse(
+            r#"{"cases":[{"name":"x","expect":"allow","approver":"b","requester":"a","tool":"t","args":{}}]}"#,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("`args` does not belong"), "{err}");
+        let err = parse(r#"{"cases":[{"name":"x","expect":"pending_approval","human":"h","action":"kill_switch","on":true}]}"#)
+            .unwrap_err();
+        assert!(err.to_string().contains("only tool calls"), "{err}");
+    }
+
+    #[test]
+    fn unknown_fields_and_bad_json_name_the_line() {
+        let err = parse("{\"cases\":[\n{\"name\":\"x\",\"expect\":\"allow\",\"agnt\":\"a\"}]}")
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(text.starts_with("t.json:2:"), "{text}");
+        assert!(text.contains("agnt"), "{text}");
+        let err = parse(r#"{"cases":[{"name":"x","expect":"maybe","agent":"a","tool":"t"}]}"#)
+            .unwrap_err();
+        assert!(err.to_string().contains("maybe"), "{err}");
+    }
+
+    #[test]
+    fn names_are_unique_and_anomalies_known() {
+        let dup = r#"{"cases":[
+            {"name":"x","expect":"allow","agent":"a","tool":"t"},
+            {"name":"x","expect":"deny","agent":"a","tool":"t"}]}"#;
+        assert!(parse(dup).unwrap_err().to_string().contains("case 2 (x)"));
+        let bad = r#"{"cases":[{"name":"x","expect":"allow","agent":"a","tool":"t","anomaly":["spooky"]}]}"#;
+        assert!(parse(bad).unwrap_err().to_string().contains("spike"));
+    }
+}
