@@ -5,6 +5,7 @@ mod approvals;
 mod audit;
 mod authorize;
 mod client;
+mod diff;
 mod schema;
 mod serve;
 mod test;
@@ -51,6 +52,9 @@ enum Command {
     Approvals(approvals::ApprovalsArgs),
     /// Run policy fixtures (expected outcomes of calls) and report failures and coverage.
     Test(test::TestArgs),
+    /// Compare two policy directories: per action equal, narrowed, widened or both, with
+    /// example calls (proved with cvc5 when installed).
+    Diff(diff::DiffArgs),
 }
 
 /// Options every subcommand shares.
@@ -101,6 +105,7 @@ pub fn main() -> ExitCode {
         Command::Audit(a) => audit::run(&a),
         Command::Approvals(a) => approvals::run(&a),
         Command::Test(t) => test::run(&t),
+        Command::Diff(d) => diff::run(&d),
     };
     match result {
         Ok(code) => code,

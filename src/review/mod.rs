@@ -5,4 +5,5 @@
 //! Everything here decides with the server's own functions (`authz`), so a fixture or an
 //! explanation cannot disagree with what the sidecar does.
 
+pub mod diff;
 pub mod fixtures;

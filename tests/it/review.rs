@@ -96,3 +96,192 @@ fn a_broken_fixture_is_an_error_naming_file_and_line() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("bad.json:2:") && err.contains("argz"), "{err}");
 }
+
+// `toolgate diff`: pairs of policy sets with known answers.
+
+/// cvc5 is needed for the symbolic diff. `.ci/run` installs it and sets
+/// `TOOLGATE_REQUIRE_CVC5=1`, so CI cannot skip these; elsewhere they say loudly that they
+/// did not run.
+fn solver() -> bool {
+    if toolgate::review::diff::find_solver().is_ok() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("TOOLGATE_REQUIRE_CVC5").is_none(),
+        "TOOLGATE_REQUIRE_CVC5 is set but cvc5 is not installed (apt-get install cvc5)"
+    );
+    eprintln!(
+        "SKIPPED: cvc5 not installed (apt-get install cvc5); the symbolic diff was not tested"
+    );
+    false
+}
+
+/// `toolgate diff OLD NEW --json` over two temp sets sharing OLD's schemas.
+fn diff(old: &TempSet, new: &TempSet, extra: &[&str]) -> (i32, serde_json::Value) {
+    let out = toolgate()
+        .arg("diff")
+        .arg(old.policies())
+        .arg(new.policies())
+        .arg("--schemas")
+        .arg(old.dir.path().join("schemas"))
+        .arg("--json")
+        .args(extra)
+        .output()
+        .unwrap();
+    let json = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code().unwrap_or(-1), json)
+}
+
+fn change_of<'a>(d: &'a serde_json::Value, action: &str) -> &'a serde_json::Value {
+    d["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["action"] == action)
+        .unwrap_or_else(|| panic!("no action {action} in {d}"))
+}
+
+fn only_changed(d: &serde_json::Value) -> Vec<(String, String)> {
+    d["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["change"] != "equal")
+        .map(|a| {
+            (
+                a["action"].as_str().unwrap().to_owned(),
+                a["change"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn diff_added_permit_is_a_widening_with_a_confirmed_example_and_fails_the_gate() {
+    if !solver() {
+        return;
+    }
+    let (old, new) = (TempSet::new(), TempSet::new());
+    new.append(
+        "policies/roles.cedar",
+        "\n@id(\"po-run-tests\")\npermit (principal in Role::\"product_owner\", action == Action::\"run_tests\", resource);\n",
+    );
+    let (code, d) = diff(&old, &new, &["--fail-on", "widening"]);
+    assert_eq!(code, 1, "{d}");
+    assert_eq!(
+        only_changed(&d),
+        [("run_tests".to_owned(), "widened".to_owned())]
+    );
+    let ex = &change_of(&d, "run_tests")["widening"];
+    assert_eq!(ex["confirmed"], true, "{ex}");
+    assert_eq!(ex["on_your_entities"], true, "{ex}");
+    assert_eq!(ex["allowed_by"], serde_json::json!(["po-run-tests"]));
+    assert!(
+        ex["principal_in"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r == "Role::\"product_owner\""),
+        "{ex}"
+    );
+}
+
+#[test]
+fn diff_added_forbid_is_a_narrowing_and_passes_the_widening_gate() {
+    if !solver() {
+        return;
+    }
+    let (old, new) = (TempSet::new(), TempSet::new());
+    new.append(
+        "policies/elevated.cedar",
+        "\n@id(\"no-git-log\")\nforbid (principal, action == Action::\"git_log\", resource);\n",
+    );
+    let (code, d) = diff(&old, &new, &["--fail-on", "widening"]);
+    assert_eq!(code, 0, "{d}");
+    assert_eq!(
+        only_changed(&d),
+        [("git_log".to_owned(), "narrowed".to_owned())]
+    );
+    assert_eq!(change_of(&d, "git_log")["narrowing"]["confirmed"], true);
+    let (code, _) = diff(&old, &new, &["--fail-on", "change"]);
+    assert_eq!(code, 1);
+}
+
+#[test]
+fn diff_of_a_reordered_and_moved_set_is_equal() {
+    if !solver() {
+        return;
+    }
+    let (old, new) = (TempSet::new(), TempSet::new());
+    // Reverse the order of the policies in roles.cedar and move one to a new file.
+    let text = std::fs::read_to_string(old.policies().join("roles.cedar")).unwrap();
+    let mut chunks: Vec<&str> = text.split("\n\n").collect();
+    let moved = chunks.pop().unwrap();
+    chunks.reverse();
+    new.write("policies/roles.cedar", &chunks.join("\n\n"));
+    new.write("policies/zz-moved.cedar", moved);
+    let (code, d) = diff(&old, &new, &["--fail-on", "change"]);
+    assert_eq!(code, 0, "{d}");
+    assert!(only_changed(&d).is_empty(), "{d}");
+    assert_ne!(d["old_revision"], d["new_revision"], "the files did change");
+}
+
+#[test]
+fn diff_of_a_changed_condition_shows_a_call_in_the_gap() {
+    if !solver() {
+        return;
+    }
+    let (old, new) = (TempSet::new(), TempSet::new());
+    let tiers = std::fs::read_to_string(old.policies().join("tiers.cedar")).unwrap();
+    assert!(tiers.contains("context.args.timeout_s > 600"));
+    new.write(
+        "policies/tiers.cedar",
+        &tiers.replace(
+            "context.args.timeout_s > 600",
+            "context.args.timeout_s > 1200",
+        ),
+    );
+    let (_, d) = diff(&old, &new, &[]);
+    assert_eq!(
+        only_changed(&d),
+        [("run_tests".to_owned(), "widened".to_owned())]
+    );
+    let ex = &change_of(&d, "run_tests")["widening"];
+    let t = ex["context"]["args"]["timeout_s"].as_i64().unwrap();
+    assert!(
+        (601..=1200).contains(&t),
+        "the example sits in the gap: {ex}"
+    );
+    assert_eq!(ex["context"]["approval"]["granted"], false, "{ex}");
+    assert_eq!(ex["confirmed"], true);
+}
+
+#[test]
+fn diff_without_a_solver_says_so_and_compares_the_fixtures() {
+    let (old, new) = (TempSet::new(), TempSet::new());
+    new.append(
+        "policies/roles.cedar",
+        "\n@id(\"po-run-tests\")\npermit (principal in Role::\"product_owner\", action == Action::\"run_tests\", resource);\n",
+    );
+    let out = toolgate()
+        .env("CVC5", "/nonexistent/cvc5")
+        .arg("diff")
+        .arg(old.policies())
+        .arg(new.policies())
+        .arg("--schemas")
+        .arg(old.dir.path().join("schemas"))
+        .args(["--fail-on", "widening"])
+        .output()
+        .unwrap();
+    let (text, err) = (stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{text}{err}");
+    assert!(
+        err.contains("no SMT solver") && err.contains("apt-get install cvc5"),
+        "{err}"
+    );
+    assert!(
+        text.contains("widened") && text.contains("roles from a verified token"),
+        "{text}"
+    );
+}
