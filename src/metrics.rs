@@ -245,7 +245,7 @@ fn static_labels(labels: &[(&'static str, &'static str)]) -> Vec<Label> {
 }
 
 /// Help text of every family the recorder renders.
-const HELP: [(&str, &str); 16] = [
+const HELP: [(&str, &str); 20] = [
     (
         GATES,
         "Gate verdicts, by gate and decision (allow, warn, mask, block).",
@@ -293,6 +293,22 @@ const HELP: [(&str, &str); 16] = [
     (
         "toolgate_policy_reload_failing",
         "1 while the files on disk do not load and the last good set is serving.",
+    ),
+    (
+        "toolgate_policy_stale",
+        "1 while the live policy set is not what the files say: remembered after a restart with broken files, nothing loaded yet, or a change held for approval.",
+    ),
+    (
+        "toolgate_policy_held",
+        "1 while a widening policy change waits for a human's approval (reload.widening = hold).",
+    ),
+    (
+        "toolgate_policy_ready",
+        "0 while no policy set has ever loaded (every call denied).",
+    ),
+    (
+        "toolgate_policy_remember_failures_total",
+        "Failures to save the last good policy set in the data directory.",
     ),
     (
         "toolgate_policy_loaded_timestamp_seconds",

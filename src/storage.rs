@@ -1,6 +1,6 @@
-//! The data directory: one sled database holding the audit log, the approvals and the kill
-//! switch, opened once and handed out only as the store traits (no sled type leaves this
-//! module).
+//! The data directory: one sled database holding the audit log, the approvals, the kill
+//! switch and the last good policy set, opened once and handed out only as the store traits
+//! (no sled type leaves this module).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -8,6 +8,7 @@ use std::sync::Arc;
 use crate::admin::{AdminStore, SledAdmin};
 use crate::approvals::{ApprovalStore, SledApprovals};
 use crate::audit::{AuditStore, SledAudit, StoreError};
+use crate::policy::{GoodSets, SledGoodSets};
 
 /// The stores of one data directory.
 pub struct Stores {
@@ -17,6 +18,8 @@ pub struct Stores {
     pub approvals: Arc<dyn ApprovalStore>,
     /// Administrative state (the kill switch).
     pub admin: Arc<dyn AdminStore>,
+    /// The last good policy set.
+    pub policies: Arc<dyn GoodSets>,
 }
 
 impl Stores {
@@ -62,6 +65,7 @@ impl Stores {
         Ok(Stores {
             approvals: Arc::new(SledApprovals::new(&db)?),
             admin: Arc::new(SledAdmin::new(&db)?),
+            policies: Arc::new(SledGoodSets::new(&db)?),
             audit: Arc::new(SledAudit::new(db)?),
         })
     }

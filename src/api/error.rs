@@ -85,6 +85,8 @@ pub enum ApiError {
     KillSwitchForced(String),
     /// A release named an agent that is not quarantined.
     NotQuarantined(String),
+    /// No held policy change, or another revision than the one approved.
+    Held(crate::policy::HoldError),
     /// `/v1/execute` did not run the tool: denied, refused arguments, not runnable here.
     Execution(Refusal, Box<super::execute::ExecAnswer>),
     /// No such gate.
@@ -162,6 +164,10 @@ impl ApiError {
             ApiError::RateLimited { .. } => "rate_limited",
             ApiError::KillSwitchForced(_) => "kill_switch_forced",
             ApiError::NotQuarantined(_) => "not_quarantined",
+            ApiError::Held(crate::policy::HoldError::NothingHeld) => "nothing_held",
+            ApiError::Held(crate::policy::HoldError::OtherRevision { .. }) => {
+                "held_revision_mismatch"
+            }
             ApiError::UnknownGate => "unknown_gate",
             ApiError::GatesUnavailable => "gates_unavailable",
             ApiError::Stream(crate::redact::StreamError::TooMany(_)) => "too_many_streams",
@@ -349,6 +355,15 @@ impl IntoResponse for ApiError {
                 code,
                 &format!("{agent} is not quarantined"),
                 "see GET /v1/admin/quarantine for the quarantined agents",
+            ),
+            ApiError::Held(e) => plain(
+                match e {
+                    crate::policy::HoldError::NothingHeld => StatusCode::NOT_FOUND,
+                    crate::policy::HoldError::OtherRevision { .. } => StatusCode::CONFLICT,
+                },
+                code,
+                &e.to_string(),
+                "GET /v1/policies shows the held change (`held.revision`) and its diff",
             ),
             ApiError::UnknownGate => plain(
                 StatusCode::NOT_FOUND,

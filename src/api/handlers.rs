@@ -466,6 +466,19 @@ struct PoliciesBody {
     tools: usize,
     policy_ids: Vec<String>,
     last_reload_error: Option<ReloadError>,
+    /// Where the live set came from: files, remembered (the files do not load) or nothing.
+    origin: crate::policy::Origin,
+    /// The live set is not what the files say (remembered, nothing, or a change held).
+    stale: bool,
+    held: Option<HeldBody>,
+}
+
+#[derive(Serialize)]
+struct HeldBody {
+    revision: String,
+    from: String,
+    held_at_unix_ms: u64,
+    review: crate::policy::Review,
 }
 
 #[derive(Serialize)]
@@ -496,6 +509,14 @@ pub async fn policies(
         tools: snap.tools.len(),
         policy_ids: snap.policy_files.keys().cloned().collect(),
         last_reload_error,
+        origin: state.policy.origin(),
+        stale: state.policy.stale(),
+        held: state.policy.held().map(|h| HeldBody {
+            revision: h.revision,
+            from: h.from,
+            held_at_unix_ms: h.at_ms,
+            review: h.review,
+        }),
     };
     Ok(Json(serde_json::to_value(body).unwrap_or(Value::Null)))
 }
@@ -516,15 +537,21 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) 
         .and_then(|e| e.first().map(Problem::location));
     // Decisions cannot be recorded, so every one would be denied: not ready.
     let audit_failure = state.audit.failure();
+    // No policy set ever loaded: every call is denied.
+    let origin = state.policy.origin();
+    let ready = audit_failure.is_none() && origin != crate::policy::Origin::Nothing;
     (
-        if audit_failure.is_some() {
-            StatusCode::SERVICE_UNAVAILABLE
-        } else {
+        if ready {
             StatusCode::OK
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
         },
         Json(json!({
-            "ready": audit_failure.is_none(),
+            "ready": ready,
             "revision": snap.revision,
+            "policy_origin": origin,
+            "stale": state.policy.stale(),
+            "held_revision": state.policy.held().map(|h| h.revision),
             "degraded": failing.is_some(),
             "last_reload_error_at": failing,
             "audit_error": audit_failure,

@@ -58,6 +58,24 @@ pub async fn render(State(state): State<AppState>) -> impl IntoResponse {
     m.set_counter(reloads, &[("result", "applied")], get(&r.applied));
     m.set_counter(reloads, &[("result", "failed")], get(&r.failed));
     m.set_counter(reloads, &[("result", "unchanged")], get(&r.unchanged));
+    m.set_counter(reloads, &[("result", "held")], get(&r.held));
+    m.set_counter(
+        "toolgate_policy_remember_failures_total",
+        &[],
+        get(&r.remember_failed),
+    );
+    let flag = |b: bool| f64::from(u8::from(b));
+    m.set_gauge("toolgate_policy_stale", &[], flag(state.policy.stale()));
+    m.set_gauge(
+        "toolgate_policy_held",
+        &[],
+        flag(state.policy.held().is_some()),
+    );
+    m.set_gauge(
+        "toolgate_policy_ready",
+        &[],
+        flag(state.policy.origin() != crate::policy::Origin::Nothing),
+    );
     let failing = state.policy.last_error().is_some();
     m.set_gauge(
         "toolgate_policy_reload_failing",

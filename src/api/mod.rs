@@ -12,6 +12,7 @@ mod execute;
 mod gates;
 mod handlers;
 mod metrics;
+mod policies;
 mod results;
 
 pub use body::RawCall;
@@ -205,6 +206,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/authorize", post(handlers::authorize))
         .route("/v1/tools", get(handlers::tools))
         .route("/v1/policies", get(handlers::policies))
+        .route("/v1/policies/held/approve", post(policies::approve_held))
         .route("/healthz", get(handlers::healthz))
         .route("/readyz", get(handlers::readyz))
         .route("/metrics", get(metrics::render))

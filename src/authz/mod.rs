@@ -182,6 +182,55 @@ pub fn may_quarantine(
     )
 }
 
+/// Whether the policies let `who` (a human) activate a held policy change that widens
+/// `widened` (`proved`: the diff was proved by the solver). `Ok` carries the determining
+/// policies; `Err` says why not.
+pub fn may_approve_policy_change(
+    snap: &Snapshot,
+    who: &Principal,
+    widened: &[String],
+    proved: bool,
+) -> Result<Vec<String>, Advice> {
+    if who.kind != PrincipalKind::Human {
+        return Err(Advice::new(
+            "wrong_principal_kind",
+            "only humans approve policy changes",
+            "use an operator's (human) credential",
+        ));
+    }
+    let widened = widened
+        .iter()
+        .map(|a| cedar_policy::RestrictedExpression::new_string(a.clone()));
+    cedar::evaluate_admin(
+        snap,
+        who,
+        "approve_policy_change",
+        vec![
+            (
+                "widened".to_owned(),
+                cedar_policy::RestrictedExpression::new_set(widened),
+            ),
+            (
+                "proved".to_owned(),
+                cedar_policy::RestrictedExpression::new_bool(proved),
+            ),
+        ],
+    )
+}
+
+/// Whether the policies let `who` (a human) see explanations of decisions. `Ok` carries the
+/// determining policies; `Err` says why not.
+pub fn may_explain(snap: &Snapshot, who: &Principal) -> Result<Vec<String>, Advice> {
+    if who.kind != PrincipalKind::Human {
+        return Err(Advice::new(
+            "wrong_principal_kind",
+            "explanations are for humans (auditors), not agents",
+            "use an auditor's (human) credential",
+        ));
+    }
+    cedar::evaluate_admin(snap, who, "explain", Vec::new())
+}
+
 /// May `approver` approve a pending call to `tool` made by `requester`? Decided by the Cedar
 /// `approve` action; evaluation errors deny.
 pub fn may_approve(

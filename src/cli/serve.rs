@@ -1,5 +1,7 @@
 //! `toolgate serve`: load, check credentials against the entities, bind, serve until a
-//! shutdown signal. Refuses to start (exit 1) on any policy problem, before binding a port.
+//! shutdown signal. Policy files that do not load are reported (file and line) and the
+//! remembered last good set serves, stale; with none ever remembered, every call is denied
+//! and `/readyz` says not ready until the files are fixed (the watcher picks the fix up).
 
 use crate::redact::Gates;
 use std::process::ExitCode;
@@ -17,7 +19,7 @@ use crate::audit::{Audit, Chain, Retention};
 use crate::auth::Authenticator;
 use crate::config::{Config, WebhookSettings};
 use crate::limits::{Limiter, MonotonicClock};
-use crate::policy::{PolicyStore, PolicyWatcher};
+use crate::policy::{Origin, PolicyStore, PolicyWatcher, StoreOptions};
 use crate::storage::Stores;
 
 /// Runs the subcommand.
@@ -25,20 +27,39 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
     // First, so that every thread started below inherits the short slice.
     crate::sched::serving();
     let cfg = common.config()?;
-    let (store, warnings) = match PolicyStore::open(cfg.sources.clone()) {
-        Ok(opened) => opened,
+    // Credentials first: a config without authentication stops before anything is opened.
+    let auth = Authenticator::from_config(&cfg.auth).map_err(|e| anyhow::anyhow!(render(&e)))?;
+    let stores = Stores::open(&cfg.data_dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let options = StoreOptions {
+        remember: Some(stores.policies.clone()),
+        widening: cfg.widening,
+    };
+    let (store, warnings, error) = match PolicyStore::start(cfg.sources.clone(), options) {
+        Ok(started) => started,
         Err(e) => {
             report_load_error(&e);
             return Ok(ExitCode::from(1));
         }
     };
+    if let Some(e) = &error {
+        report_load_error(e);
+        match store.origin() {
+            Origin::Remembered => tracing::warn!(
+                revision = store.current().revision,
+                "STALE: the policy files do not load; serving the last good set remembered in the data directory until they do"
+            ),
+            _ => tracing::error!(
+                "NO POLICY SET: the files do not load and none was ever remembered; every call is denied and /readyz says not ready until they are fixed"
+            ),
+        }
+    }
     for w in &warnings {
         tracing::warn!(problem = %w, "policy warning");
     }
-    let auth = Authenticator::from_config(&cfg.auth).map_err(|e| anyhow::anyhow!(render(&e)))?;
     let snap = store.current();
     for p in auth.token_principals() {
-        if snap.entities.get(&p.uid).is_none() {
+        // With no policy set there are no entities to check against.
+        if store.origin() != Origin::Nothing && snap.entities.get(&p.uid).is_none() {
             anyhow::bail!(
                 "the tokens file names {}, which is not in {}/entities.json; add the entity or remove the token",
                 p.uid,
@@ -57,7 +78,6 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
     );
     drop(snap);
     let store = Arc::new(store);
-    let stores = Stores::open(&cfg.data_dir).map_err(|e| anyhow::anyhow!("{e}"))?;
     let chain = match &cfg.audit_hmac_key_file {
         Some(path) => Chain::keyed(
             std::fs::read(path)

@@ -151,6 +151,7 @@ struct RawApprovals {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawReload {
+    widening: Option<crate::policy::Widening>,
     watch: Option<bool>,
     poll_ms: Option<u64>,
     debounce_ms: Option<u64>,
@@ -208,6 +209,8 @@ pub struct Config {
     pub auth: AuthConfig,
     /// How policy changes are noticed.
     pub reload: WatchOptions,
+    /// `[reload] widening`: apply widening policy changes, or hold them for a human.
+    pub widening: crate::policy::Widening,
     /// Where the audit log and approvals are stored (default `./data`).
     pub data_dir: PathBuf,
     /// Whether each audit batch is flushed before decisions are answered.
@@ -313,6 +316,7 @@ impl Config {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             auth: AuthConfig::default(),
             reload: WatchOptions::default(),
+            widening: crate::policy::Widening::Apply,
             data_dir: PathBuf::from("data"),
             audit_durability: Durability::Group,
             audit_hmac_key_file: None,
@@ -553,6 +557,7 @@ impl Config {
                 jwt,
             },
             reload,
+            widening: raw.reload.widening.unwrap_or_default(),
         })
     }
 }

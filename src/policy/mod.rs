@@ -8,6 +8,7 @@
 mod diag;
 mod inputs;
 mod load;
+mod remember;
 pub mod schema_gen;
 mod slice;
 mod store;
@@ -17,8 +18,13 @@ mod watch;
 pub use diag::{Level, LoadError, Problem};
 pub use inputs::{ENTITIES_FILE, Inputs, SourceFile, fingerprint, read_inputs, read_stable};
 pub use load::{Loaded, Sources, build, build_with, load, load_tools};
+pub(crate) use remember::SledGoodSets;
+pub use remember::{GoodSets, StoredSet};
 pub use slice::Slices;
-pub use store::{PolicyStore, ReloadOutcome, ReloadStats};
+pub use store::{
+    Held, HoldError, Origin, PolicyStore, ReloadOutcome, ReloadStats, Review, StoreOptions,
+    Widening,
+};
 pub use validate::LoadCache;
 pub use watch::{PolicyWatcher, WatchOptions};
 
@@ -56,6 +62,29 @@ impl Snapshot {
     /// The policies that can apply to `action` (the whole set when no slice was built).
     pub fn policies_for(&self, action: &EntityUid) -> &PolicySet {
         self.slices.get(action).unwrap_or(&self.policies)
+    }
+
+    /// The set served when nothing ever loaded: no policies, no tools, no entities, so every
+    /// call is denied (unknown tool) and every operator action refused.
+    pub fn nothing() -> Result<Self, LoadError> {
+        let schema = Schema::from_schema_fragments([]).map_err(|e| LoadError {
+            problems: vec![Problem::in_file(
+                std::path::Path::new("(empty schema)"),
+                e.to_string(),
+                None,
+            )],
+        })?;
+        Ok(Snapshot {
+            revision: "none".to_owned(),
+            loaded_at: SystemTime::now(),
+            policies: PolicySet::new(),
+            slices: Slices::default(),
+            schema,
+            entities: Entities::empty(),
+            tools: BTreeMap::new(),
+            policy_files: BTreeMap::new(),
+            authorizer: Authorizer::new(),
+        })
     }
 
     /// Number of policies.

@@ -83,6 +83,25 @@ action \"quarantine\" appliesTo {
   },
 };
 
+// Activate a held policy change (`reload.widening = \"hold\"`): `widened` names the actions
+// the change lets do more; `proved` is false when no solver could prove the diff (then every
+// change counts as widening).
+action \"approve_policy_change\" appliesTo {
+  principal: [Human],
+  resource: [Sidecar],
+  context: {
+    widened: Set<String>,
+    proved: Bool,
+  },
+};
+
+// See, for one call, every policy that applied and how (`toolgate explain`, POST /v1/explain).
+action \"explain\" appliesTo {
+  principal: [Human],
+  resource: [Sidecar],
+  context: {},
+};
+
 // Approver eligibility: may this human approve a pending call to this tool?
 action \"approve\" appliesTo {
   principal: [Human],

@@ -2,7 +2,10 @@
 //! and never by anything that failed to load. Requests call [`PolicyStore::current`] once and
 //! use that snapshot to the end.
 //!
-//! Owns: the reload decision (unchanged, applied, failed), the last error, and reload counters.
+//! Owns: the reload decision (unchanged, applied, held, failed), the review of each change
+//! (a symbolic diff against the live set), holding widening changes for a human
+//! (`reload.widening = "hold"`), remembering the last good set in the data directory and
+//! serving it after a restart with broken files (stale), the last error, and reload counters.
 //! Does not own: noticing changes (see `watch`).
 //!
 //! [`reload`]: PolicyStore::reload
@@ -12,12 +15,185 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use serde::Serialize;
 
 use super::Snapshot;
 use super::diag::{LoadError, Problem};
 use super::inputs::read_stable;
 use super::load::{Sources, build_with};
+use super::remember::{GoodSets, StoredSet};
 use super::validate::LoadCache;
+
+/// What to do with a reload that lets some action do more than before.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Widening {
+    /// Apply it like any other change (it is still reviewed and audited).
+    #[default]
+    Apply,
+    /// Keep serving the live set until an authorized human approves the new one.
+    Hold,
+}
+
+/// The review of one change: which actions it widens or narrows, proved by the solver, or
+/// why it could not be proved (then it counts as widening).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Review {
+    /// Actions the new set allows more for (including those changed both ways).
+    pub widened: Vec<String>,
+    /// Actions the new set allows less for (including those changed both ways).
+    pub narrowed: Vec<String>,
+    /// Whether the diff was proved; `false` when no solver ran or the sets could not be
+    /// compared (e.g. the schema changed).
+    pub proved: bool,
+    /// Why it was not proved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl Review {
+    /// Whether the change must be treated as a widening (fail closed: unproved counts).
+    pub fn widens(&self) -> bool {
+        !self.proved || !self.widened.is_empty()
+    }
+
+    /// One line for logs and the audit log.
+    pub fn summary(&self) -> String {
+        if !self.proved {
+            return format!(
+                "not proved ({}); treated as widening",
+                self.note.as_deref().unwrap_or("unknown")
+            );
+        }
+        match (self.widened.is_empty(), self.narrowed.is_empty()) {
+            (true, true) => "equal".to_owned(),
+            (false, true) => format!("widened {}", self.widened.join(", ")),
+            (true, false) => format!("narrowed {}", self.narrowed.join(", ")),
+            (false, false) => format!(
+                "widened {}; narrowed {}",
+                self.widened.join(", "),
+                self.narrowed.join(", ")
+            ),
+        }
+    }
+}
+
+/// Compares the live set with a candidate, on a scratch thread (the solver runs on its own
+/// runtime, which must not nest in a caller's).
+fn review(old: &Snapshot, new: &Snapshot) -> Review {
+    use crate::review::diff;
+    // Symbolic compilation recurses over each policy's expression tree: deep `||` chains
+    // need far more than a default thread's 2 MiB of stack.
+    let result = std::thread::scope(|s| {
+        let worker = std::thread::Builder::new()
+            .name("toolgate-diff".to_owned())
+            .stack_size(256 * 1024 * 1024)
+            .spawn_scoped(s, || {
+                diff::diff(
+                    &diff::static_policies(&old.policies),
+                    &diff::static_policies(&new.policies),
+                    &new.schema,
+                    Some(new),
+                )
+            });
+        match worker {
+            Ok(handle) => handle.join().map_err(|_| "the diff failed".to_owned()),
+            Err(e) => Err(format!("cannot start the diff: {e}")),
+        }
+    });
+    match result {
+        Ok(Ok(d)) => Review {
+            widened: d
+                .actions
+                .iter()
+                .filter(|a| a.change.widens())
+                .map(|a| a.action.clone())
+                .collect(),
+            narrowed: d
+                .actions
+                .iter()
+                .filter(|a| matches!(a.change, diff::Change::Narrowed | diff::Change::Both))
+                .map(|a| a.action.clone())
+                .collect(),
+            proved: true,
+            note: None,
+        },
+        Ok(Err(e)) => Review {
+            note: Some(e.to_string()),
+            ..Review::default()
+        },
+        Err(why) => Review {
+            note: Some(why),
+            ..Review::default()
+        },
+    }
+}
+
+/// Where the live set came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// The policy files.
+    Files,
+    /// The data directory's remembered last good set, because the files do not load.
+    Remembered,
+    /// Nothing ever loaded: no policies, no tools, every call denied; not ready.
+    Nothing,
+}
+
+/// A change waiting for a human (`reload.widening = "hold"`).
+#[derive(Debug, Clone)]
+pub struct Held {
+    /// The revision waiting.
+    pub revision: String,
+    /// The live revision it would replace.
+    pub from: String,
+    /// What it changes.
+    pub review: Review,
+    /// When it was held (Unix ms).
+    pub at_ms: u64,
+    snapshot: Arc<Snapshot>,
+    stored: Option<StoredSet>,
+}
+
+/// Why a held change could not be activated.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HoldError {
+    /// Nothing is held.
+    #[error("no policy change is waiting for approval")]
+    NothingHeld,
+    /// Another revision is held (the files changed since the approver looked).
+    #[error("the held change is {held}, not {asked}; review it and approve that revision")]
+    OtherRevision {
+        /// What is held.
+        held: String,
+        /// What was approved.
+        asked: String,
+    },
+}
+
+/// What [`PolicyStore::start`] gives: the store, the load's warnings, and the files' error
+/// when they did not load.
+pub type Started = (PolicyStore, Vec<Problem>, Option<Arc<LoadError>>);
+
+/// Options of a store that serves.
+#[derive(Debug, Clone, Default)]
+pub struct StoreOptions {
+    /// Where the last good set is remembered (none: not remembered).
+    pub remember: Option<Arc<dyn GoodSets>>,
+    /// What to do with widening changes.
+    pub widening: Widening,
+}
+
+fn now_ms() -> u64 {
+    u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis(),
+    )
+    .unwrap_or(u64::MAX)
+}
 
 /// What a reload did.
 #[derive(Debug, Clone)]
@@ -30,6 +206,17 @@ pub enum ReloadOutcome {
         from: String,
         /// The revision now live.
         to: String,
+        /// What changed (none when there was no live set to compare with).
+        review: Option<Review>,
+    },
+    /// The new set widens and waits for a human; the live set stays.
+    Held {
+        /// The live revision.
+        from: String,
+        /// The revision waiting.
+        to: String,
+        /// What it changes.
+        review: Review,
     },
     /// The files do not load; the live snapshot stays.
     Failed(Arc<LoadError>),
@@ -46,6 +233,10 @@ pub struct ReloadStats {
     pub failed: AtomicU64,
     /// Reloads that found nothing new.
     pub unchanged: AtomicU64,
+    /// Reloads held for a human's approval.
+    pub held: AtomicU64,
+    /// Failures to remember the last good set in the data directory.
+    pub remember_failed: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -64,6 +255,9 @@ pub struct PolicyStore {
     /// Serializes reloads (watcher, poll, SIGHUP) and holds what earlier reloads validated;
     /// never taken on the request path.
     reloading: Mutex<LoadCache>,
+    options: StoreOptions,
+    origin: Mutex<Origin>,
+    held: Mutex<Option<Held>>,
     /// Counters.
     pub stats: ReloadStats,
 }
@@ -87,8 +281,137 @@ impl PolicyStore {
             sources,
             failure: Mutex::new(Failure::default()),
             reloading: Mutex::new(LoadCache::new()),
+            options: StoreOptions::default(),
+            origin: Mutex::new(Origin::Files),
+            held: Mutex::new(None),
             stats: ReloadStats::default(),
         }
+    }
+
+    /// The store `serve` runs: the files if they load, else the remembered last good set
+    /// (stale), else nothing (every call denied, not ready), and never an error. With
+    /// `widening = hold` and a remembered set that differs from the files, the remembered set
+    /// serves first and the files go through review on the first reload, like any edit.
+    /// Returns the store, the load's warnings, and the files' error when they did not load.
+    /// Fails only if even the empty set cannot be built.
+    pub fn start(sources: Sources, options: StoreOptions) -> Result<Started, LoadError> {
+        let mut cache = LoadCache::new();
+        let inputs = read_stable(&sources);
+        let programs = inputs.programs.clone();
+        let stored_files = options
+            .remember
+            .as_ref()
+            .map(|_| StoredSet::from_inputs(&inputs, now_ms()));
+        let remembered = options.remember.as_ref().and_then(|r| match r.load() {
+            Ok(set) => set,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the remembered policy set");
+                None
+            }
+        });
+        let files_revision = inputs.revision.clone();
+        let from_files = build_with(inputs, &mut cache);
+        let rebuild = |set: StoredSet| {
+            build_with(set.into_inputs(programs.clone()), &mut LoadCache::new()).ok()
+        };
+        let serve_files_now = match (&from_files, &remembered) {
+            (Ok(_), None) => true,
+            (Ok(_), Some(r)) => r.revision == files_revision || options.widening == Widening::Apply,
+            (Err(_), _) => false,
+        };
+        let (live, origin, warnings, error) = match from_files {
+            Ok(loaded) if serve_files_now => {
+                if let (Some(r), Some(stored)) = (&options.remember, &stored_files) {
+                    remember(r.as_ref(), stored, None);
+                }
+                (loaded.snapshot, Origin::Files, loaded.warnings, None)
+            }
+            Ok(loaded) => match remembered.and_then(rebuild) {
+                // Hold: the remembered set serves; the watcher's first check reviews the files.
+                Some(r) => (r.snapshot, Origin::Files, loaded.warnings, None),
+                None => (loaded.snapshot, Origin::Files, loaded.warnings, None),
+            },
+            Err(e) => {
+                let e = Arc::new(e);
+                match remembered.and_then(rebuild) {
+                    Some(r) => (r.snapshot, Origin::Remembered, r.warnings, Some(e)),
+                    None => (Snapshot::nothing()?, Origin::Nothing, Vec::new(), Some(e)),
+                }
+            }
+        };
+        let store = PolicyStore {
+            reloading: Mutex::new(cache),
+            failure: Mutex::new(Failure {
+                error: error.clone(),
+                revision: error.as_ref().map(|_| files_revision),
+            }),
+            options,
+            origin: Mutex::new(origin),
+            ..PolicyStore::new(live, Some(sources))
+        };
+        Ok((store, warnings, error))
+    }
+
+    /// Where the live set came from.
+    pub fn origin(&self) -> Origin {
+        *self.origin.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether the live set is not what the files say: they do not load (the remembered set
+    /// or nothing serves), or a change is held.
+    pub fn stale(&self) -> bool {
+        self.origin() != Origin::Files || self.held().is_some()
+    }
+
+    /// The change waiting for approval, if any.
+    pub fn held(&self) -> Option<Held> {
+        self.held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Activates the held change `revision` (the caller has checked, with Cedar, that the
+    /// human may). Returns (from, to, review).
+    pub fn approve_held(&self, revision: &str) -> Result<(String, String, Review), HoldError> {
+        let _serial = self
+            .reloading
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let held = {
+            let mut slot = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+            match slot.as_ref() {
+                None => return Err(HoldError::NothingHeld),
+                Some(h) if h.revision != revision => {
+                    return Err(HoldError::OtherRevision {
+                        held: h.revision.clone(),
+                        asked: revision.to_owned(),
+                    });
+                }
+                Some(_) => {}
+            }
+            slot.take().ok_or(HoldError::NothingHeld)?
+        };
+        let from = self.live.load().revision.clone();
+        self.go_live(held.snapshot, held.stored.as_ref());
+        Ok((from, held.revision, held.review))
+    }
+
+    /// Swaps `snapshot` in, remembers it, and clears the failure.
+    fn go_live(&self, snapshot: Arc<Snapshot>, stored: Option<&StoredSet>) {
+        if let (Some(r), Some(stored)) = (&self.options.remember, stored) {
+            remember(r.as_ref(), stored, Some(&self.stats));
+        }
+        let old = {
+            // Swap and clear under the failure lock: whoever sees the new revision and then
+            // asks for the last error sees it cleared.
+            let mut failure = self.failure.lock().unwrap_or_else(PoisonError::into_inner);
+            let old = self.live.swap(snapshot);
+            *failure = Failure::default();
+            *self.origin.lock().unwrap_or_else(PoisonError::into_inner) = Origin::Files;
+            old
+        };
+        release_here(old);
     }
 
     /// Loads `sources` and serves the result, keeping what the load parsed and validated, so
@@ -132,6 +455,10 @@ impl PolicyStore {
         let inputs = read_stable(sources);
         let from = self.live.load().revision.clone();
         if !force && inputs.problems.is_empty() && inputs.revision == from {
+            // The files are the live set again: a held change was reverted, a broken edit
+            // undone.
+            *self.held.lock().unwrap_or_else(PoisonError::into_inner) = None;
+            *self.origin.lock().unwrap_or_else(PoisonError::into_inner) = Origin::Files;
             self.clear_failure();
             self.stats.unchanged.fetch_add(1, Ordering::Relaxed);
             return ReloadOutcome::Unchanged;
@@ -139,25 +466,70 @@ impl PolicyStore {
         if let Some(e) = self.known_failure(&inputs.revision).filter(|_| !force) {
             return ReloadOutcome::Failed(e);
         }
+        if let Some(h) = self
+            .held()
+            .filter(|h| h.revision == inputs.revision && !force)
+        {
+            return ReloadOutcome::Held {
+                from,
+                to: h.revision,
+                review: h.review,
+            };
+        }
         let revision = inputs.revision.clone();
+        let stored = self
+            .options
+            .remember
+            .as_ref()
+            .map(|_| StoredSet::from_inputs(&inputs, now_ms()));
         match build_with(inputs, &mut cache) {
             Ok(loaded) => {
                 let to = loaded.snapshot.revision.clone();
                 for w in &loaded.warnings {
                     tracing::warn!(problem = %w, "policy warning");
                 }
-                let old = {
-                    // Swap and clear under the failure lock: whoever sees the new revision and
-                    // then asks for the last error sees it cleared.
-                    let mut failure = self.failure.lock().unwrap_or_else(PoisonError::into_inner);
-                    let old = self.live.swap(Arc::new(loaded.snapshot));
-                    *failure = Failure::default();
-                    old
-                };
-                release_here(old);
+                let snapshot = Arc::new(loaded.snapshot);
+                // From nothing there is nothing to compare with (and nobody the empty set
+                // lets approve): the first good set applies.
+                let review = (self.origin() != Origin::Nothing)
+                    .then(|| review(&self.live.load(), &snapshot));
+                if let Some(r) = review
+                    .as_ref()
+                    .filter(|r| self.options.widening == Widening::Hold && r.widens())
+                {
+                    *self.held.lock().unwrap_or_else(PoisonError::into_inner) = Some(Held {
+                        revision: to.clone(),
+                        from: from.clone(),
+                        review: r.clone(),
+                        at_ms: now_ms(),
+                        snapshot,
+                        stored,
+                    });
+                    self.clear_failure();
+                    self.stats.held.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        from,
+                        to,
+                        review = r.summary(),
+                        "policy change held for approval"
+                    );
+                    return ReloadOutcome::Held {
+                        from,
+                        to,
+                        review: r.clone(),
+                    };
+                }
+                // A newer change that applies supersedes any held one.
+                *self.held.lock().unwrap_or_else(PoisonError::into_inner) = None;
+                self.go_live(snapshot, stored.as_ref());
                 self.stats.applied.fetch_add(1, Ordering::Relaxed);
-                tracing::info!(from, to, "policy set reloaded");
-                ReloadOutcome::Applied { from, to }
+                tracing::info!(
+                    from,
+                    to,
+                    review = review.as_ref().map(Review::summary),
+                    "policy set reloaded"
+                );
+                ReloadOutcome::Applied { from, to, review }
             }
             Err(e) => {
                 let e = Arc::new(e);
@@ -191,6 +563,17 @@ impl PolicyStore {
     fn clear_failure(&self) {
         if let Ok(mut f) = self.failure.lock() {
             *f = Failure::default();
+        }
+    }
+}
+
+/// Remembers `set`; a failure is logged and counted, never fatal (the live set is right; only
+/// a restart with broken files would serve an older one).
+fn remember(store: &dyn GoodSets, set: &StoredSet, stats: Option<&ReloadStats>) {
+    if let Err(e) = store.save(set) {
+        tracing::error!(error = %e, revision = set.revision, "cannot remember the policy set");
+        if let Some(s) = stats {
+            s.remember_failed.fetch_add(1, Ordering::Relaxed);
         }
     }
 }

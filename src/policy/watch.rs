@@ -222,10 +222,26 @@ fn reload_entry(outcome: &ReloadOutcome) -> Option<Entry> {
         ..Entry::default()
     };
     match outcome {
-        ReloadOutcome::Applied { from, to } => Some(Entry {
+        ReloadOutcome::Applied { from, to, review } => Some(Entry {
             decision: "applied".to_owned(),
             policy_revision: Some(to.clone()),
-            detail: Some(format!("from {from} to {to}")),
+            reasons: review.iter().flat_map(|r| r.widened.clone()).collect(),
+            detail: Some(format!(
+                "from {from} to {to}; diff: {}",
+                review
+                    .as_ref()
+                    .map_or_else(|| "none (no set was live)".to_owned(), |r| r.summary())
+            )),
+            ..base
+        }),
+        ReloadOutcome::Held { from, to, review } => Some(Entry {
+            decision: "held".to_owned(),
+            policy_revision: Some(from.clone()),
+            reasons: review.widened.clone(),
+            detail: Some(format!(
+                "{to} held for approval, {from} stays live; diff: {}",
+                review.summary()
+            )),
             ..base
         }),
         ReloadOutcome::Failed(e) => Some(Entry {

@@ -91,6 +91,8 @@ struct RawCase {
     action: Option<String>,
     on: Option<bool>,
     target: Option<String>,
+    widened: Option<Vec<String>>,
+    proved: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -168,6 +170,20 @@ pub enum Question {
         human: Principal,
         /// On or off.
         on: bool,
+    },
+    /// May `human` activate a held policy change widening `widened`?
+    PolicyChange {
+        /// The operator.
+        human: Principal,
+        /// Actions the change widens.
+        widened: Vec<String>,
+        /// Whether the diff was proved.
+        proved: bool,
+    },
+    /// May `human` see explanations of decisions?
+    Explain {
+        /// The auditor.
+        human: Principal,
     },
     /// May `human` quarantine (`on`) or release `target`?
     Quarantine {
@@ -342,6 +358,8 @@ fn question(raw: RawCase) -> Result<Question, String> {
                     ("action", raw.action.is_some()),
                     ("on", raw.on.is_some()),
                     ("target", raw.target.is_some()),
+                    ("widened", raw.widened.is_some()),
+                    ("proved", raw.proved.is_some()),
                 ],
                 "an approval case",
             )?;
@@ -371,6 +389,8 @@ fn call_question(raw: RawCase) -> Result<Question, String> {
             ("action", raw.action.is_some()),
             ("on", raw.on.is_some()),
             ("target", raw.target.is_some()),
+            ("widened", raw.widened.is_some()),
+            ("proved", raw.proved.is_some()),
         ],
         "a tool call",
     )?;
@@ -428,19 +448,49 @@ fn admin_question(raw: RawCase) -> Result<Question, String> {
         "an operator action",
     )?;
     let human = Principal::new(PrincipalKind::Human, raw.human.unwrap_or_default());
-    let Some(on) = raw.on else {
-        return Err("an operator action needs `on` (true or false)".into());
+    let action = raw.action.as_deref().unwrap_or_default();
+    let on_only = matches!(action, "kill_switch" | "quarantine");
+    refuse_fields(
+        &[
+            ("on", raw.on.is_some() && !on_only),
+            ("target", raw.target.is_some() && action != "quarantine"),
+            (
+                "widened",
+                raw.widened.is_some() && action != "approve_policy_change",
+            ),
+            (
+                "proved",
+                raw.proved.is_some() && action != "approve_policy_change",
+            ),
+        ],
+        &format!("`{action}`"),
+    )?;
+    let on = || {
+        raw.on
+            .ok_or_else(|| format!("`{action}` needs `on` (true or false)"))
     };
-    match (raw.action.as_deref(), raw.target) {
-        (Some("kill_switch"), None) => Ok(Question::KillSwitch { human, on }),
-        (Some("quarantine"), Some(target)) => Ok(Question::Quarantine {
+    match action {
+        "kill_switch" => Ok(Question::KillSwitch { human, on: on()? }),
+        "quarantine" => Ok(Question::Quarantine {
             human,
-            on,
-            target: Principal::new(PrincipalKind::Agent, target),
+            on: on()?,
+            target: Principal::new(
+                PrincipalKind::Agent,
+                raw.target
+                    .clone()
+                    .ok_or("`quarantine` needs `target` (an agent id)")?,
+            ),
         }),
-        (Some("kill_switch"), Some(_)) => Err("`kill_switch` takes no `target`".into()),
-        (Some("quarantine"), None) => Err("`quarantine` needs `target` (an agent id)".into()),
-        _ => Err("`action` must be `kill_switch` or `quarantine`".into()),
+        "approve_policy_change" => Ok(Question::PolicyChange {
+            human,
+            widened: raw.widened.clone().unwrap_or_default(),
+            proved: raw.proved.unwrap_or(true),
+        }),
+        "explain" => Ok(Question::Explain { human }),
+        _ => Err(
+            "`action` must be `kill_switch`, `quarantine`, `approve_policy_change` or `explain`"
+                .into(),
+        ),
     }
 }
 
@@ -481,6 +531,14 @@ pub fn answer(snap: &Snapshot, question: &Question) -> Answer {
         Question::Quarantine { human, on, target } => {
             from_admin(authz::may_quarantine(snap, human, *on, &target.uid))
         }
+        Question::PolicyChange {
+            human,
+            widened,
+            proved,
+        } => from_admin(authz::may_approve_policy_change(
+            snap, human, widened, *proved,
+        )),
+        Question::Explain { human } => from_admin(authz::may_explain(snap, human)),
     }
 }
 

@@ -17,7 +17,7 @@ fn validate(set: &TempSet) -> (i32, String) {
 fn validate_accepts_the_shipped_policies() {
     let out = in_repo(&["validate"]);
     assert_ok(&out);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("ok: 23 policies, 15 tools"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok: 25 policies, 15 tools"));
 }
 
 #[test]
@@ -192,15 +192,23 @@ fn authorize_decides_offline_like_the_server() {
 }
 
 #[test]
-fn serve_refuses_a_broken_set_before_binding_and_a_config_without_auth() {
+fn serve_reports_a_broken_set_and_refuses_a_config_without_auth() {
+    // A broken set no longer stops `serve` (it serves the remembered set, or denies all and
+    // is not ready; see tests/it/lifecycle.rs). A config without authentication still stops
+    // it, before the data directory is opened.
     let set = TempSet::new();
     set.append(
         "policies/tiers.cedar",
         "\nforbid (principal, action, resource) when { context.nope };\n",
     );
-    let out = on(&set, "serve").output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("tiers.cedar:"));
+    let out = on(&set, "serve")
+        .current_dir(set.dir.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "no auth configured: {err}");
+    assert!(err.contains("no authentication is configured"), "{err}");
+    assert!(!set.dir.path().join("data").exists(), "nothing was opened");
 
     let out = in_repo(&["serve"]);
     assert_eq!(out.status.code(), Some(2));

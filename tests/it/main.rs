@@ -28,6 +28,7 @@ mod jail;
 mod kill_switch;
 mod leaks;
 mod ledger;
+mod lifecycle;
 mod limits;
 mod metrics;
 mod openapi;

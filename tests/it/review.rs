@@ -13,7 +13,7 @@ fn shipped_fixtures_pass_and_cover_every_shipped_policy() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains(" 0 failed"), "{text}");
     assert!(
-        text.contains("coverage: 23 of 23 policies"),
+        text.contains("coverage: 25 of 25 policies"),
         "every shipped policy determines a case: {text}"
     );
 }
@@ -67,7 +67,7 @@ fn coverage_lists_policies_no_case_exercises_and_can_gate() {
     let text = stdout(&out);
     assert!(out.status.success(), "coverage alone does not fail: {text}");
     assert!(
-        text.contains("coverage: 23 of 24 policies")
+        text.contains("coverage: 25 of 26 policies")
             && text.contains("no-pushes-on-fridays  (")
             && text.contains("elevated.cedar)"),
         "{text}"
@@ -81,7 +81,7 @@ fn coverage_lists_policies_no_case_exercises_and_can_gate() {
         json["uncovered"],
         serde_json::json!(["no-pushes-on-fridays"])
     );
-    assert_eq!(json["results"].as_array().unwrap().len(), 42);
+    assert_eq!(json["results"].as_array().unwrap().len(), 46);
 }
 
 #[test]

@@ -1,0 +1,134 @@
+//! `POST /v1/policies/held/approve` (`{"revision": "sha256:…"}`): activates a policy change
+//! held by `reload.widening = "hold"`. Cedar decides who may (`Action::"approve_policy_change"`,
+//! with the widened actions in the context); every attempt is in the audit log before the
+//! answer, and an approved change is recorded before it goes live.
+
+use axum::Json;
+use axum::extract::State;
+use axum::extract::rejection::JsonRejection;
+use axum::http::HeaderMap;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::handlers::human;
+use super::{ApiError, AppState};
+use crate::audit::{Entry, EntryKind, now_ms};
+use crate::authz;
+use crate::policy::HoldError;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApproveBody {
+    /// The held revision the approver reviewed.
+    revision: String,
+}
+
+fn entry(by: &str, live: &str, decision: &str, reasons: Vec<String>, detail: String) -> Entry {
+    Entry {
+        kind: EntryKind::Reload,
+        id: uuid::Uuid::now_v7().to_string(),
+        at_ms: now_ms(),
+        principal: Some(by.to_owned()),
+        stage: Some("reload".to_owned()),
+        decision: decision.to_owned(),
+        reasons,
+        policy_revision: Some(live.to_owned()),
+        detail: Some(detail),
+        ..Entry::default()
+    }
+}
+
+/// `POST /v1/policies/held/approve`.
+pub async fn approve_held(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Json<ApproveBody>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let who = human(&state, &headers, "only humans approve policy changes")?;
+    let Json(body) = body?;
+    let snap = state.policy.current();
+    let by = who.uid.to_string();
+    let not_recorded = |e: crate::audit::StoreError| {
+        tracing::error!(error = %e, "policy approval not recorded; nothing changed");
+        ApiError::StoreUnavailable
+    };
+    let held = state
+        .policy
+        .held()
+        .ok_or(ApiError::Held(HoldError::NothingHeld))?;
+    if held.revision != body.revision {
+        return Err(ApiError::Held(HoldError::OtherRevision {
+            held: held.revision,
+            asked: body.revision.chars().take(80).collect(),
+        }));
+    }
+    // Decided by the live set: the change may not approve itself.
+    let summary = held.review.summary();
+    match authz::may_approve_policy_change(&snap, &who, &held.review.widened, held.review.proved) {
+        Err(advice) => {
+            let detail = format!("{} not activated; diff: {summary}", held.revision);
+            state
+                .audit
+                .record(entry(
+                    &by,
+                    &snap.revision,
+                    "held_approval_refused",
+                    vec![advice.code.to_owned()],
+                    detail,
+                ))
+                .await
+                .map_err(not_recorded)?;
+            Err(ApiError::NotEligible(advice.message))
+        }
+        Ok(policies) => {
+            let detail = format!(
+                "{} approved by {by}, replacing {}; diff: {summary}",
+                held.revision, snap.revision
+            );
+            state
+                .audit
+                .record(entry(
+                    &by,
+                    &held.revision,
+                    "applied",
+                    policies.clone(),
+                    detail,
+                ))
+                .await
+                .map_err(not_recorded)?;
+            let store = state.policy.clone();
+            let revision = held.revision.clone();
+            let swapped = tokio::task::spawn_blocking(move || store.approve_held(&revision))
+                .await
+                .map_err(|_| ApiError::StoreUnavailable)?;
+            let (from, to, review) = match swapped {
+                Ok(done) => done,
+                Err(e) => {
+                    // A newer edit replaced the held change between the check and the swap:
+                    // the record above did not happen; say so in the log too.
+                    let detail = format!("{} not activated: {e}", held.revision);
+                    state
+                        .audit
+                        .record(entry(
+                            &by,
+                            &snap.revision,
+                            "held_approval_failed",
+                            Vec::new(),
+                            detail,
+                        ))
+                        .await
+                        .map_err(not_recorded)?;
+                    return Err(ApiError::Held(e));
+                }
+            };
+            tracing::info!(from, to, by, "held policy change approved and live");
+            Ok(Json(json!({
+                "applied": to,
+                "replaced": from,
+                "review": review,
+                "approved_by": by,
+                "policies": policies,
+            })))
+        }
+    }
+}
