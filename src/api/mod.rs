@@ -48,6 +48,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/authorize"),
     ("GET", "/v1/tools"),
     ("GET", "/v1/policies"),
+    ("POST", "/v1/policies/held/approve"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),
