@@ -14,7 +14,6 @@ use super::handlers::human;
 use super::{ApiError, AppState};
 use crate::audit::{Entry, EntryKind, now_ms};
 use crate::authz;
-use crate::policy::HoldError;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -54,14 +53,8 @@ pub async fn approve_held(
     };
     let held = state
         .policy
-        .held()
-        .ok_or(ApiError::Held(HoldError::NothingHeld))?;
-    if held.revision != body.revision {
-        return Err(ApiError::Held(HoldError::OtherRevision {
-            held: held.revision,
-            asked: body.revision.chars().take(80).collect(),
-        }));
-    }
+        .held_as(&body.revision)
+        .map_err(ApiError::Held)?;
     // Decided by the live set: the change may not approve itself.
     let summary = held.review.summary();
     match authz::may_approve_policy_change(&snap, &who, &held.review.widened, held.review.proved) {

@@ -23,6 +23,7 @@ use super::inputs::read_stable;
 use super::load::{Sources, build_with};
 use super::remember::{GoodSets, StoredSet};
 use super::validate::LoadCache;
+use crate::audit::now_ms;
 
 /// What to do with a reload that lets some action do more than before.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -112,7 +113,7 @@ fn review(old: &Snapshot, new: &Snapshot) -> Review {
             narrowed: d
                 .actions
                 .iter()
-                .filter(|a| matches!(a.change, diff::Change::Narrowed | diff::Change::Both))
+                .filter(|a| a.change.narrows())
                 .map(|a| a.action.clone())
                 .collect(),
             proved: true,
@@ -153,7 +154,8 @@ pub struct Held {
     /// When it was held (Unix ms).
     pub at_ms: u64,
     snapshot: Arc<Snapshot>,
-    stored: Option<StoredSet>,
+    /// Shared, so that handing out the held change copies no file contents.
+    stored: Option<Arc<StoredSet>>,
 }
 
 /// Why a held change could not be activated.
@@ -183,16 +185,6 @@ pub struct StoreOptions {
     pub remember: Option<Arc<dyn GoodSets>>,
     /// What to do with widening changes.
     pub widening: Widening,
-}
-
-fn now_ms() -> u64 {
-    u64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis(),
-    )
-    .unwrap_or(u64::MAX)
 }
 
 /// What a reload did.
@@ -360,15 +352,22 @@ impl PolicyStore {
     /// Whether the live set is not what the files say: they do not load (the remembered set
     /// or nothing serves), or a change is held.
     pub fn stale(&self) -> bool {
-        self.origin() != Origin::Files || self.held().is_some()
+        self.origin() != Origin::Files || self.held_slot().is_some()
+    }
+
+    fn held_slot(&self) -> std::sync::MutexGuard<'_, Option<Held>> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The change waiting for approval, if any.
     pub fn held(&self) -> Option<Held> {
-        self.held
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.held_slot().clone()
+    }
+
+    /// The held change, if it is `revision` (what an approver reviewed); the one check both
+    /// the approval route and [`PolicyStore::approve_held`] make.
+    pub fn held_as(&self, revision: &str) -> Result<Held, HoldError> {
+        held_as(self.held_slot().as_ref(), revision).cloned()
     }
 
     /// Activates the held change `revision` (the caller has checked, with Cedar, that the
@@ -379,21 +378,12 @@ impl PolicyStore {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let held = {
-            let mut slot = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-            match slot.as_ref() {
-                None => return Err(HoldError::NothingHeld),
-                Some(h) if h.revision != revision => {
-                    return Err(HoldError::OtherRevision {
-                        held: h.revision.clone(),
-                        asked: revision.to_owned(),
-                    });
-                }
-                Some(_) => {}
-            }
+            let mut slot = self.held_slot();
+            held_as(slot.as_ref(), revision)?;
             slot.take().ok_or(HoldError::NothingHeld)?
         };
         let from = self.live.load().revision.clone();
-        self.go_live(held.snapshot, held.stored.as_ref());
+        self.go_live(held.snapshot, held.stored.as_deref());
         Ok((from, held.revision, held.review))
     }
 
@@ -457,7 +447,7 @@ impl PolicyStore {
         if !force && inputs.problems.is_empty() && inputs.revision == from {
             // The files are the live set again: a held change was reverted, a broken edit
             // undone.
-            *self.held.lock().unwrap_or_else(PoisonError::into_inner) = None;
+            *self.held_slot() = None;
             *self.origin.lock().unwrap_or_else(PoisonError::into_inner) = Origin::Files;
             self.clear_failure();
             self.stats.unchanged.fetch_add(1, Ordering::Relaxed);
@@ -466,14 +456,16 @@ impl PolicyStore {
         if let Some(e) = self.known_failure(&inputs.revision).filter(|_| !force) {
             return ReloadOutcome::Failed(e);
         }
-        if let Some(h) = self
-            .held()
+        if let Some(review) = self
+            .held_slot()
+            .as_ref()
             .filter(|h| h.revision == inputs.revision && !force)
+            .map(|h| h.review.clone())
         {
             return ReloadOutcome::Held {
                 from,
-                to: h.revision,
-                review: h.review,
+                to: inputs.revision,
+                review,
             };
         }
         let revision = inputs.revision.clone();
@@ -497,13 +489,13 @@ impl PolicyStore {
                     .as_ref()
                     .filter(|r| self.options.widening == Widening::Hold && r.widens())
                 {
-                    *self.held.lock().unwrap_or_else(PoisonError::into_inner) = Some(Held {
+                    *self.held_slot() = Some(Held {
                         revision: to.clone(),
                         from: from.clone(),
                         review: r.clone(),
                         at_ms: now_ms(),
                         snapshot,
-                        stored,
+                        stored: stored.map(Arc::new),
                     });
                     self.clear_failure();
                     self.stats.held.fetch_add(1, Ordering::Relaxed);
@@ -520,7 +512,7 @@ impl PolicyStore {
                     };
                 }
                 // A newer change that applies supersedes any held one.
-                *self.held.lock().unwrap_or_else(PoisonError::into_inner) = None;
+                *self.held_slot() = None;
                 self.go_live(snapshot, stored.as_ref());
                 self.stats.applied.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(
@@ -564,6 +556,18 @@ impl PolicyStore {
         if let Ok(mut f) = self.failure.lock() {
             *f = Failure::default();
         }
+    }
+}
+
+/// `held` if it is `revision`.
+fn held_as<'a>(held: Option<&'a Held>, revision: &str) -> Result<&'a Held, HoldError> {
+    match held {
+        None => Err(HoldError::NothingHeld),
+        Some(h) if h.revision != revision => Err(HoldError::OtherRevision {
+            held: h.revision.clone(),
+            asked: revision.chars().take(80).collect(),
+        }),
+        Some(h) => Ok(h),
     }
 }
 

@@ -69,6 +69,11 @@ impl Change {
     pub fn widens(self) -> bool {
         matches!(self, Change::Widened | Change::Both)
     }
+
+    /// Whether NEW denies something OLD allowed.
+    pub fn narrows(self) -> bool {
+        matches!(self, Change::Narrowed | Change::Both)
+    }
 }
 
 /// A concrete request one set allows and the other denies.
