@@ -125,6 +125,16 @@ pub fn visible_tools<'a>(snap: &'a Snapshot, principal: &Principal) -> Vec<&'a T
         .collect()
 }
 
+/// Operator actions are for humans: anyone else gets `wrong_principal_kind` with `why` and
+/// `fix`, before any policy is asked.
+fn human_only(who: &Principal, why: &str, fix: &str) -> Result<(), Advice> {
+    if who.kind == PrincipalKind::Human {
+        Ok(())
+    } else {
+        Err(Advice::new("wrong_principal_kind", why, fix))
+    }
+}
+
 /// Whether the policies let `who` (a human) turn the kill switch `on` or off. `Ok` carries the
 /// determining policies; `Err` says why not.
 pub fn may_flip_kill_switch(
@@ -132,13 +142,11 @@ pub fn may_flip_kill_switch(
     who: &Principal,
     on: bool,
 ) -> Result<Vec<String>, Advice> {
-    if who.kind != PrincipalKind::Human {
-        return Err(Advice::new(
-            "wrong_principal_kind",
-            "only humans flip the kill switch",
-            "use an operator's (human) credential",
-        ));
-    }
+    human_only(
+        who,
+        "only humans flip the kill switch",
+        "use an operator's (human) credential",
+    )?;
     cedar::evaluate_admin(
         snap,
         who,
@@ -158,13 +166,11 @@ pub fn may_quarantine(
     on: bool,
     target: &cedar_policy::EntityUid,
 ) -> Result<Vec<String>, Advice> {
-    if who.kind != PrincipalKind::Human {
-        return Err(Advice::new(
-            "wrong_principal_kind",
-            "only humans quarantine or release agents",
-            "use an operator's (human) credential",
-        ));
-    }
+    human_only(
+        who,
+        "only humans quarantine or release agents",
+        "use an operator's (human) credential",
+    )?;
     cedar::evaluate_admin(
         snap,
         who,
@@ -191,13 +197,11 @@ pub fn may_approve_policy_change(
     widened: &[String],
     proved: bool,
 ) -> Result<Vec<String>, Advice> {
-    if who.kind != PrincipalKind::Human {
-        return Err(Advice::new(
-            "wrong_principal_kind",
-            "only humans approve policy changes",
-            "use an operator's (human) credential",
-        ));
-    }
+    human_only(
+        who,
+        "only humans approve policy changes",
+        "use an operator's (human) credential",
+    )?;
     let widened = widened
         .iter()
         .map(|a| cedar_policy::RestrictedExpression::new_string(a.clone()));
@@ -221,13 +225,11 @@ pub fn may_approve_policy_change(
 /// Whether the policies let `who` (a human) see explanations of decisions. `Ok` carries the
 /// determining policies; `Err` says why not.
 pub fn may_explain(snap: &Snapshot, who: &Principal) -> Result<Vec<String>, Advice> {
-    if who.kind != PrincipalKind::Human {
-        return Err(Advice::new(
-            "wrong_principal_kind",
-            "explanations are for humans (auditors), not agents",
-            "use an auditor's (human) credential",
-        ));
-    }
+    human_only(
+        who,
+        "explanations are for humans (auditors), not agents",
+        "use an auditor's (human) credential",
+    )?;
     cedar::evaluate_admin(snap, who, "explain", Vec::new())
 }
 

@@ -8,10 +8,9 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::Value;
 
-use super::{Common, report_load_error};
+use super::{Common, load_or_report};
 use crate::api::RawCall;
 use crate::authz::{self, Principal, PrincipalKind};
-use crate::policy::load;
 
 /// Arguments of `toolgate authorize`.
 #[derive(Debug, Args)]
@@ -42,12 +41,8 @@ pub struct AuthorizeArgs {
 /// Runs the subcommand.
 pub fn run(args: &AuthorizeArgs) -> anyhow::Result<ExitCode> {
     let cfg = args.common.config()?;
-    let snap = match load(&cfg.sources) {
-        Ok(l) => l.snapshot,
-        Err(e) => {
-            report_load_error(&e);
-            return Ok(ExitCode::from(1));
-        }
+    let Some(snap) = load_or_report(&cfg.sources) else {
+        return Ok(ExitCode::from(1));
     };
     let verdict = if let (Some(approver), Some(requester), Some(tool)) =
         (&args.approver, &args.requester, &args.tool)

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 
-use super::{Common, report_load_error};
-use crate::policy::{Snapshot, Sources, load};
+use super::{Common, load_or_report};
+use crate::policy::{Snapshot, Sources};
 use crate::review::diff::{self, Change, Diff, DiffError, Example};
 use crate::review::fixtures;
 
@@ -46,14 +46,11 @@ fn load_set(sources: &Sources, policies: &std::path::Path) -> Option<Snapshot> {
         policies_dir: policies.to_path_buf(),
         ..sources.clone()
     };
-    match load(&sources) {
-        Ok(l) => Some(l.snapshot),
-        Err(e) => {
-            eprintln!("{} does not load:", policies.display());
-            report_load_error(&e);
-            None
-        }
+    let snap = load_or_report(&sources);
+    if snap.is_none() {
+        eprintln!("{} does not load (problems above)", policies.display());
     }
+    snap
 }
 
 /// The entities file of a policies directory, as sorted canonical lines (entity order and

@@ -142,6 +142,17 @@ pub(crate) fn render(diag: &dyn miette::Diagnostic) -> String {
     out
 }
 
+/// Loads `sources` as `serve` would, or prints every problem (the caller exits 1).
+pub(crate) fn load_or_report(sources: &crate::policy::Sources) -> Option<crate::policy::Snapshot> {
+    match crate::policy::load(sources) {
+        Ok(l) => Some(l.snapshot),
+        Err(e) => {
+            report_load_error(&e);
+            None
+        }
+    }
+}
+
 /// Prints every problem of a failed load to stderr.
 pub(crate) fn report_load_error(err: &LoadError) {
     for p in &err.problems {

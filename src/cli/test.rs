@@ -6,8 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::{Common, report_load_error};
-use crate::policy::load;
+use super::{Common, load_or_report};
 use crate::review::fixtures::{self, CaseResult, Report};
 
 /// Arguments of `toolgate test`.
@@ -33,12 +32,8 @@ pub struct TestArgs {
 /// fixtures could not be read.
 pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
     let cfg = args.common.config()?;
-    let snap = match load(&cfg.sources) {
-        Ok(l) => l.snapshot,
-        Err(e) => {
-            report_load_error(&e);
-            return Ok(ExitCode::from(1));
-        }
+    let Some(snap) = load_or_report(&cfg.sources) else {
+        return Ok(ExitCode::from(1));
     };
     let dir = args
         .dir

@@ -353,3 +353,9 @@ pub fn on(set: &TempSet, subcommand: &str) -> std::process::Command {
         .arg(set.dir.path().join("schemas"));
     c
 }
+
+/// A policy letting product owners run tests: a widening of the shipped set (one action).
+pub const PO_RUNS_TESTS: &str = "\n@id(\"po-run-tests\")\npermit (principal in Role::\"product_owner\", action == Action::\"run_tests\", resource);\n";
+
+/// A policy that does not validate (`context.nope`), to append to a policy file.
+pub const BROKEN_POLICY: &str = "\nforbid (principal, action, resource) when { context.nope };\n";

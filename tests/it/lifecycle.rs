@@ -32,8 +32,6 @@ fn read_call() -> Value {
     json!({"tool": "read_file", "args": {"path": "README.md"}})
 }
 
-const PO_RUNS_TESTS: &str = "\n@id(\"po-run-tests\")\npermit (principal in Role::\"product_owner\", action == Action::\"run_tests\", resource);\n";
-
 #[tokio::test]
 async fn after_a_restart_with_broken_files_the_remembered_set_serves_stale() {
     let set = TempSet::new();
@@ -44,10 +42,7 @@ async fn after_a_restart_with_broken_files_the_remembered_set_serves_stale() {
         store.current().revision.clone()
     };
     // Broken while the sidecar was down.
-    set.append(
-        "policies/tiers.cedar",
-        "\nforbid (principal, action, resource) when { context.nope };\n",
-    );
+    set.append("policies/tiers.cedar", BROKEN_POLICY);
     let (store, _stores) = start(&set, data.path(), Widening::Apply);
     assert_eq!(store.origin(), Origin::Remembered);
     assert_eq!(store.current().revision, good);
@@ -80,10 +75,7 @@ async fn with_no_good_set_ever_everything_is_denied_and_not_ready_until_fixed() 
     let set = TempSet::new();
     let data = tempfile::tempdir().unwrap();
     let tiers = std::fs::read_to_string(set.policies().join("tiers.cedar")).unwrap();
-    set.append(
-        "policies/tiers.cedar",
-        "\nforbid (principal, action, resource) when { context.nope };\n",
-    );
+    set.append("policies/tiers.cedar", BROKEN_POLICY);
     let (store, _stores) = start(&set, data.path(), Widening::Hold);
     assert_eq!(store.origin(), Origin::Nothing);
     let app = app_over(store.clone());
@@ -174,10 +166,7 @@ async fn a_widening_change_is_held_until_a_director_approves_that_revision() {
     drop(app);
     drop(store);
     drop(_stores);
-    set.append(
-        "policies/tiers.cedar",
-        "\nforbid (principal, action, resource) when { context.nope };\n",
-    );
+    set.append("policies/tiers.cedar", BROKEN_POLICY);
     let (store, _stores) = start(&set, data.path(), Widening::Hold);
     assert_eq!(store.origin(), Origin::Remembered);
     assert_eq!(store.current().revision, to);

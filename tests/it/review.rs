@@ -22,10 +22,7 @@ fn shipped_fixtures_pass_and_cover_every_shipped_policy() {
 fn a_failing_case_names_itself_expected_got_and_the_deciding_policies() {
     let set = TempSet::new();
     // A policy edit that breaks an expectation: product owners may now run tests.
-    set.append(
-        "policies/roles.cedar",
-        "\n@id(\"po-run-tests\")\npermit (principal in Role::\"product_owner\", action == Action::\"run_tests\", resource);\n",
-    );
+    set.append("policies/roles.cedar", PO_RUNS_TESTS);
     set.write(
         "policies/tests/extra.json",
         r#"{"cases": [
@@ -163,10 +160,7 @@ fn diff_added_permit_is_a_widening_with_a_confirmed_example_and_fails_the_gate()
         return;
     }
     let (old, new) = (TempSet::new(), TempSet::new());
-    new.append(
-        "policies/roles.cedar",
-        "\n@id(\"po-run-tests\")\npermit (principal in Role::\"product_owner\", action == Action::\"run_tests\", resource);\n",
-    );
+    new.append("policies/roles.cedar", PO_RUNS_TESTS);
     let (code, d) = diff(&old, &new, &["--fail-on", "widening"]);
     assert_eq!(code, 1, "{d}");
     assert_eq!(
@@ -260,10 +254,7 @@ fn diff_of_a_changed_condition_shows_a_call_in_the_gap() {
 #[test]
 fn diff_without_a_solver_says_so_and_compares_the_fixtures() {
     let (old, new) = (TempSet::new(), TempSet::new());
-    new.append(
-        "policies/roles.cedar",
-        "\n@id(\"po-run-tests\")\npermit (principal in Role::\"product_owner\", action == Action::\"run_tests\", resource);\n",
-    );
+    new.append("policies/roles.cedar", PO_RUNS_TESTS);
     let out = toolgate()
         .env("CVC5", "/nonexistent/cvc5")
         .arg("diff")
