@@ -482,9 +482,10 @@ impl PolicyStore {
                 }
                 let snapshot = Arc::new(loaded.snapshot);
                 // From nothing there is nothing to compare with (and nobody the empty set
-                // lets approve): the first good set applies.
+                // lets approve): the first good set applies. The live set is taken as an Arc,
+                // not a short-lived arc-swap guard: the diff holds it for hundreds of ms.
                 let review = (self.origin() != Origin::Nothing)
-                    .then(|| review(&self.live.load(), &snapshot));
+                    .then(|| review(&self.live.load_full(), &snapshot));
                 if let Some(r) = review
                     .as_ref()
                     .filter(|r| self.options.widening == Widening::Hold && r.widens())
