@@ -163,3 +163,77 @@ impl DecisionBody {
         }
     }
 }
+
+/// `POST /v1/explain` body: a call as `POST /v1/authorize` takes it, plus who makes it (the
+/// agent, with token roles if its tokens carry them) and what the sidecar would have observed.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawExplain {
+    agent: String,
+    #[serde(default)]
+    roles: Option<Vec<String>>,
+    tool: String,
+    #[serde(
+        default = "empty_object",
+        deserialize_with = "crate::tools::strict_json::unique_keys"
+    )]
+    args: Value,
+    #[serde(default)]
+    context: RawCorrelation,
+    #[serde(default)]
+    usage: crate::authz::Usage,
+    #[serde(default)]
+    anomaly: Vec<String>,
+}
+
+impl RawExplain {
+    /// The agent, its call and its signals, validated as `POST /v1/authorize` validates a call.
+    pub fn into_parts(
+        self,
+    ) -> Result<(crate::authz::Principal, Call, crate::authz::Signals), ApiError> {
+        use crate::authz::{AnomalyKinds, Principal, PrincipalKind, Signals};
+        let printable =
+            |s: &str| !s.is_empty() && s.len() <= MAX_ID_LEN && !s.chars().any(char::is_control);
+        if !printable(&self.agent) {
+            return Err(ApiError::bad_request(
+                "invalid_agent",
+                format!(
+                    "`agent` must be an agent id of 1 to {MAX_ID_LEN} bytes without control characters"
+                ),
+            ));
+        }
+        if let Some(bad) = self.roles.iter().flatten().find(|r| !printable(r)) {
+            return Err(ApiError::bad_request(
+                "invalid_roles",
+                format!(
+                    "role `{}` must be 1 to {MAX_ID_LEN} bytes without control characters",
+                    bad.chars()
+                        .filter(|c| !c.is_control())
+                        .take(64)
+                        .collect::<String>()
+                ),
+            ));
+        }
+        let anomaly = AnomalyKinds::from_names(&self.anomaly)
+            .map_err(|m| ApiError::bad_request("invalid_anomaly", m))?;
+        let mut agent = Principal::new(PrincipalKind::Agent, self.agent);
+        if let Some(roles) = self.roles {
+            agent = agent.with_token_roles(roles);
+        }
+        let call = RawCall {
+            tool: self.tool,
+            args: self.args,
+            context: self.context,
+            approval_id: None,
+        }
+        .into_plain_call()?;
+        Ok((
+            agent,
+            call,
+            Signals {
+                usage: self.usage,
+                anomaly,
+            },
+        ))
+    }
+}

@@ -238,7 +238,8 @@ impl From<JsonRejection> for ApiError {
                     ApiError::BadRequest {
                         code: "invalid_body",
                         message: text,
-                        suggestion: "send {\"tool\": ..., \"args\": {...}, \"context\": {...}} with no other fields",
+                        // Shared by every route: the message names the field and the ones expected.
+                        suggestion: "send only the fields the message lists (docs/openapi.json has each route's body)",
                     }
                 }
             }

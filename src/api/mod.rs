@@ -9,13 +9,14 @@ mod body;
 mod callgate;
 mod error;
 mod execute;
+mod explain;
 mod gates;
 mod handlers;
 mod metrics;
 mod policies;
 mod results;
 
-pub use body::RawCall;
+pub use body::{RawCall, RawExplain};
 pub use error::ApiError;
 
 use std::sync::Arc;
@@ -49,6 +50,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/tools"),
     ("GET", "/v1/policies"),
     ("POST", "/v1/policies/held/approve"),
+    ("POST", "/v1/explain"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),
@@ -208,6 +210,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tools", get(handlers::tools))
         .route("/v1/policies", get(handlers::policies))
         .route("/v1/policies/held/approve", post(policies::approve_held))
+        .route("/v1/explain", post(explain::explain))
         .route("/healthz", get(handlers::healthz))
         .route("/readyz", get(handlers::readyz))
         .route("/metrics", get(metrics::render))

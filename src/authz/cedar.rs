@@ -8,6 +8,7 @@ use cedar_policy::{
 };
 use serde_json::Value;
 
+use super::explain::{Check, PolicyCheck};
 use super::types::{Advice, Correlation, Outcome, Principal, Signals, Stage, Verdict, entity_uid};
 use crate::policy::Snapshot;
 use crate::tools::Tool;
@@ -488,4 +489,68 @@ fn request_entities(
             "check the token's claims",
         )
     })
+}
+
+/// Every policy of the call's action slice evaluated alone, as the call is and as if approved
+/// (the same requests and entities as [`evaluate`]). Errs when the call cannot be put to
+/// Cedar at all; the decision then failed closed for the same reason.
+pub(super) fn each_policy(
+    snap: &Snapshot,
+    principal: &Principal,
+    tool: &Tool,
+    args: &Value,
+    ids: &Correlation,
+    signals: &Signals,
+) -> Result<Vec<PolicyCheck>, String> {
+    let call = CallArgs {
+        args: tool.args_to_cedar(args).map_err(|e| e.to_string())?,
+        paths: tool.paths_to_cedar(args).map_err(|e| e.to_string())?,
+    };
+    let entities = request_entities(snap, principal, &tool.resource_uid, &tool.action_uid)
+        .map_err(|a| a.message)?;
+    let entities = entities.as_ref().unwrap_or(&snap.entities);
+    let request = |granted: bool| {
+        call_context(&call, granted, ids, signals).and_then(|ctx| {
+            Request::new(
+                principal.uid.clone(),
+                tool.action_uid.clone(),
+                tool.resource_uid.clone(),
+                ctx,
+                None,
+            )
+            .map_err(|e| e.to_string())
+        })
+    };
+    let (as_is, approved) = (request(false)?, request(true)?);
+    let mut checks = Vec::new();
+    for policy in snap.policies_for(&tool.action_uid).policies() {
+        let alone =
+            cedar_policy::PolicySet::from_policies([policy.clone()]).map_err(|e| e.to_string())?;
+        let check = |request: &Request, errors: &mut Vec<String>| {
+            let response = snap.authorizer.is_authorized(request, &alone, entities);
+            let before = errors.len();
+            errors.extend(response.diagnostics().errors().map(ToString::to_string));
+            if errors.len() > before {
+                Check::Errored
+            } else if response.diagnostics().reason().any(|id| id == policy.id()) {
+                Check::Satisfied
+            } else {
+                Check::NotSatisfied
+            }
+        };
+        let mut errors = Vec::new();
+        let id = policy.id().to_string();
+        let (now, then) = (check(&as_is, &mut errors), check(&approved, &mut errors));
+        errors.dedup();
+        checks.push(PolicyCheck {
+            as_is: now,
+            if_approved: then,
+            permit: policy.effect() == cedar_policy::Effect::Permit,
+            file: snap.policy_files.get(&id).cloned(),
+            id,
+            errors,
+        });
+    }
+    checks.sort_by(|a, b| (&a.file, &a.id).cmp(&(&b.file, &b.id)));
+    Ok(checks)
 }

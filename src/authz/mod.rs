@@ -7,8 +7,10 @@
 //! `forbid` that Cedar itself would skip.
 
 mod cedar;
+mod explain;
 mod types;
 
+pub use explain::{ApprovalNeed, Check, Explanation, PolicyCheck, explain};
 pub use types::{
     Advice, AnomalyKind, AnomalyKinds, Call, Correlation, Outcome, Principal, PrincipalKind,
     Signals, Stage, Usage, Verdict,

@@ -2,7 +2,7 @@
 //! answered ([`Verdict`]). Validated types only; HTTP and file formats convert into these.
 
 use cedar_policy::{EntityId, EntityTypeName, EntityUid};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::tools::{Limits, Risk, Tool};
@@ -109,7 +109,9 @@ pub struct Signals {
 }
 
 /// `context.usage`: counts of this principal's earlier calls (the current one not included).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+/// Fixtures and explanations spell it as JSON; a missing counter is 0, an unknown one an error.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Usage {
     /// Calls of this tool in the last 60 seconds.
     pub tool_last_minute: u32,
@@ -185,6 +187,22 @@ impl AnomalyKinds {
     /// Whether the set is empty.
     pub fn is_empty(self) -> bool {
         self.0 == 0
+    }
+
+    /// The set named by `names` (as [`AnomalyKind::as_str`] spells them); an unknown name is an
+    /// error that lists the known ones.
+    pub fn from_names(names: &[String]) -> Result<AnomalyKinds, String> {
+        let mut set = AnomalyKinds::NONE;
+        for name in names {
+            let kind = AnomalyKind::parse(name).ok_or_else(|| {
+                format!(
+                    "unknown anomaly kind `{name}`; use one of {}",
+                    AnomalyKind::ALL.map(AnomalyKind::as_str).join(", ")
+                )
+            })?;
+            set.insert(kind);
+        }
+        Ok(set)
     }
 
     /// The kinds in the set, in [`AnomalyKind::ALL`] order.

@@ -85,7 +85,7 @@ pub fn run(args: &AuthorizeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn read_input(file: Option<&PathBuf>) -> anyhow::Result<String> {
+pub(super) fn read_input(file: Option<&PathBuf>) -> anyhow::Result<String> {
     match file {
         Some(p) if p.as_os_str() != "-" => std::fs::read_to_string(p)
             .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display())),

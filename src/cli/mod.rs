@@ -6,6 +6,7 @@ mod audit;
 mod authorize;
 mod client;
 mod diff;
+mod explain;
 mod schema;
 mod serve;
 mod test;
@@ -55,6 +56,9 @@ enum Command {
     /// Compare two policy directories: per action equal, narrowed, widened or both, with
     /// example calls (proved with cvc5 when installed).
     Diff(diff::DiffArgs),
+    /// Explain how the policies decide one call: every policy of its action, satisfied or
+    /// not, and who may approve it (asks the sidecar, or `--offline` on the files here).
+    Explain(explain::ExplainArgs),
 }
 
 /// Options every subcommand shares.
@@ -106,6 +110,7 @@ pub fn main() -> ExitCode {
         Command::Approvals(a) => approvals::run(&a),
         Command::Test(t) => test::run(&t),
         Command::Diff(d) => diff::run(&d),
+        Command::Explain(e) => explain::run(&e),
     };
     match result {
         Ok(code) => code,

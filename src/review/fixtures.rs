@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::authz::{
-    self, AnomalyKind, AnomalyKinds, Call, Correlation, Outcome, Principal, PrincipalKind, Signals,
-    Stage, Usage, Verdict,
+    self, AnomalyKinds, Call, Correlation, Outcome, Principal, PrincipalKind, Signals, Stage,
+    Usage, Verdict,
 };
 use crate::policy::Snapshot;
 
@@ -78,7 +78,7 @@ struct RawCase {
     tool: Option<String>,
     args: Option<Value>,
     #[serde(default)]
-    usage: Option<RawUsage>,
+    usage: Option<Usage>,
     #[serde(default)]
     anomaly: Option<Vec<String>>,
     #[serde(default)]
@@ -93,19 +93,6 @@ struct RawCase {
     target: Option<String>,
     widened: Option<Vec<String>>,
     proved: Option<bool>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawUsage {
-    #[serde(default)]
-    tool_last_minute: u32,
-    #[serde(default)]
-    tool_last_hour: u32,
-    #[serde(default)]
-    calls_last_minute: u32,
-    #[serde(default)]
-    denials_last_minute: u32,
 }
 
 /// The outcome a case expects.
@@ -401,17 +388,7 @@ fn call_question(raw: RawCase) -> Result<Question, String> {
     if let Some(roles) = raw.roles {
         principal = principal.with_token_roles(roles);
     }
-    let mut anomaly = AnomalyKinds::NONE;
-    for name in raw.anomaly.unwrap_or_default() {
-        let kind = AnomalyKind::parse(&name).ok_or_else(|| {
-            format!(
-                "unknown anomaly kind `{name}`; use one of {}",
-                AnomalyKind::ALL.map(AnomalyKind::as_str).join(", ")
-            )
-        })?;
-        anomaly.insert(kind);
-    }
-    let usage = raw.usage.unwrap_or_default();
+    let anomaly = AnomalyKinds::from_names(&raw.anomaly.unwrap_or_default())?;
     Ok(Question::Call {
         principal,
         call: Call {
@@ -422,12 +399,7 @@ fn call_question(raw: RawCase) -> Result<Question, String> {
             correlation: Correlation::default(),
         },
         signals: Signals {
-            usage: Usage {
-                tool_last_minute: usage.tool_last_minute,
-                tool_last_hour: usage.tool_last_hour,
-                calls_last_minute: usage.calls_last_minute,
-                denials_last_minute: usage.denials_last_minute,
-            },
+            usage: raw.usage.unwrap_or_default(),
             anomaly,
         },
         approved: raw.approved,

@@ -19,6 +19,7 @@ mod crash;
 mod decisions;
 mod examples;
 mod exec;
+mod explain;
 mod files;
 mod files_jail;
 mod gates;

@@ -1,0 +1,66 @@
+//! `POST /v1/explain`: how the live policy set decides one call, policy by policy, and who may
+//! approve it if it waits for a human. For humans the policies allow (`Action::"explain"`; the
+//! shipped set: auditors). Every request, answered or refused, is in the audit log first.
+
+use axum::Json;
+use axum::extract::State;
+use axum::extract::rejection::JsonRejection;
+use axum::http::HeaderMap;
+
+use super::body::RawExplain;
+use super::handlers::human;
+use super::{ApiError, AppState};
+use crate::audit::{Entry, EntryKind, now_ms};
+use crate::authz::{self, Explanation};
+
+/// `POST /v1/explain`.
+pub async fn explain(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Json<RawExplain>, JsonRejection>,
+) -> Result<Json<Explanation>, ApiError> {
+    let who = human(
+        &state,
+        &headers,
+        "explanations are for humans (auditors), not agents",
+    )?;
+    let snap = state.policy.current();
+    let record = |decision: &str, reasons: Vec<String>, detail: String| Entry {
+        kind: EntryKind::Admin,
+        id: uuid::Uuid::now_v7().to_string(),
+        at_ms: now_ms(),
+        principal: Some(who.uid.to_string()),
+        stage: Some("explain".to_owned()),
+        decision: decision.to_owned(),
+        reasons,
+        policy_revision: Some(snap.revision.clone()),
+        detail: Some(detail),
+        ..Entry::default()
+    };
+    let not_recorded = |e: crate::audit::StoreError| {
+        tracing::error!(error = %e, "explain request not recorded; not answered");
+        ApiError::StoreUnavailable
+    };
+    // Who may ask is settled before the body is looked at.
+    if let Err(advice) = authz::may_explain(&snap, &who) {
+        let entry = record(
+            "explain_refused",
+            vec![advice.code.to_owned()],
+            String::new(),
+        );
+        state.audit.record(entry).await.map_err(not_recorded)?;
+        return Err(ApiError::NotEligible(advice.message));
+    }
+    let Json(body) = body?;
+    let (agent, call, signals) = body.into_parts()?;
+    let explanation = authz::explain(&snap, &agent, &call, &signals);
+    let detail = format!(
+        "{} calling `{}`: {}",
+        agent.uid,
+        call.tool,
+        explanation.decision.as_str()
+    );
+    let entry = record("explained", explanation.reasons.clone(), detail);
+    state.audit.record(entry).await.map_err(not_recorded)?;
+    Ok(Json(explanation))
+}
