@@ -8,20 +8,22 @@
 //! - [`limits`]: token buckets per (principal, tool), per principal and global, before Cedar.
 //! - [`anomaly`]: usage counters and anomaly signals, shown to Cedar as `context.usage` and
 //!   `context.anomaly`; alerts.
-//! - [`authz`]: the pure decision function: call + policy snapshot → verdict.
+//! - [`authz`]: the pure decision function: call + policy snapshot → verdict; explanations.
 //! - [`tools`]: tool manifests → compiled tools (JSON Schema validator, Cedar argument type).
 //! - [`exec`]: runs CLI-backed tools under the launcher: no shell, limits, Landlock, no orphans.
 //! - [`jail`]: opens files named by arguments below the service root, whatever the symlinks.
-//! - [`policy`]: loads and validates policies, schema, entities and manifests into a snapshot.
+//! - [`policy`]: loads and validates policies, schema, entities and manifests into a snapshot;
+//!   links templates for grants.
+//! - [`grants`]: temporary access (templates linked until they expire), stored in sled.
 //! - [`config`]: the TOML config file → validated settings.
 //! - [`audit`], [`approvals`], [`storage`]: the hash-chained log and the approval queue in sled.
 //! - [`metrics`]: the Prometheus recorder behind `/metrics`.
 //! - [`redact`]: finds secrets, personal data and prompt-injection signals; the five gates
 //!   (on demand, on every call's arguments, on reported results, on streams).
-//! - [`review`]: policy fixtures and coverage, semantic policy diffs, explanations.
+//! - [`review`]: policy fixtures and coverage, semantic policy diffs.
 //! - [`sched`]: scheduler hints: short slices for serving threads, nice 19 for rebuilds.
 //! - [`cli`]: the `toolgate` subcommands (`serve`, `validate`, `authorize`, `schema`, `audit`,
-//!   `approvals`).
+//!   `approvals`, `test`, `diff`, `explain`).
 
 pub mod admin;
 pub mod anomaly;
@@ -34,6 +36,7 @@ pub mod cli;
 pub mod config;
 pub mod exec;
 pub mod files;
+pub mod grants;
 pub mod jail;
 pub mod limits;
 pub mod metrics;

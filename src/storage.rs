@@ -1,6 +1,6 @@
 //! The data directory: one sled database holding the audit log, the approvals, the kill
-//! switch and the last good policy set, opened once and handed out only as the store traits
-//! (no sled type leaves this module).
+//! switch, the last good policy set and the grants, opened once and handed out only as the
+//! store traits (no sled type leaves this module).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -8,6 +8,7 @@ use std::sync::Arc;
 use crate::admin::{AdminStore, SledAdmin};
 use crate::approvals::{ApprovalStore, SledApprovals};
 use crate::audit::{AuditStore, SledAudit, StoreError};
+use crate::grants::{GrantStore, SledGrants};
 use crate::policy::{GoodSets, SledGoodSets};
 
 /// The stores of one data directory.
@@ -20,6 +21,8 @@ pub struct Stores {
     pub admin: Arc<dyn AdminStore>,
     /// The last good policy set.
     pub policies: Arc<dyn GoodSets>,
+    /// Grants (template links with an expiry).
+    pub grants: Arc<dyn GrantStore>,
 }
 
 impl Stores {
@@ -66,6 +69,7 @@ impl Stores {
             approvals: Arc::new(SledApprovals::new(&db)?),
             admin: Arc::new(SledAdmin::new(&db)?),
             policies: Arc::new(SledGoodSets::new(&db)?),
+            grants: Arc::new(SledGrants::new(&db)?),
             audit: Arc::new(SledAudit::new(db)?),
         })
     }

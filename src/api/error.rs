@@ -89,6 +89,8 @@ pub enum ApiError {
     Held(crate::policy::HoldError),
     /// `/v1/execute` did not run the tool: denied, refused arguments, not runnable here.
     Execution(Refusal, Box<super::execute::ExecAnswer>),
+    /// A grant could not be made or found; nothing changed.
+    Grant(crate::grants::GrantError),
     /// No such gate.
     UnknownGate,
     /// The redaction detectors are not available, so nothing is screened (fail closed).
@@ -168,6 +170,13 @@ impl ApiError {
             ApiError::Held(crate::policy::HoldError::OtherRevision { .. }) => {
                 "held_revision_mismatch"
             }
+            ApiError::Grant(e) => match e {
+                crate::grants::GrantError::BadEntity { .. } => "invalid_entity",
+                crate::grants::GrantError::Link(_) => "grant_not_linkable",
+                crate::grants::GrantError::TooMany => "too_many_grants",
+                crate::grants::GrantError::NotFound(_) => "grant_not_found",
+                crate::grants::GrantError::Store(_) => "store_unavailable",
+            },
             ApiError::UnknownGate => "unknown_gate",
             ApiError::GatesUnavailable => "gates_unavailable",
             ApiError::Stream(crate::redact::StreamError::TooMany(_)) => "too_many_streams",
@@ -366,6 +375,39 @@ impl IntoResponse for ApiError {
                 &e.to_string(),
                 "GET /v1/policies shows the held change (`held.revision`) and its diff",
             ),
+            ApiError::Grant(e) => {
+                use crate::grants::GrantError as G;
+                let (status, suggestion) = match &e {
+                    G::BadEntity { .. } => (
+                        StatusCode::BAD_REQUEST,
+                        "name entities as {\"type\": \"Agent\", \"id\": \"dev-agent\"}",
+                    ),
+                    G::Link(_) => (
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        "grant a template of policies/ with ?principal and ?resource slots, an Agent or Role and a Tool",
+                    ),
+                    G::TooMany => (
+                        StatusCode::CONFLICT,
+                        "revoke grants no longer needed (GET /v1/grants)",
+                    ),
+                    G::NotFound(_) => (
+                        StatusCode::NOT_FOUND,
+                        "GET /v1/grants lists the grants alive",
+                    ),
+                    G::Store(err) => {
+                        tracing::error!(error = %err, "grant store failed");
+                        (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "retry later; operators: see /readyz and the logs",
+                        )
+                    }
+                };
+                let message = match &e {
+                    G::Store(_) => "the data store failed; nothing was changed".to_owned(),
+                    other => other.to_string(),
+                };
+                plain(status, code, &message, suggestion)
+            }
             ApiError::UnknownGate => plain(
                 StatusCode::NOT_FOUND,
                 code,

@@ -11,6 +11,7 @@ mod error;
 mod execute;
 mod explain;
 mod gates;
+mod grants;
 mod handlers;
 mod metrics;
 mod policies;
@@ -26,6 +27,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 
 pub use approvals::expire_due;
+pub use grants::{expire_grants, expiry_timer, grant_expired_entry};
 
 use crate::admin::Admin;
 use crate::anomaly::Monitor;
@@ -51,6 +53,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/policies"),
     ("POST", "/v1/policies/held/approve"),
     ("POST", "/v1/explain"),
+    ("GET", "/v1/grants"),
+    ("POST", "/v1/grants"),
+    ("POST", "/v1/grants/{id}/revoke"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),
@@ -97,6 +102,8 @@ pub struct AppState {
     pub streams: Arc<Streams>,
     /// Runs tools for `/v1/execute` (`None`: execution is off).
     pub exec: Option<Arc<crate::exec::Runner>>,
+    /// Grants (`None` only for a state built without a data store: the routes answer 503).
+    pub grants: Option<Arc<crate::grants::Grants>>,
 }
 
 impl AppState {
@@ -121,13 +128,16 @@ impl AppState {
     ) -> Result<Self, StoreError> {
         let stores = Stores::temporary()?;
         let audit = Audit::start(stores.audit, Chain::plain(), Durability::Group)?;
+        let (grants, _) =
+            crate::grants::Grants::start(stores.grants, policy.clone(), crate::audit::now_ms())?;
         Ok(AppState::with_services(
             policy,
             auth,
             max_body_bytes,
             Arc::new(audit),
             Arc::new(Approvals::new(stores.approvals, Ttl::default())),
-        ))
+        )
+        .with_grants(Arc::new(grants)))
     }
 
     /// State over the given services.
@@ -157,6 +167,7 @@ impl AppState {
                 STREAM_IDLE_MS,
             )),
             exec: None,
+            grants: None,
             gates: match Gates::builtin() {
                 Ok(g) => Some(Arc::new(g)),
                 Err(e) => {
@@ -171,6 +182,13 @@ impl AppState {
     #[must_use]
     pub fn with_gates(mut self, gates: Gates) -> Self {
         self.gates = Some(Arc::new(gates));
+        self
+    }
+
+    /// The same state with `grants`.
+    #[must_use]
+    pub fn with_grants(mut self, grants: Arc<crate::grants::Grants>) -> Self {
+        self.grants = Some(grants);
         self
     }
 
@@ -211,6 +229,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/policies", get(handlers::policies))
         .route("/v1/policies/held/approve", post(policies::approve_held))
         .route("/v1/explain", post(explain::explain))
+        .route("/v1/grants", get(grants::list).post(grants::create))
+        .route("/v1/grants/{id}/revoke", post(grants::revoke))
         .route("/healthz", get(handlers::healthz))
         .route("/readyz", get(handlers::readyz))
         .route("/metrics", get(metrics::render))

@@ -89,6 +89,10 @@ pub async fn approve_held(
                 ))
                 .await
                 .map_err(not_recorded)?;
+            // Let go of the live snapshot before the swap, which waits for requests still
+            // holding it (up to 5 s) before freeing it.
+            let live = snap.revision.clone();
+            drop(snap);
             let store = state.policy.clone();
             let revision = held.revision.clone();
             let swapped = tokio::task::spawn_blocking(move || store.approve_held(&revision))
@@ -104,7 +108,7 @@ pub async fn approve_held(
                         .audit
                         .record(entry(
                             &by,
-                            &snap.revision,
+                            &live,
                             "held_approval_failed",
                             Vec::new(),
                             detail,

@@ -209,8 +209,24 @@ pub(super) fn evaluate_admin(
     action: &str,
     context: Vec<(String, RestrictedExpression)>,
 ) -> Result<Vec<String>, Advice> {
+    evaluate_admin_on(
+        snap,
+        who,
+        action,
+        entity_uid("Sidecar", "toolgate"),
+        context,
+    )
+}
+
+/// [`evaluate_admin`] on another resource (a `Tool`, for grants).
+pub(super) fn evaluate_admin_on(
+    snap: &Snapshot,
+    who: &Principal,
+    action: &str,
+    resource: EntityUid,
+    context: Vec<(String, RestrictedExpression)>,
+) -> Result<Vec<String>, Advice> {
     let action = entity_uid("Action", action);
-    let resource = entity_uid("Sidecar", "toolgate");
     let entities = request_entities(snap, who, &resource, &action)?;
     let entities = entities.as_ref().unwrap_or(&snap.entities);
     let refused = |e: String| {

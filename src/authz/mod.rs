@@ -235,6 +235,59 @@ pub fn may_explain(snap: &Snapshot, who: &Principal) -> Result<Vec<String>, Advi
     cedar::evaluate_admin(snap, who, "explain", Vec::new())
 }
 
+/// What a grant (or its revocation) asks Cedar: `template` linked for `grantee` on `tool`,
+/// lasting `ttl_s` seconds (0 for a revocation).
+#[derive(Debug, Clone, Copy)]
+pub struct GrantAsk<'a> {
+    /// The tool granted (the action's resource).
+    pub tool: &'a str,
+    /// The template's id.
+    pub template: &'a str,
+    /// `?principal`: the agent or role granted.
+    pub grantee: &'a cedar_policy::EntityUid,
+    /// How long the grant lasts, in seconds.
+    pub ttl_s: i64,
+    /// A revocation rather than a grant.
+    pub revoke: bool,
+}
+
+/// Whether the policies let `who` (a human) grant (or revoke) `ask`. `Ok` carries the
+/// determining policies; `Err` says why not.
+pub fn may_grant(
+    snap: &Snapshot,
+    who: &Principal,
+    ask: GrantAsk<'_>,
+) -> Result<Vec<String>, Advice> {
+    human_only(
+        who,
+        "only humans grant or revoke access",
+        "use an operator's (human) credential",
+    )?;
+    let Some(tool) = snap.tools.get(ask.tool) else {
+        return Err(Advice::new(
+            "unknown_tool",
+            format!("no tool named `{}` is registered", printable(ask.tool)),
+            "grant a tool listed by GET /v1/tools",
+        ));
+    };
+    use cedar_policy::RestrictedExpression as R;
+    cedar::evaluate_admin_on(
+        snap,
+        who,
+        "grant",
+        tool.resource_uid.clone(),
+        vec![
+            (
+                "template".to_owned(),
+                R::new_string(ask.template.to_owned()),
+            ),
+            ("grantee".to_owned(), R::new_string(ask.grantee.to_string())),
+            ("ttl_s".to_owned(), R::new_long(ask.ttl_s)),
+            ("revoke".to_owned(), R::new_bool(ask.revoke)),
+        ],
+    )
+}
+
 /// May `approver` approve a pending call to `tool` made by `requester`? Decided by the Cedar
 /// `approve` action; evaluation errors deny.
 pub fn may_approve(

@@ -77,6 +77,7 @@ pub fn run(args: &DiffArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(1));
     };
     let entities_differ = entity_lines(&args.old) != entity_lines(&args.new);
+    let templates = diff::template_changes(&old.policies, &new.policies);
     let result = diff::diff(
         &diff::static_policies(&old.policies),
         &diff::static_policies(&new.policies),
@@ -91,6 +92,7 @@ pub fn run(args: &DiffArgs) -> anyhow::Result<ExitCode> {
                     o.insert("old_revision".into(), old.revision.clone().into());
                     o.insert("new_revision".into(), new.revision.clone().into());
                     o.insert("entities_differ".into(), entities_differ.into());
+                    o.insert("templates".into(), serde_json::to_value(&templates)?);
                     o.insert("method".into(), "symbolic".into());
                 }
                 println!("{}", serde_json::to_string_pretty(&v)?);
@@ -119,9 +121,25 @@ pub fn run(args: &DiffArgs) -> anyhow::Result<ExitCode> {
              symbolic comparison (it holds for every entity store); review those changes by hand."
         );
     }
+    if !templates.is_empty() && !args.json {
+        let list = |ids: &[String]| {
+            if ids.is_empty() {
+                "none".to_owned()
+            } else {
+                ids.join(", ")
+            }
+        };
+        println!(
+            "\ntemplates (grants link them; outside the proof): added {}; changed {}; removed {}.\n\
+             An added or changed template counts as widening: every grant linking it gives what it now says.",
+            list(&templates.added),
+            list(&templates.changed),
+            list(&templates.removed),
+        );
+    }
     let failed = match args.fail_on {
-        Some(FailOn::Widening) => widens,
-        Some(FailOn::Change) => changes || entities_differ,
+        Some(FailOn::Widening) => widens || templates.widens(),
+        Some(FailOn::Change) => changes || entities_differ || !templates.is_empty(),
         None => false,
     };
     Ok(if failed {

@@ -13,11 +13,13 @@ use std::sync::Arc;
 use super::{Common, render, report_load_error};
 use crate::admin::Admin;
 use crate::anomaly::{Alerts, Monitor};
-use crate::api::{AppState, expire_due, router};
+use crate::api::{AppState, expire_due, expiry_timer, router};
 use crate::approvals::{Approvals, Webhook, WebhookConfig, webhook_origin};
+use crate::audit::now_ms;
 use crate::audit::{Audit, Chain, Retention};
 use crate::auth::Authenticator;
 use crate::config::{Config, WebhookSettings};
+use crate::grants::Grants;
 use crate::limits::{Limiter, MonotonicClock};
 use crate::policy::{Origin, PolicyStore, PolicyWatcher, StoreOptions};
 use crate::storage::Stores;
@@ -30,6 +32,7 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
     // Credentials first: a config without authentication stops before anything is opened.
     let auth = Authenticator::from_config(&cfg.auth).map_err(|e| anyhow::anyhow!(render(&e)))?;
     let stores = Stores::open(&cfg.data_dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let grants_store = stores.grants.clone();
     let options = StoreOptions {
         remember: Some(stores.policies.clone()),
         widening: cfg.widening,
@@ -106,6 +109,14 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
         tracing::warn!("KILL SWITCH ON: every tool call will be denied");
     }
     tracing::info!(data_dir = %cfg.data_dir.display(), head = audit.head().seq, "audit log open");
+    // Grants stored before the restart are linked again; those that expired meanwhile end now.
+    let (grants, expired) =
+        Grants::start(grants_store, store.clone(), now_ms()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let linked = store.current().links().count();
+    if linked > 0 {
+        tracing::info!(grants = linked, "grants linked");
+    }
+    let grants = Arc::new(grants);
     let state = AppState::with_services(
         store.clone(),
         auth,
@@ -121,7 +132,15 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
         Gates::new(&cfg.redaction, cfg.gate_rules.clone()).map_err(|e| anyhow::anyhow!("{e}"))?,
     )
     .with_monitor(monitor(&cfg, &audit, &admin)?)
-    .with_admin(admin);
+    .with_admin(admin)
+    .with_grants(grants);
+    for g in expired {
+        audit.record_detached(crate::api::grant_expired_entry(
+            &g,
+            now_ms(),
+            &store.current().revision,
+        ));
+    }
     // Cedar denies (fail closed) when under 100 KiB of stack remain; long `||` chains in a
     // policy recurse deeply, so runtime threads get 8 MiB instead of the default 2 MiB.
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -170,6 +189,7 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
                 }
             })
         };
+        let grant_expiry = tokio::spawn(expiry_timer(state.clone()));
         let upkeep = {
             let metrics = state.metrics.clone();
             tokio::spawn(async move {
@@ -190,6 +210,7 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
             .await?;
         drop(watcher);
         expiry.abort();
+        grant_expiry.abort();
         upkeep.abort();
         if let Some(r) = retention {
             r.abort();

@@ -17,7 +17,11 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
             println!(
                 "ok: {} policies, {} tools, revision {}{}",
                 s.policy_count(),
-                s.tools.len(),
+                match s.policies.templates().count() {
+                    0 => format!("{}", s.tools.len()),
+                    1 => format!("1 template, {}", s.tools.len()),
+                    n => format!("{n} templates, {}", s.tools.len()),
+                },
                 s.revision,
                 if loaded.warnings.is_empty() {
                     String::new()

@@ -18,7 +18,7 @@ use super::diag::{Level, LoadError, Problem};
 use super::inputs::{Inputs, SourceFile, read_manifests, read_stable};
 use super::schema_gen;
 use super::slice::{Slices, without_action_scope};
-use super::validate::{LoadCache, ParsedFile, file_key, validate_files};
+use super::validate::{LoadCache, ParsedFile, ParsedPolicies, file_key, validate_files};
 use crate::tools::{Tool, compile_manifest};
 
 /// Where the loader reads from.
@@ -115,7 +115,7 @@ pub fn build_with(inputs: Inputs, cache: &mut LoadCache) -> Result<Loaded, LoadE
                     slices,
                     schema,
                     entities,
-                    tools,
+                    tools: Arc::new(tools),
                     policy_files: sources
                         .into_iter()
                         .map(|(id, src)| (id, src.file.display().to_string()))
@@ -242,24 +242,32 @@ fn parse_policies<'a>(
         }
         let key = file_key(path, text);
         let renamed = match cache.parsed.get(&key).cloned() {
-            Some(policies) => policies,
+            Some(parsed) => parsed,
             None => match parse_file(path, text, problems) {
-                Some(policies) => Arc::new(
-                    policies
+                Some((policies, templates)) => Arc::new(ParsedPolicies {
+                    policies: policies
                         .into_iter()
                         .map(|p| {
                             let in_slice = without_action_scope(&p);
                             (p, in_slice)
                         })
                         .collect(),
-                ),
+                    templates,
+                }),
                 None => continue,
             },
         };
         next_parsed.insert(key, renamed.clone());
         let mut in_file = Vec::new();
-        for (policy, in_slice) in renamed.iter() {
-            let id = policy.id().to_string();
+        let mut templates_in_file = Vec::new();
+        let ids = renamed
+            .policies
+            .iter()
+            .map(|(p, _)| p.id())
+            .chain(renamed.templates.iter().map(cedar_policy::Template::id));
+        let mut fresh = std::collections::HashSet::new();
+        for id in ids {
+            let id = id.to_string();
             if let Some(prev) = sources.get(&id) {
                 let message = format!(
                     "duplicate policy id `{id}` (also in {})",
@@ -273,19 +281,36 @@ fn parse_policies<'a>(
                 });
                 continue;
             }
+            sources.insert(id.clone(), PolicySource { file: path.clone() });
+            fresh.insert(id);
+        }
+        for (policy, in_slice) in &renamed.policies {
+            if !fresh.contains(&policy.id().to_string()) {
+                continue;
+            }
             if let Err(e) = set.add(policy.clone()) {
                 problems.push(Problem::in_file(path, e.to_string(), None));
                 continue;
             }
             in_file.push(policy.clone());
             prepared.insert(policy.id().clone(), in_slice.clone());
-            sources.insert(id, PolicySource { file: path.clone() });
+        }
+        for template in &renamed.templates {
+            if !fresh.contains(&template.id().to_string()) {
+                continue;
+            }
+            if let Err(e) = set.add_template(template.clone()) {
+                problems.push(Problem::in_file(path, e.to_string(), None));
+                continue;
+            }
+            templates_in_file.push(template.clone());
         }
         parsed_files.push(ParsedFile {
             path,
             text,
             key,
             policies: in_file,
+            templates: templates_in_file,
         });
     }
     cache.parsed = next_parsed;
@@ -312,7 +337,7 @@ fn parse_file(
     path: &Path,
     text: &str,
     problems: &mut Vec<Problem>,
-) -> Option<Vec<cedar_policy::Policy>> {
+) -> Option<(Vec<cedar_policy::Policy>, Vec<cedar_policy::Template>)> {
     let parsed: PolicySet = match text.parse() {
         Ok(p) => p,
         Err(e) => {
@@ -320,13 +345,24 @@ fn parse_file(
             return None;
         }
     };
-    if parsed.templates().next().is_some() {
-        problems.push(Problem::in_file(
-            path,
-            "policy templates are not supported",
-            Some("write concrete policies; toolgate links no templates".to_owned()),
-        ));
-        return None;
+    let mut templates = Vec::new();
+    for template in parsed.templates() {
+        // Grants name the template they link, so it needs a stable name.
+        let Some(id) = template.annotation("id") else {
+            let message = "a template needs an `@id(\"...\")` annotation: grants name it";
+            let help = Some("add `@id(\"grant-...\")` above the template".to_owned());
+            let at = template.to_string();
+            let line = at
+                .lines()
+                .next()
+                .and_then(|first| line_of(text, first.trim()));
+            problems.push(match line {
+                Some(line) => Problem::at_line(path, text, line, 1, message, help),
+                None => Problem::in_file(path, message, help),
+            });
+            return None;
+        };
+        templates.push(template.new_id(PolicyId::new(id)));
     }
     let mut out: Vec<cedar_policy::Policy> = parsed
         .policies()
@@ -349,7 +385,7 @@ fn parse_file(
         text.find(&format!("@id(\"{}\")", p.id()))
             .unwrap_or(usize::MAX)
     });
-    Some(out)
+    Some((out, templates))
 }
 
 fn parse_entities(

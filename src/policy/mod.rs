@@ -7,6 +7,7 @@
 
 mod diag;
 mod inputs;
+mod links;
 mod load;
 mod remember;
 pub mod schema_gen;
@@ -17,6 +18,7 @@ mod watch;
 
 pub use diag::{Level, LoadError, Problem};
 pub use inputs::{ENTITIES_FILE, Inputs, SourceFile, fingerprint, read_inputs, read_stable};
+pub use links::{GRANT_FILE, Link, LinkError};
 pub use load::{Loaded, Sources, build, build_with, load, load_tools};
 pub(crate) use remember::SledGoodSets;
 pub use remember::{GoodSets, StoredSet};
@@ -51,7 +53,7 @@ pub struct Snapshot {
     /// Roles, humans and agents from `entities.json`, plus one `Tool` entity per manifest.
     pub entities: Entities,
     /// Compiled tools by name.
-    pub tools: BTreeMap<String, Tool>,
+    pub tools: std::sync::Arc<BTreeMap<String, Tool>>,
     /// Which file each policy came from (policy id → file), for reports.
     pub policy_files: BTreeMap<String, String>,
     /// Cedar's authorizer (stateless; kept here so nothing is built per request).
@@ -81,7 +83,7 @@ impl Snapshot {
             slices: Slices::default(),
             schema,
             entities: Entities::empty(),
-            tools: BTreeMap::new(),
+            tools: std::sync::Arc::default(),
             policy_files: BTreeMap::new(),
             authorizer: Authorizer::new(),
         })

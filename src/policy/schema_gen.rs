@@ -102,6 +102,21 @@ action \"explain\" appliesTo {
   context: {},
 };
 
+// Grant (or, with `revoke`, revoke) temporary access to this tool by linking a template
+// (POST /v1/grants): `template` is the template's id, `grantee` the `?principal` as Cedar
+// writes it (`Agent::\"dev-agent\"` or `Role::\"developer\"`), `ttl_s` how long it lasts
+// (0 for a revocation).
+action \"grant\" appliesTo {
+  principal: [Human],
+  resource: [Tool],
+  context: {
+    template: String,
+    grantee: String,
+    ttl_s: Long,
+    revoke: Bool,
+  },
+};
+
 // Approver eligibility: may this human approve a pending call to this tool?
 action \"approve\" appliesTo {
   principal: [Human],

@@ -69,9 +69,12 @@ impl Slices {
                     .collect(),
             };
             for i in targets {
-                // INVARIANT: ids are unique in `set`, so adding to a fresh set cannot fail.
-                if let Some(slice) = slices.get_mut(i) {
-                    let _ = slice.add(policy.clone());
+                // INVARIANT: ids are unique in `set`, so adding to a fresh set cannot fail;
+                // only a link whose static copy could not be made would (logged, left out).
+                if let Some(slice) = slices.get_mut(i)
+                    && let Err(e) = slice.add(policy.clone())
+                {
+                    tracing::error!(policy = %original.id(), error = %e, "policy left out of a slice");
                 }
             }
         }
@@ -88,8 +91,11 @@ impl Slices {
 
 /// `policy` with its action scope widened to `action`; the policy itself when it already is, or
 /// when the rewrite fails (it cannot for a static policy; keeping the original is always correct).
+///
+/// A template-linked policy (a grant) always comes back static, with its slots filled: a
+/// policy set takes links only through `link`, so a linked copy could not enter a slice.
 pub(super) fn without_action_scope(policy: &Policy) -> Policy {
-    if matches!(policy.action_constraint(), ActionConstraint::Any) {
+    if policy.is_static() && matches!(policy.action_constraint(), ActionConstraint::Any) {
         return policy.clone();
     }
     let rewritten = policy.to_json().ok().and_then(|mut json| {

@@ -20,6 +20,7 @@ use serde::Serialize;
 use super::Snapshot;
 use super::diag::{LoadError, Problem};
 use super::inputs::read_stable;
+use super::links::{Link, LinkError};
 use super::load::{Sources, build_with};
 use super::remember::{GoodSets, StoredSet};
 use super::validate::LoadCache;
@@ -102,7 +103,8 @@ fn review(old: &Snapshot, new: &Snapshot) -> Review {
             Err(e) => Err(format!("cannot start the diff: {e}")),
         }
     });
-    match result {
+    let templates = diff::template_changes(&old.policies, &new.policies);
+    let mut review = match result {
         Ok(Ok(d)) => Review {
             widened: d
                 .actions
@@ -127,7 +129,19 @@ fn review(old: &Snapshot, new: &Snapshot) -> Review {
             note: Some(why),
             ..Review::default()
         },
-    }
+    };
+    // Templates are outside the proof: an added or changed one counts as widening.
+    review.widened.extend(
+        templates
+            .added
+            .iter()
+            .chain(&templates.changed)
+            .map(|t| format!("template {t}")),
+    );
+    review
+        .narrowed
+        .extend(templates.removed.iter().map(|t| format!("template {t}")));
+    review
 }
 
 /// Where the live set came from.
@@ -250,6 +264,8 @@ pub struct PolicyStore {
     options: StoreOptions,
     origin: Mutex<Origin>,
     held: Mutex<Option<Held>>,
+    /// Template links (grants) every set that goes live gets.
+    links: Mutex<Vec<Link>>,
     /// Counters.
     pub stats: ReloadStats,
 }
@@ -276,6 +292,7 @@ impl PolicyStore {
             options: StoreOptions::default(),
             origin: Mutex::new(Origin::Files),
             held: Mutex::new(None),
+            links: Mutex::new(Vec::new()),
             stats: ReloadStats::default(),
         }
     }
@@ -387,11 +404,44 @@ impl PolicyStore {
         Ok((from, held.revision, held.review))
     }
 
-    /// Swaps `snapshot` in, remembers it, and clears the failure.
+    /// Serves the live files with `links` (grants) linked in place of the current ones, and
+    /// keeps them for every set that goes live after. A link that does not link (its template
+    /// is gone, a slot has the wrong type) is left out and returned: it grants nothing.
+    pub fn set_links(&self, links: Vec<Link>) -> Vec<(String, LinkError)> {
+        let _serial = self
+            .reloading
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let (linked, failed) = self.live.load().relinked(&links);
+        *self.links.lock().unwrap_or_else(PoisonError::into_inner) = links;
+        let old = self.live.swap(Arc::new(linked));
+        release_here(old);
+        failed
+    }
+
+    /// `snapshot` with the kept links.
+    fn linked(&self, snapshot: Arc<Snapshot>) -> Arc<Snapshot> {
+        let links = self
+            .links
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if links.is_empty() && snapshot.links().next().is_none() {
+            return snapshot;
+        }
+        let (linked, failed) = snapshot.relinked(&links);
+        for (grant, e) in failed {
+            tracing::warn!(grant, error = %e, "grant not linked into the new policy set; it grants nothing");
+        }
+        Arc::new(linked)
+    }
+
+    /// Swaps `snapshot` in (with the kept links), remembers it, and clears the failure.
     fn go_live(&self, snapshot: Arc<Snapshot>, stored: Option<&StoredSet>) {
         if let (Some(r), Some(stored)) = (&self.options.remember, stored) {
             remember(r.as_ref(), stored, Some(&self.stats));
         }
+        let snapshot = self.linked(snapshot);
         let old = {
             // Swap and clear under the failure lock: whoever sees the new revision and then
             // asks for the last error sees it cleared.

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use cedar_policy::{Policy, PolicySet, Schema, ValidationMode, Validator};
+use cedar_policy::{Policy, PolicySet, Schema, Template, ValidationMode, Validator};
 use sha2::{Digest, Sha256};
 
 use super::diag::{Level, Problem};
@@ -25,6 +25,16 @@ pub(super) struct ParsedFile<'a> {
     pub key: [u8; 32],
     /// Its policies, already renamed to their final ids.
     pub policies: Vec<Policy>,
+    /// Its templates (linked by grants), renamed the same way.
+    pub templates: Vec<Template>,
+}
+
+/// One file's policies, renamed to their final ids, each with the copy evaluated inside its
+/// action's slice (see `slice`), and its templates.
+#[derive(Debug, Default)]
+pub(super) struct ParsedPolicies {
+    pub policies: Vec<(Policy, Policy)>,
+    pub templates: Vec<Template>,
 }
 
 /// What the previous load parsed and validated, by content hash.
@@ -32,9 +42,8 @@ pub(super) struct ParsedFile<'a> {
 pub struct LoadCache {
     /// (schema, file) hashes that validated without errors, with their warnings.
     passed: HashMap<[u8; 32], Vec<Problem>>,
-    /// File hash → its policies, renamed to their final ids, each with the copy evaluated
-    /// inside its action's slice (see `slice`).
-    pub(super) parsed: HashMap<[u8; 32], Arc<Vec<(Policy, Policy)>>>,
+    /// File hash → its parsed policies and templates.
+    pub(super) parsed: HashMap<[u8; 32], Arc<ParsedPolicies>>,
     /// The last parsed schema and the hash of its text.
     pub(super) schema: Option<([u8; 32], Schema)>,
 }
@@ -88,6 +97,9 @@ pub(super) fn validate_files(
         for p in &file.policies {
             // INVARIANT: ids are unique across the whole set, hence within a file.
             let _ = set.add(p.clone());
+        }
+        for t in &file.templates {
+            let _ = set.add_template(t.clone());
         }
         let result = validator.validate(&set, ValidationMode::Strict);
         let mut found = Vec::new();

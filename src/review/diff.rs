@@ -173,6 +173,55 @@ pub fn static_policies(set: &PolicySet) -> PolicySet {
     out
 }
 
+/// How the templates (which grants link) differ between two sets. The symbolic comparison
+/// covers static policies only; a template is a promise about every grant that links it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TemplateChanges {
+    /// New templates: grants can now give what they say.
+    pub added: Vec<String>,
+    /// Templates whose text changed: every grant linking one changes with it.
+    pub changed: Vec<String>,
+    /// Removed templates: grants linking them grant nothing any more.
+    pub removed: Vec<String>,
+}
+
+impl TemplateChanges {
+    /// Whether grants may allow more (an added or changed template), which a review must treat
+    /// as widening: no solver looks at templates.
+    pub fn widens(&self) -> bool {
+        !self.added.is_empty() || !self.changed.is_empty()
+    }
+
+    /// Whether nothing differs.
+    pub fn is_empty(&self) -> bool {
+        !self.widens() && self.removed.is_empty()
+    }
+}
+
+/// The templates added, changed (by text) and removed from `old` to `new`, by id.
+pub fn template_changes(old: &PolicySet, new: &PolicySet) -> TemplateChanges {
+    let texts = |set: &PolicySet| -> BTreeMap<String, String> {
+        set.templates()
+            .map(|t| (t.id().to_string(), t.to_string()))
+            .collect()
+    };
+    let (old, new) = (texts(old), texts(new));
+    let mut out = TemplateChanges::default();
+    for (id, text) in &new {
+        match old.get(id) {
+            None => out.added.push(id.clone()),
+            Some(before) if before != text => out.changed.push(id.clone()),
+            Some(_) => {}
+        }
+    }
+    out.removed = old
+        .keys()
+        .filter(|id| !new.contains_key(*id))
+        .cloned()
+        .collect();
+    out
+}
+
 /// Compares `old` and `new` (both validated against `schema`) action by action. Blocking: it
 /// runs the solver on a private single-threaded runtime.
 /// `ground`, when given, is the snapshot whose entities and tools examples are re-checked on.

@@ -93,6 +93,11 @@ struct RawCase {
     target: Option<String>,
     widened: Option<Vec<String>>,
     proved: Option<bool>,
+    // A grant: `human` links `template` for `grantee` on `tool`, for `ttl_s` (or `revoke`s).
+    template: Option<String>,
+    grantee: Option<String>,
+    ttl_s: Option<i64>,
+    revoke: Option<bool>,
 }
 
 /// The outcome a case expects.
@@ -166,6 +171,22 @@ pub enum Question {
         widened: Vec<String>,
         /// Whether the diff was proved.
         proved: bool,
+    },
+    /// May `human` grant `grantee` access to `tool` through `template` for `ttl_s` (or revoke
+    /// such a grant)?
+    Grant {
+        /// The operator.
+        human: Principal,
+        /// The tool.
+        tool: String,
+        /// The template's id.
+        template: String,
+        /// `?principal`, as Cedar writes it.
+        grantee: cedar_policy::EntityUid,
+        /// Seconds.
+        ttl_s: i64,
+        /// A revocation.
+        revoke: bool,
     },
     /// May `human` see explanations of decisions?
     Explain {
@@ -347,6 +368,14 @@ fn question(raw: RawCase) -> Result<Question, String> {
                     ("target", raw.target.is_some()),
                     ("widened", raw.widened.is_some()),
                     ("proved", raw.proved.is_some()),
+            ("template", raw.template.is_some()),
+            ("grantee", raw.grantee.is_some()),
+            ("ttl_s", raw.ttl_s.is_some()),
+            ("revoke", raw.revoke.is_some()),
+                    ("template", raw.template.is_some()),
+                    ("grantee", raw.grantee.is_some()),
+                    ("ttl_s", raw.ttl_s.is_some()),
+                    ("revoke", raw.revoke.is_some()),
                 ],
                 "an approval case",
             )?;
@@ -407,9 +436,14 @@ fn call_question(raw: RawCase) -> Result<Question, String> {
 }
 
 fn admin_question(raw: RawCase) -> Result<Question, String> {
+    let granting = raw.action.as_deref() == Some("grant");
     refuse_fields(
         &[
-            ("tool", raw.tool.is_some()),
+            ("tool", raw.tool.is_some() && !granting),
+            ("template", raw.template.is_some() && !granting),
+            ("grantee", raw.grantee.is_some() && !granting),
+            ("ttl_s", raw.ttl_s.is_some() && !granting),
+            ("revoke", raw.revoke.is_some() && !granting),
             ("args", raw.args.is_some()),
             ("roles", raw.roles.is_some()),
             ("usage", raw.usage.is_some()),
@@ -459,8 +493,24 @@ fn admin_question(raw: RawCase) -> Result<Question, String> {
             proved: raw.proved.unwrap_or(true),
         }),
         "explain" => Ok(Question::Explain { human }),
+        "grant" => Ok(Question::Grant {
+            human,
+            tool: raw.tool.clone().ok_or("`grant` needs `tool`")?,
+            template: raw
+                .template
+                .clone()
+                .unwrap_or_else(|| "grant-tool-access".to_owned()),
+            grantee: raw
+                .grantee
+                .as_deref()
+                .ok_or("`grant` needs `grantee` (e.g. `Agent::\\\"dev-agent\\\"`)")?
+                .parse()
+                .map_err(|e| format!("`grantee` is not an entity: {e}"))?,
+            ttl_s: raw.ttl_s.unwrap_or(0),
+            revoke: raw.revoke.unwrap_or(false),
+        }),
         _ => Err(
-            "`action` must be `kill_switch`, `quarantine`, `approve_policy_change` or `explain`"
+            "`action` must be `kill_switch`, `quarantine`, `approve_policy_change`, `explain` or `grant`"
                 .into(),
         ),
     }
@@ -511,6 +561,24 @@ pub fn answer(snap: &Snapshot, question: &Question) -> Answer {
             snap, human, widened, *proved,
         )),
         Question::Explain { human } => from_admin(authz::may_explain(snap, human)),
+        Question::Grant {
+            human,
+            tool,
+            template,
+            grantee,
+            ttl_s,
+            revoke,
+        } => from_admin(authz::may_grant(
+            snap,
+            human,
+            authz::GrantAsk {
+                tool,
+                template,
+                grantee,
+                ttl_s: *ttl_s,
+                revoke: *revoke,
+            },
+        )),
     }
 }
 

@@ -23,6 +23,7 @@ mod explain;
 mod files;
 mod files_jail;
 mod gates;
+mod grants;
 mod helpers;
 mod http;
 mod jail;

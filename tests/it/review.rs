@@ -13,7 +13,7 @@ fn shipped_fixtures_pass_and_cover_every_shipped_policy() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains(" 0 failed"), "{text}");
     assert!(
-        text.contains("coverage: 25 of 25 policies"),
+        text.contains("coverage: 27 of 27 policies"),
         "every shipped policy determines a case: {text}"
     );
 }
@@ -64,7 +64,7 @@ fn coverage_lists_policies_no_case_exercises_and_can_gate() {
     let text = stdout(&out);
     assert!(out.status.success(), "coverage alone does not fail: {text}");
     assert!(
-        text.contains("coverage: 25 of 26 policies")
+        text.contains("coverage: 27 of 28 policies")
             && text.contains("no-pushes-on-fridays  (")
             && text.contains("elevated.cedar)"),
         "{text}"
@@ -78,7 +78,7 @@ fn coverage_lists_policies_no_case_exercises_and_can_gate() {
         json["uncovered"],
         serde_json::json!(["no-pushes-on-fridays"])
     );
-    assert_eq!(json["results"].as_array().unwrap().len(), 46);
+    assert_eq!(json["results"].as_array().unwrap().len(), 52);
 }
 
 #[test]
@@ -275,4 +275,81 @@ fn diff_without_a_solver_says_so_and_compares_the_fixtures() {
         text.contains("widened") && text.contains("roles from a verified token"),
         "{text}"
     );
+}
+
+/// Templates are outside the proof: a changed or added one fails the widening gate (every grant
+/// linking it changes with it), a removed one only the change gate; a reload under `hold`
+/// holds a changed template like any widening.
+#[test]
+fn diff_treats_a_changed_template_as_widening() {
+    let (old, new) = (TempSet::new(), TempSet::new());
+    new.write(
+        "policies/grants.cedar",
+        "@id(\"grant-tool-access\")\npermit (principal in ?principal, action, resource == ?resource);\n",
+    );
+    let out = toolgate()
+        .arg("diff")
+        .arg(old.policies())
+        .arg(new.policies())
+        .arg("--schemas")
+        .arg(old.dir.path().join("schemas"))
+        .args(["--fail-on", "widening"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("changed grant-tool-access"), "{text}");
+
+    std::fs::remove_file(new.policies().join("grants.cedar")).unwrap();
+    let run = |fail_on: &str| {
+        toolgate()
+            .arg("diff")
+            .arg(old.policies())
+            .arg(new.policies())
+            .arg("--schemas")
+            .arg(old.dir.path().join("schemas"))
+            .args(["--fail-on", fail_on, "--json"])
+            .output()
+            .unwrap()
+    };
+    let out = run("widening");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if solver() {
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            v["templates"]["removed"],
+            serde_json::json!(["grant-tool-access"])
+        );
+    }
+    assert_eq!(run("change").status.code(), Some(1));
+
+    // A reload under hold holds it.
+    let set = TempSet::new();
+    let data = tempfile::tempdir().unwrap();
+    let stores = toolgate::storage::Stores::open(data.path()).unwrap();
+    let options = toolgate::policy::StoreOptions {
+        remember: Some(stores.policies.clone()),
+        widening: toolgate::policy::Widening::Hold,
+    };
+    let (store, _, _) = toolgate::policy::PolicyStore::start(set.sources(), options).unwrap();
+    set.write(
+        "policies/grants.cedar",
+        "@id(\"grant-tool-access\")\npermit (principal in ?principal, action, resource == ?resource);\n",
+    );
+    match store.reload(false) {
+        toolgate::policy::ReloadOutcome::Held { review, .. } => {
+            assert!(
+                review
+                    .widened
+                    .contains(&"template grant-tool-access".to_owned()),
+                "{review:?}"
+            )
+        }
+        other => panic!("a changed template must be held: {other:?}"),
+    }
 }

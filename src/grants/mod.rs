@@ -1,0 +1,310 @@
+//! Grants: temporary access without editing files. A grant links a template of the policy
+//! files (`?principal` an agent or a role, `?resource` a tool) until it expires; the linked
+//! policy is decided by Cedar like any other, so forbids still win.
+//!
+//! Owns: the grant record ([`Grant`]), its store ([`GrantStore`]), and [`Grants`], which keeps
+//! the stored grants, the links in the live policy set and the expiry timer in step. Who may
+//! grant is the API's question to Cedar (`Action::"grant"`), asked before anything here runs.
+
+mod store;
+
+pub use store::GrantStore;
+pub(crate) use store::SledGrants;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use cedar_policy::{EntityId, EntityTypeName, EntityUid};
+use serde::{Deserialize, Serialize};
+
+use crate::audit::StoreError;
+use crate::policy::{Link, LinkError, PolicyStore};
+
+/// Most grants alive at once: every change relinks the whole set.
+pub const MAX_GRANTS: usize = 1000;
+/// Longest grant, whatever the policies allow: 30 days.
+pub const MAX_TTL_S: u64 = 30 * 24 * 3600;
+
+/// An entity as JSON names it: `{"type": "Agent", "id": "dev-agent"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EntityRef {
+    /// The entity type (`Agent`, `Role`, `Tool`).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The entity id.
+    pub id: String,
+}
+
+impl EntityRef {
+    /// The Cedar uid; an error naming the field when the type is not a Cedar type name.
+    pub fn uid(&self, field: &'static str) -> Result<EntityUid, GrantError> {
+        let kind: EntityTypeName = self.kind.parse().map_err(|_| GrantError::BadEntity {
+            field,
+            message: format!("`{}` is not an entity type", printable(&self.kind)),
+        })?;
+        Ok(EntityUid::from_type_name_and_id(
+            kind,
+            EntityId::new(&self.id),
+        ))
+    }
+}
+
+/// One grant, as stored and listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    /// `grant-<uuid v7>`: also the id of the linked policy, so decisions name it.
+    pub id: String,
+    /// The template linked.
+    pub template: String,
+    /// `?principal`: an agent, or a role (all its members).
+    pub principal: EntityRef,
+    /// `?resource`: a tool.
+    pub resource: EntityRef,
+    /// Who granted it (`Human::"alice"`).
+    pub granted_by: String,
+    /// Why.
+    pub reason: Option<String>,
+    /// When it was granted (ms since the epoch).
+    pub created_ms: u64,
+    /// When it ends (ms since the epoch).
+    pub expires_ms: u64,
+}
+
+impl Grant {
+    /// The template link this grant makes.
+    pub fn link(&self) -> Result<Link, GrantError> {
+        Ok(Link {
+            id: self.id.clone(),
+            template: self.template.clone(),
+            principal: self.principal.uid("principal")?,
+            resource: self.resource.uid("resource")?,
+        })
+    }
+}
+
+/// A grant as listed: the record, and whether it is linked into the live set.
+#[derive(Debug, Clone, Serialize)]
+pub struct Listed {
+    /// The grant.
+    #[serde(flatten)]
+    pub grant: Grant,
+    /// Linked into the policy set being served.
+    pub active: bool,
+    /// Why not, when it is not (its template was removed or changed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
+/// Why a grant operation did not happen. Nothing changed in any of these cases.
+#[derive(Debug, thiserror::Error)]
+pub enum GrantError {
+    /// A slot value that is not an entity.
+    #[error("`{field}`: {message}")]
+    BadEntity {
+        /// The body field.
+        field: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// The link cannot be made against the live policy set.
+    #[error(transparent)]
+    Link(LinkError),
+    /// [`MAX_GRANTS`] are alive.
+    #[error("{MAX_GRANTS} grants are alive already; revoke some first")]
+    TooMany,
+    /// No grant with this id.
+    #[error("no grant `{0}`")]
+    NotFound(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The grants of one sidecar, kept in step with the live policy set.
+#[derive(Debug)]
+pub struct Grants {
+    store: Arc<dyn GrantStore>,
+    policy: Arc<PolicyStore>,
+    /// The stored grants by id; changes are serialized by this lock and written through.
+    alive: tokio::sync::Mutex<BTreeMap<String, Grant>>,
+    /// Links that failed in the set now served, by grant id.
+    problems: Mutex<BTreeMap<String, String>>,
+    /// Woken on every change, so the expiry timer re-plans.
+    changed: tokio::sync::Notify,
+}
+
+impl Grants {
+    /// The grants of `store`, linked into `policy`. Expired ones are removed and returned (the
+    /// caller audits them). Blocking: call before serving.
+    pub fn start(
+        store: Arc<dyn GrantStore>,
+        policy: Arc<PolicyStore>,
+        now_ms: u64,
+    ) -> Result<(Grants, Vec<Grant>), StoreError> {
+        let mut alive = BTreeMap::new();
+        let mut expired = Vec::new();
+        for grant in store.all()? {
+            if grant.expires_ms <= now_ms {
+                store.remove(&grant.id)?;
+                expired.push(grant);
+            } else {
+                alive.insert(grant.id.clone(), grant);
+            }
+        }
+        let problems = policy.set_links(links_of(&alive));
+        let grants = Grants {
+            store,
+            policy,
+            alive: tokio::sync::Mutex::new(alive),
+            problems: Mutex::new(BTreeMap::new()),
+            changed: tokio::sync::Notify::new(),
+        };
+        grants.note(problems);
+        Ok((grants, expired))
+    }
+
+    /// Every grant, soonest to expire first.
+    pub async fn list(&self) -> Vec<Listed> {
+        let alive = self.alive.lock().await;
+        let problems = self.problems.lock().unwrap_or_else(PoisonError::into_inner);
+        let snap = self.policy.current();
+        let linked: std::collections::HashSet<String> =
+            snap.links().map(ToString::to_string).collect();
+        let mut out: Vec<Listed> = alive
+            .values()
+            .map(|g| Listed {
+                active: linked.contains(&g.id),
+                problem: problems.get(&g.id).cloned(),
+                grant: g.clone(),
+            })
+            .collect();
+        out.sort_by_key(|l| (l.grant.expires_ms, l.grant.id.clone()));
+        out
+    }
+
+    /// The grant `id`, if alive.
+    pub async fn get(&self, id: &str) -> Option<Grant> {
+        self.alive.lock().await.get(id).cloned()
+    }
+
+    /// Stores `grant` and links it. Checked first against the live set: a grant that would
+    /// not link is refused and nothing is stored.
+    pub async fn create(&self, grant: Grant) -> Result<Grant, GrantError> {
+        let mut alive = self.alive.lock().await;
+        if alive.len() >= MAX_GRANTS {
+            return Err(GrantError::TooMany);
+        }
+        let link = grant.link()?;
+        self.policy
+            .current()
+            .check_links(std::slice::from_ref(&link))
+            .map_err(|(_, e)| GrantError::Link(e))?;
+        let store = self.store.clone();
+        let saved = grant.clone();
+        blocking(move || store.put(&saved)).await?;
+        alive.insert(grant.id.clone(), grant.clone());
+        self.relink(&alive).await;
+        Ok(grant)
+    }
+
+    /// Removes the grant `id` and unlinks it.
+    pub async fn revoke(&self, id: &str) -> Result<Grant, GrantError> {
+        let mut alive = self.alive.lock().await;
+        if !alive.contains_key(id) {
+            return Err(GrantError::NotFound(printable(id)));
+        }
+        let store = self.store.clone();
+        let key = id.to_owned();
+        blocking(move || store.remove(&key)).await?;
+        let gone = alive
+            .remove(id)
+            .ok_or_else(|| GrantError::NotFound(printable(id)))?;
+        self.relink(&alive).await;
+        Ok(gone)
+    }
+
+    /// Removes and unlinks every grant expired at `now_ms`; returns them.
+    pub async fn expire_due(&self, now_ms: u64) -> Result<Vec<Grant>, StoreError> {
+        let mut alive = self.alive.lock().await;
+        let due: Vec<String> = alive
+            .values()
+            .filter(|g| g.expires_ms <= now_ms)
+            .map(|g| g.id.clone())
+            .collect();
+        if due.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Unlinked first: an expired grant must stop granting even if the store then fails.
+        let mut gone = Vec::new();
+        for id in &due {
+            if let Some(g) = alive.remove(id) {
+                gone.push(g);
+            }
+        }
+        self.relink(&alive).await;
+        let store = self.store.clone();
+        let ids = due.clone();
+        blocking(move || ids.iter().try_for_each(|id| store.remove(id).map(|_| ()))).await?;
+        Ok(gone)
+    }
+
+    /// When the next grant expires (ms since the epoch).
+    pub async fn next_expiry(&self) -> Option<u64> {
+        self.alive.lock().await.values().map(|g| g.expires_ms).min()
+    }
+
+    /// Waits until some grant changed.
+    pub async fn changed(&self) {
+        self.changed.notified().await;
+    }
+
+    /// Links exactly `alive` into the live set (off the async threads: a relink waits for any
+    /// reload in progress).
+    async fn relink(&self, alive: &BTreeMap<String, Grant>) {
+        let links = links_of(alive);
+        let policy = self.policy.clone();
+        match tokio::task::spawn_blocking(move || policy.set_links(links)).await {
+            Ok(problems) => self.note(problems),
+            Err(e) => tracing::error!(error = %e, "relinking grants failed"),
+        }
+        self.changed.notify_one();
+    }
+
+    fn note(&self, problems: Vec<(String, LinkError)>) {
+        let mut slot = self.problems.lock().unwrap_or_else(PoisonError::into_inner);
+        *slot = problems
+            .into_iter()
+            .map(|(id, e)| {
+                tracing::warn!(grant = id, error = %e, "grant not linked; it grants nothing");
+                (id, e.to_string())
+            })
+            .collect();
+    }
+}
+
+fn links_of(alive: &BTreeMap<String, Grant>) -> Vec<Link> {
+    alive
+        .values()
+        .filter_map(|g| match g.link() {
+            Ok(link) => Some(link),
+            Err(e) => {
+                tracing::warn!(grant = g.id, error = %e, "stored grant cannot be linked");
+                None
+            }
+        })
+        .collect()
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| StoreError(format!("grant store task failed: {e}")))?
+}
+
+/// Ids echoed back are cut short and stripped of control characters.
+fn printable(s: &str) -> String {
+    s.chars().filter(|c| !c.is_control()).take(64).collect()
+}
