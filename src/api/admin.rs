@@ -111,7 +111,7 @@ pub async fn set_kill_switch(
                 .record(entry("kill_switch_refused", vec![advice.code.to_owned()]))
                 .await
                 .map_err(record_failed)?;
-            return Err(ApiError::NotEligible(advice.message));
+            return Err(ApiError::Refused(advice));
         }
     };
     if let (false, Some(forced_by)) = (body.on, state.admin.forced_by()) {
@@ -232,7 +232,7 @@ pub async fn set_quarantine(
                 .record(entry("quarantine_refused", vec![advice.code.to_owned()]))
                 .await
                 .map_err(record_failed)?;
-            return Err(ApiError::NotEligible(advice.message));
+            return Err(ApiError::Refused(advice));
         }
     };
     let quarantine = state.admin.quarantine();

@@ -81,6 +81,9 @@ pub enum ApiError {
     },
     /// Cedar says this human may not approve (or deny) this call.
     NotEligible(String),
+    /// Cedar refused an operator action (explain, grant, kill switch, …): its advice says why
+    /// and what to do.
+    Refused(crate::authz::Advice),
     /// The kill switch is forced on by the config or the environment.
     KillSwitchForced(String),
     /// A release named an agent that is not quarantined.
@@ -142,6 +145,7 @@ impl std::fmt::Display for ApiError {
             ApiError::BadRequest { message, .. } => write!(f, "{code}: {message}"),
             ApiError::Forbidden(m) => write!(f, "{code}: {m}"),
             ApiError::NotEligible(m) => write!(f, "{code}: {m}"),
+            ApiError::Refused(a) => write!(f, "{code}: {}", a.message),
             _ => f.write_str(code),
         }
     }
@@ -162,7 +166,7 @@ impl ApiError {
             ApiError::AuditUnavailable(_) => "audit_unavailable",
             ApiError::StoreUnavailable => "store_unavailable",
             ApiError::ApprovalNotFound => "approval_not_found",
-            ApiError::NotEligible(_) => "not_eligible",
+            ApiError::NotEligible(_) | ApiError::Refused(_) => "not_eligible",
             ApiError::RateLimited { .. } => "rate_limited",
             ApiError::KillSwitchForced(_) => "kill_switch_forced",
             ApiError::NotQuarantined(_) => "not_quarantined",
@@ -347,6 +351,12 @@ impl IntoResponse for ApiError {
                 code,
                 &message,
                 "ask the agent to send the call again for a new approval",
+            ),
+            ApiError::Refused(advice) => plain(
+                StatusCode::FORBIDDEN,
+                code,
+                &advice.message,
+                &advice.suggestion,
             ),
             ApiError::NotEligible(message) => plain(
                 StatusCode::FORBIDDEN,

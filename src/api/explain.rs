@@ -49,7 +49,7 @@ pub async fn explain(
             String::new(),
         );
         state.audit.record(entry).await.map_err(not_recorded)?;
-        return Err(ApiError::NotEligible(advice.message));
+        return Err(ApiError::Refused(advice));
     }
     let Json(body) = body?;
     let (agent, call, signals) = body.into_parts()?;

@@ -180,7 +180,7 @@ pub async fn create(
                 describe(&grant),
             );
             state.audit.record(e).await.map_err(not_recorded)?;
-            return Err(ApiError::NotEligible(advice.message));
+            return Err(ApiError::Refused(advice));
         }
     };
     // The snapshot is let go before the grant relinks the live set: the swap waits for
@@ -276,7 +276,7 @@ pub async fn revoke(
                 detail,
             );
             state.audit.record(e).await.map_err(not_recorded)?;
-            return Err(ApiError::NotEligible(advice.message));
+            return Err(ApiError::Refused(advice));
         }
     };
     let revision = snap.revision.clone();
@@ -288,23 +288,42 @@ pub async fn revoke(
     Ok(Json(json!({ "revoked": gone.id, "grant": gone })))
 }
 
-/// Removes expired grants and records each (the expiry timer of `serve`).
+/// Ends the grants expired now: unlinks them, records each, then removes them from the store
+/// (the expiry timer of `serve`).
 pub async fn expire_grants(state: &AppState) {
     let Some(grants) = &state.grants else {
         return;
     };
     let now = now_ms();
-    match grants.expire_due(now).await {
-        Ok(gone) => {
-            let revision = state.policy.current().revision.clone();
-            for g in gone {
-                state
-                    .audit
-                    .record_detached(grant_expired_entry(&g, now, &revision));
+    let gone = grants.expire_due(now).await;
+    forget_ended(state, grants, &gone, now).await;
+}
+
+/// Records each of `ended` as expired, then removes them from the store. A grant whose record
+/// failed stays stored, so the next start records it again.
+pub async fn forget_ended(state: &AppState, grants: &Grants, ended: &[Grant], now: u64) {
+    if ended.is_empty() {
+        return;
+    }
+    let revision = state.policy.current().revision.clone();
+    let mut recorded = Vec::with_capacity(ended.len());
+    for g in ended {
+        match state
+            .audit
+            .record(grant_expired_entry(g, now, &revision))
+            .await
+        {
+            Ok(()) => {
                 tracing::info!(grant = g.id, "grant expired");
+                recorded.push(g.clone());
+            }
+            Err(e) => {
+                tracing::error!(grant = g.id, error = %e, "grant expiry not recorded; it stays stored (and unlinked)")
             }
         }
-        Err(e) => tracing::error!(error = %e, "could not remove expired grants from the store"),
+    }
+    if let Err(e) = grants.forget(&recorded).await {
+        tracing::error!(error = %e, "expired grants not removed from the store; they are removed at the next start");
     }
 }
 

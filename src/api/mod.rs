@@ -27,7 +27,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 
 pub use approvals::expire_due;
-pub use grants::{expire_grants, expiry_timer, grant_expired_entry};
+pub use grants::{expire_grants, expiry_timer, forget_ended, grant_expired_entry};
 
 use crate::admin::Admin;
 use crate::anomaly::Monitor;

@@ -71,7 +71,7 @@ pub async fn approve_held(
                 ))
                 .await
                 .map_err(not_recorded)?;
-            Err(ApiError::NotEligible(advice.message))
+            Err(ApiError::Refused(advice))
         }
         Ok(policies) => {
             let detail = format!(

@@ -134,13 +134,6 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
     .with_monitor(monitor(&cfg, &audit, &admin)?)
     .with_admin(admin)
     .with_grants(grants);
-    for g in expired {
-        audit.record_detached(crate::api::grant_expired_entry(
-            &g,
-            now_ms(),
-            &store.current().revision,
-        ));
-    }
     // Cedar denies (fail closed) when under 100 KiB of stack remain; long `||` chains in a
     // policy recurse deeply, so runtime threads get 8 MiB instead of the default 2 MiB.
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -189,6 +182,9 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
                 }
             })
         };
+        if let Some(grants) = &state.grants {
+            crate::api::forget_ended(&state, grants, &expired, now_ms()).await;
+        }
         let grant_expiry = tokio::spawn(expiry_timer(state.clone()));
         let upkeep = {
             let metrics = state.metrics.clone();

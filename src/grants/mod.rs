@@ -135,8 +135,9 @@ pub struct Grants {
 }
 
 impl Grants {
-    /// The grants of `store`, linked into `policy`. Expired ones are removed and returned (the
-    /// caller audits them). Blocking: call before serving.
+    /// The grants of `store`, linked into `policy`. Expired ones are not linked and are
+    /// returned: the caller audits them, then [`Grants::forget`]s them (a crash in between
+    /// audits them again at the next start rather than never). Blocking: call before serving.
     pub fn start(
         store: Arc<dyn GrantStore>,
         policy: Arc<PolicyStore>,
@@ -146,7 +147,6 @@ impl Grants {
         let mut expired = Vec::new();
         for grant in store.all()? {
             if grant.expires_ms <= now_ms {
-                store.remove(&grant.id)?;
                 expired.push(grant);
             } else {
                 alive.insert(grant.id.clone(), grant);
@@ -224,8 +224,9 @@ impl Grants {
         Ok(gone)
     }
 
-    /// Removes and unlinks every grant expired at `now_ms`; returns them.
-    pub async fn expire_due(&self, now_ms: u64) -> Result<Vec<Grant>, StoreError> {
+    /// Unlinks every grant expired at `now_ms` and returns them; they stay stored until the
+    /// caller has audited them and calls [`Grants::forget`].
+    pub async fn expire_due(&self, now_ms: u64) -> Vec<Grant> {
         let mut alive = self.alive.lock().await;
         let due: Vec<String> = alive
             .values()
@@ -233,20 +234,18 @@ impl Grants {
             .map(|g| g.id.clone())
             .collect();
         if due.is_empty() {
-            return Ok(Vec::new());
+            return Vec::new();
         }
-        // Unlinked first: an expired grant must stop granting even if the store then fails.
-        let mut gone = Vec::new();
-        for id in &due {
-            if let Some(g) = alive.remove(id) {
-                gone.push(g);
-            }
-        }
+        let gone: Vec<Grant> = due.iter().filter_map(|id| alive.remove(id)).collect();
         self.relink(&alive).await;
+        gone
+    }
+
+    /// Removes ended grants from the store (after their expiry was recorded).
+    pub async fn forget(&self, ended: &[Grant]) -> Result<(), StoreError> {
         let store = self.store.clone();
-        let ids = due.clone();
-        blocking(move || ids.iter().try_for_each(|id| store.remove(id).map(|_| ()))).await?;
-        Ok(gone)
+        let ids: Vec<String> = ended.iter().map(|g| g.id.clone()).collect();
+        blocking(move || ids.iter().try_for_each(|id| store.remove(id).map(|_| ()))).await
     }
 
     /// When the next grant expires (ms since the epoch).

@@ -312,8 +312,13 @@ async fn grants_expire_on_time() {
     eprintln!("grant expired {late} ms after its expiry");
     // Tens of ms on an idle machine (a debug build relinks the set); generous for loaded CI.
     assert!(late < 2000, "expired {late} ms late");
+    // Unlinked first, then recorded, then removed from the store.
+    let mut log = audit_text(&app).await;
+    while !log.contains("grant_expired") && started.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        log = audit_text(&app).await;
+    }
     timer.abort();
-    let log = audit_text(&app).await;
     assert!(
         log.contains("\"expired\"") && log.contains("grant_expired"),
         "{log}"
@@ -415,4 +420,71 @@ async fn grants_survive_restarts_and_a_removed_template_grants_nothing() {
         toolgate::policy::ReloadOutcome::Applied { .. }
     ));
     assert_eq!(authorize(&app, PO, &run_tests()).await["decision"], "allow");
+}
+
+/// The real `serve`: a grant survives kill -9, and its timer expires a short one.
+#[test]
+fn the_served_sidecar_keeps_grants_across_kill_9_and_expires_them() {
+    use crate::process::{exchange, start};
+    let set = TempSet::new();
+    let run_tests = json!({"tool": "run_tests", "args": {}});
+    let install = json!({"tool": "install_deps", "args": {"command": "ci"}});
+    let decision = |port: u16, call: &Value| {
+        exchange(port, "POST", "/v1/authorize", Some(PO), Some(call))
+            .unwrap()
+            .1["decision"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let mut server = start(&set);
+    let (status, g) = exchange(
+        server.port,
+        "POST",
+        "/v1/grants",
+        Some(ALICE),
+        Some(&grant_body(("Agent", "po-agent"), "run_tests", 3600)),
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{g}");
+    let (status, _) = exchange(
+        server.port,
+        "POST",
+        "/v1/grants",
+        Some(ALICE),
+        Some(&grant_body(("Agent", "po-agent"), "install_deps", 2)),
+    )
+    .unwrap();
+    assert_eq!(status, 201);
+    assert_eq!(decision(server.port, &run_tests), "allow");
+    assert_eq!(decision(server.port, &install), "allow");
+    // The serve timer ends the short grant.
+    let started = Instant::now();
+    while decision(server.port, &install) != "deny" {
+        assert!(started.elapsed() < Duration::from_secs(10), "not expired");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    drop(server);
+
+    let server = start(&set);
+    assert_eq!(decision(server.port, &run_tests), "allow");
+    assert_eq!(decision(server.port, &install), "deny");
+    let (_, list) = exchange(server.port, "GET", "/v1/grants", Some(ALICE), None).unwrap();
+    assert_eq!(list["grants"].as_array().unwrap().len(), 1, "{list}");
+    assert_eq!(list["grants"][0]["id"], g["id"]);
+    let (_, log) = exchange(
+        server.port,
+        "GET",
+        "/v1/audit?stage=grant",
+        Some(ALICE),
+        None,
+    )
+    .unwrap();
+    let text = log.to_string();
+    assert!(
+        text.contains("\"expired\"") && text.matches("\"granted\"").count() == 2,
+        "{text}"
+    );
 }
