@@ -15,8 +15,11 @@ use serde_json::{Value, json};
 use super::handlers::human;
 use super::{ApiError, AppState};
 use crate::audit::{Entry, EntryKind, now_ms};
+use std::sync::Arc;
+
 use crate::authz::{self, GrantAsk, Principal};
 use crate::grants::{EntityRef, Grant, GrantError, Grants, Listed, MAX_TTL_S};
+use crate::policy::Snapshot;
 
 /// `POST /v1/grants` body.
 #[derive(Debug, Deserialize)]
@@ -39,6 +42,8 @@ pub struct RevokeBody {
 }
 
 const MAX_REASON: usize = 1024;
+/// Longest template name or entity id in a grant.
+const MAX_NAME: usize = 256;
 
 fn entry(
     who: &Principal,
@@ -61,16 +66,19 @@ fn entry(
     }
 }
 
-/// One line for the audit log: what links to what, until when, and why.
+/// One line for the audit log: what links to what, until when, and why. Entities are written
+/// as Cedar writes them (quotes escaped), so no id can forge the line's shape.
 pub(crate) fn describe(g: &Grant) -> String {
+    let uid = |e: &EntityRef| {
+        e.uid("entity")
+            .map_or_else(|_| format!("{:?}", e.id), |u| u.to_string())
+    };
     format!(
-        "{} links `{}` for {}::\"{}\" on {}::\"{}\" until {} ms{}",
+        "{} links `{}` for {} on {} until {} ms{}",
         g.id,
-        g.template,
-        g.principal.kind,
-        g.principal.id,
-        g.resource.kind,
-        g.resource.id,
+        g.template.escape_debug(),
+        uid(&g.principal),
+        uid(&g.resource),
         g.expires_ms,
         g.reason
             .as_deref()
@@ -84,7 +92,7 @@ fn not_recorded(e: crate::audit::StoreError) -> ApiError {
     ApiError::StoreUnavailable
 }
 
-fn service(state: &AppState) -> Result<&std::sync::Arc<Grants>, ApiError> {
+fn service(state: &AppState) -> Result<&Arc<Grants>, ApiError> {
     state.grants.as_ref().ok_or(ApiError::StoreUnavailable)
 }
 
@@ -100,16 +108,26 @@ fn checked_reason(reason: Option<String>) -> Result<Option<String>, ApiError> {
     }
 }
 
-/// `POST /v1/grants`.
-pub async fn create(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    body: Result<Json<GrantBody>, JsonRejection>,
-) -> Result<(StatusCode, Json<Listed>), ApiError> {
-    let who = human(&state, &headers, "only humans grant access")?;
-    let grants = service(&state)?;
-    let Json(body) = body?;
-    let snap = state.policy.current();
+/// Names and ids in a grant: 1 to 256 bytes without control characters.
+fn checked_name(field: &'static str, value: &str) -> Result<(), ApiError> {
+    if value.is_empty() || value.len() > MAX_NAME || value.chars().any(char::is_control) {
+        return Err(ApiError::Grant(GrantError::BadEntity {
+            field,
+            message: format!("must be 1 to {MAX_NAME} bytes without control characters"),
+        }));
+    }
+    Ok(())
+}
+
+fn bad(field: &'static str, message: impl Into<String>) -> ApiError {
+    ApiError::Grant(GrantError::BadEntity {
+        field,
+        message: message.into(),
+    })
+}
+
+/// The body, checked against the live set: a grant ready to ask Cedar about.
+fn checked_grant(snap: &Snapshot, who: &Principal, body: GrantBody) -> Result<Grant, ApiError> {
     if body.ttl_s == 0 || body.ttl_s > MAX_TTL_S {
         return Err(ApiError::bad_request(
             "invalid_ttl",
@@ -117,64 +135,74 @@ pub async fn create(
         ));
     }
     let reason = checked_reason(body.reason)?;
+    checked_name("template", &body.template)?;
+    checked_name("principal", &body.principal.id)?;
+    checked_name("resource", &body.resource.id)?;
     if !matches!(body.principal.kind.as_str(), "Agent" | "Role") {
-        return Err(ApiError::Grant(GrantError::BadEntity {
-            field: "principal",
-            message: "a grant is for an `Agent` or a `Role` (all its members)".to_owned(),
-        }));
+        return Err(bad(
+            "principal",
+            "a grant is for an `Agent` or a `Role` (all its members)",
+        ));
     }
     if body.resource.kind != "Tool" {
-        return Err(ApiError::Grant(GrantError::BadEntity {
-            field: "resource",
-            message: "a grant is for a `Tool`".to_owned(),
-        }));
+        return Err(bad("resource", "a grant is for a `Tool`"));
     }
     if !snap.tools.contains_key(&body.resource.id) {
-        return Err(ApiError::Grant(GrantError::BadEntity {
-            field: "resource",
-            message: format!(
-                "no tool named `{}` is registered (GET /v1/tools)",
-                body.resource
-                    .id
-                    .chars()
-                    .filter(|c| !c.is_control())
-                    .take(64)
-                    .collect::<String>()
-            ),
-        }));
+        return Err(bad(
+            "resource",
+            "no tool with this id is registered (GET /v1/tools)",
+        ));
     }
     let grantee = body.principal.uid("principal").map_err(ApiError::Grant)?;
     if body.principal.kind == "Role" && snap.entities.get(&grantee).is_none() {
-        return Err(ApiError::Grant(GrantError::BadEntity {
-            field: "principal",
-            message: format!("there is no role `{}` in entities.json", body.principal.id),
-        }));
+        return Err(bad(
+            "principal",
+            "there is no role with this id in entities.json",
+        ));
     }
-    let ttl_s = i64::try_from(body.ttl_s).unwrap_or(i64::MAX);
-    let ask = GrantAsk {
-        tool: &body.resource.id,
-        template: &body.template,
-        grantee: &grantee,
-        ttl_s,
-        revoke: false,
-    };
     let now = now_ms();
-    let grant = Grant {
+    Ok(Grant {
         id: format!("grant-{}", uuid::Uuid::now_v7()),
-        template: body.template.clone(),
-        principal: body.principal.clone(),
-        resource: body.resource.clone(),
+        template: body.template,
+        principal: body.principal,
+        resource: body.resource,
         granted_by: who.uid.to_string(),
         reason,
         created_ms: now,
         expires_ms: now.saturating_add(body.ttl_s.saturating_mul(1000)),
+    })
+}
+
+/// `POST /v1/grants`.
+pub async fn create(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Json<GrantBody>, JsonRejection>,
+) -> Result<(StatusCode, Json<Listed>), ApiError> {
+    let who = human(&state, &headers, "only humans grant access")?;
+    let grants = service(&state)?.clone();
+    let Json(body) = body?;
+    let snap = state.policy.current();
+    let ttl_s = i64::try_from(body.ttl_s).unwrap_or(i64::MAX);
+    let grant = checked_grant(&snap, &who, body)?;
+    let grantee = grant.principal.uid("principal").map_err(ApiError::Grant)?;
+    let ask = GrantAsk {
+        tool: &grant.resource.id,
+        template: &grant.template,
+        grantee: &grantee,
+        ttl_s,
+        revoke: false,
     };
-    let policies = match authz::may_grant(&snap, &who, ask) {
+    let revision = snap.revision.clone();
+    let decided = authz::may_grant(&snap, &who, ask);
+    // Let go of the snapshot before the grant relinks the live set.
+    drop(snap);
+    let policies = match decided {
         Ok(policies) => policies,
         Err(advice) => {
             let e = entry(
                 &who,
-                &snap.revision,
+                &revision,
                 "grant_refused",
                 vec![advice.code.to_owned()],
                 describe(&grant),
@@ -183,39 +211,38 @@ pub async fn create(
             return Err(ApiError::Refused(advice));
         }
     };
-    // The snapshot is let go before the grant relinks the live set: the swap waits for
-    // requests still holding the old one.
-    let revision = snap.revision.clone();
-    drop(snap);
-    let e = entry(&who, &revision, "granted", policies, describe(&grant));
-    state.audit.record(e).await.map_err(not_recorded)?;
-    match grants.create(grant.clone()).await {
-        Ok(grant) => {
-            tracing::info!(grant = grant.id, by = %who.uid, "grant created");
-            let listed = grants
-                .list()
-                .await
-                .into_iter()
-                .find(|l| l.grant.id == grant.id)
-                .unwrap_or(Listed {
-                    grant,
-                    active: false,
-                    problem: None,
-                });
-            Ok((StatusCode::CREATED, Json(listed)))
+    // A grant that cannot link is refused before anything is recorded as granted.
+    grants.check(&grant).map_err(ApiError::Grant)?;
+    // Recorded, stored and linked to the end even if the client hangs up.
+    let audit = state.audit.clone();
+    let done = tokio::spawn(async move {
+        let e = entry(&who, &revision, "granted", policies, describe(&grant));
+        audit.record(e).await.map_err(not_recorded)?;
+        match grants.create(grant.clone()).await {
+            Ok(grant) => {
+                tracing::info!(grant = grant.id, by = %who.uid, "grant created");
+                let listed = grants
+                    .list()
+                    .await
+                    .into_iter()
+                    .find(|l| l.grant.id == grant.id)
+                    .unwrap_or(Listed {
+                        grant,
+                        active: false,
+                        problem: None,
+                    });
+                Ok(listed)
+            }
+            Err(err) => {
+                let detail = format!("{} not created: {err}", grant.id);
+                let e = entry(&who, &revision, "grant_failed", Vec::new(), detail);
+                audit.record(e).await.map_err(not_recorded)?;
+                Err(ApiError::Grant(err))
+            }
         }
-        Err(err) => {
-            let e = entry(
-                &who,
-                &revision,
-                "grant_failed",
-                Vec::new(),
-                format!("{} not created: {err}", grant.id),
-            );
-            state.audit.record(e).await.map_err(not_recorded)?;
-            Err(ApiError::Grant(err))
-        }
-    }
+    });
+    let listed = done.await.map_err(|_| ApiError::StoreUnavailable)??;
+    Ok((StatusCode::CREATED, Json(listed)))
 }
 
 /// `GET /v1/grants`: the grants alive (humans only).
@@ -236,7 +263,7 @@ pub async fn revoke(
     body: Result<Json<RevokeBody>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let who = human(&state, &headers, "only humans revoke grants")?;
-    let grants = service(&state)?;
+    let grants = service(&state)?.clone();
     // An empty body is a revocation without a reason.
     let reason = match body {
         Ok(Json(b)) => checked_reason(b.reason)?,
@@ -265,12 +292,15 @@ pub async fn revoke(
             .map(|r| format!("; revoked: {r}"))
             .unwrap_or_default()
     );
-    let policies = match authz::may_grant(&snap, &who, ask) {
+    let revision = snap.revision.clone();
+    let decided = authz::may_grant(&snap, &who, ask);
+    drop(snap);
+    let policies = match decided {
         Ok(p) => p,
         Err(advice) => {
             let e = entry(
                 &who,
-                &snap.revision,
+                &revision,
                 "revoke_refused",
                 vec![advice.code.to_owned()],
                 detail,
@@ -279,12 +309,24 @@ pub async fn revoke(
             return Err(ApiError::Refused(advice));
         }
     };
-    let revision = snap.revision.clone();
-    drop(snap);
-    let e = entry(&who, &revision, "revoked", policies, detail);
-    state.audit.record(e).await.map_err(not_recorded)?;
-    let gone = grants.revoke(&id).await.map_err(ApiError::Grant)?;
-    tracing::info!(grant = gone.id, by = %who.uid, "grant revoked");
+    let audit = state.audit.clone();
+    let done = tokio::spawn(async move {
+        let e = entry(&who, &revision, "revoked", policies, detail);
+        audit.record(e).await.map_err(not_recorded)?;
+        match grants.revoke(&id).await {
+            Ok(gone) => {
+                tracing::info!(grant = gone.id, by = %who.uid, "grant revoked");
+                Ok(gone)
+            }
+            Err(err) => {
+                let detail = format!("{id} not revoked: {err}");
+                let e = entry(&who, &revision, "revoke_failed", Vec::new(), detail);
+                audit.record(e).await.map_err(not_recorded)?;
+                Err(ApiError::Grant(err))
+            }
+        }
+    });
+    let gone = done.await.map_err(|_| ApiError::StoreUnavailable)??;
     Ok(Json(json!({ "revoked": gone.id, "grant": gone })))
 }
 

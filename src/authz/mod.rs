@@ -263,19 +263,18 @@ pub fn may_grant(
         "only humans grant or revoke access",
         "use an operator's (human) credential",
     )?;
-    let Some(tool) = snap.tools.get(ask.tool) else {
-        return Err(Advice::new(
-            "unknown_tool",
-            format!("no tool named `{}` is registered", printable(ask.tool)),
-            "grant a tool listed by GET /v1/tools",
-        ));
-    };
+    // A tool no longer registered is still asked about by name (revoking a grant for it must
+    // stay possible); policies that read its attributes then fail closed.
+    let resource = snap.tools.get(ask.tool).map_or_else(
+        || types::entity_uid("Tool", ask.tool),
+        |tool| tool.resource_uid.clone(),
+    );
     use cedar_policy::RestrictedExpression as R;
     cedar::evaluate_admin_on(
         snap,
         who,
         "grant",
-        tool.resource_uid.clone(),
+        resource,
         vec![
             (
                 "template".to_owned(),

@@ -63,7 +63,14 @@ pub fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
 
 /// The explanation as text: the verdict, one line per policy, then who may approve.
 fn render(e: &Value) -> String {
-    let s = |v: &Value| v.as_str().unwrap_or("-").to_owned();
+    // What the server sent is shown, minus control characters (no terminal escapes).
+    let s = |v: &Value| -> String {
+        v.as_str()
+            .unwrap_or("-")
+            .chars()
+            .filter(|c| !c.is_control())
+            .collect()
+    };
     let list = |v: &Value| {
         let items: Vec<String> = v
             .as_array()

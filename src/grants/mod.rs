@@ -12,7 +12,7 @@ pub use store::GrantStore;
 pub(crate) use store::SledGrants;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use cedar_policy::{EntityId, EntityTypeName, EntityUid};
 use serde::{Deserialize, Serialize};
@@ -121,15 +121,15 @@ pub enum GrantError {
     Store(#[from] StoreError),
 }
 
-/// The grants of one sidecar, kept in step with the live policy set.
+/// The grants of one sidecar, kept in step with the live policy set. Every change runs to
+/// its end once started (callers spawn it: a client that hangs up mid-revoke must not leave the
+/// store and the live set disagreeing).
 #[derive(Debug)]
 pub struct Grants {
     store: Arc<dyn GrantStore>,
     policy: Arc<PolicyStore>,
     /// The stored grants by id; changes are serialized by this lock and written through.
     alive: tokio::sync::Mutex<BTreeMap<String, Grant>>,
-    /// Links that failed in the set now served, by grant id.
-    problems: Mutex<BTreeMap<String, String>>,
     /// Woken on every change, so the expiry timer re-plans.
     changed: tokio::sync::Notify,
 }
@@ -152,22 +152,20 @@ impl Grants {
                 alive.insert(grant.id.clone(), grant);
             }
         }
-        let problems = policy.set_links(links_of(&alive));
+        policy.set_links(links_of(&alive));
         let grants = Grants {
             store,
             policy,
             alive: tokio::sync::Mutex::new(alive),
-            problems: Mutex::new(BTreeMap::new()),
             changed: tokio::sync::Notify::new(),
         };
-        grants.note(problems);
         Ok((grants, expired))
     }
 
     /// Every grant, soonest to expire first.
     pub async fn list(&self) -> Vec<Listed> {
         let alive = self.alive.lock().await;
-        let problems = self.problems.lock().unwrap_or_else(PoisonError::into_inner);
+        let problems = self.policy.link_problems();
         let snap = self.policy.current();
         let linked: std::collections::HashSet<String> =
             snap.links().map(ToString::to_string).collect();
@@ -188,39 +186,48 @@ impl Grants {
         self.alive.lock().await.get(id).cloned()
     }
 
-    /// Stores `grant` and links it. Checked first against the live set: a grant that would
-    /// not link is refused and nothing is stored.
+    /// Whether `grant` would link into the live set (checked again, under the lock, by
+    /// [`Grants::create`]).
+    pub fn check(&self, grant: &Grant) -> Result<(), GrantError> {
+        self.policy
+            .current()
+            .check_link(&grant.link()?)
+            .map_err(GrantError::Link)
+    }
+
+    /// Stores `grant` and links it. A grant that would not link is refused and nothing is
+    /// stored.
     pub async fn create(&self, grant: Grant) -> Result<Grant, GrantError> {
         let mut alive = self.alive.lock().await;
         if alive.len() >= MAX_GRANTS {
             return Err(GrantError::TooMany);
         }
-        let link = grant.link()?;
-        self.policy
-            .current()
-            .check_links(std::slice::from_ref(&link))
-            .map_err(|(_, e)| GrantError::Link(e))?;
+        self.check(&grant)?;
         let store = self.store.clone();
         let saved = grant.clone();
         blocking(move || store.put(&saved)).await?;
         alive.insert(grant.id.clone(), grant.clone());
-        self.relink(&alive).await;
+        self.relink(&alive).await?;
         Ok(grant)
     }
 
-    /// Removes the grant `id` and unlinks it.
+    /// Unlinks the grant `id`, then removes it from the store.
     pub async fn revoke(&self, id: &str) -> Result<Grant, GrantError> {
         let mut alive = self.alive.lock().await;
-        if !alive.contains_key(id) {
-            return Err(GrantError::NotFound(printable(id)));
-        }
-        let store = self.store.clone();
-        let key = id.to_owned();
-        blocking(move || store.remove(&key)).await?;
         let gone = alive
             .remove(id)
             .ok_or_else(|| GrantError::NotFound(printable(id)))?;
-        self.relink(&alive).await;
+        if let Err(e) = self.relink(&alive).await {
+            alive.insert(gone.id.clone(), gone);
+            return Err(e.into());
+        }
+        let store = self.store.clone();
+        let key = id.to_owned();
+        if let Err(e) = blocking(move || store.remove(&key)).await {
+            // Unlinked but still stored: it would come back at the next start.
+            tracing::error!(grant = gone.id, error = %e, "revoked grant not removed from the store");
+            return Err(e.into());
+        }
         Ok(gone)
     }
 
@@ -237,7 +244,13 @@ impl Grants {
             return Vec::new();
         }
         let gone: Vec<Grant> = due.iter().filter_map(|id| alive.remove(id)).collect();
-        self.relink(&alive).await;
+        if let Err(e) = self.relink(&alive).await {
+            tracing::error!(error = %e, "expired grants could not be unlinked; retrying");
+            for g in gone {
+                alive.insert(g.id.clone(), g);
+            }
+            return Vec::new();
+        }
         gone
     }
 
@@ -260,25 +273,12 @@ impl Grants {
 
     /// Links exactly `alive` into the live set (off the async threads: a relink waits for any
     /// reload in progress).
-    async fn relink(&self, alive: &BTreeMap<String, Grant>) {
+    async fn relink(&self, alive: &BTreeMap<String, Grant>) -> Result<(), StoreError> {
         let links = links_of(alive);
         let policy = self.policy.clone();
-        match tokio::task::spawn_blocking(move || policy.set_links(links)).await {
-            Ok(problems) => self.note(problems),
-            Err(e) => tracing::error!(error = %e, "relinking grants failed"),
-        }
+        let done = tokio::task::spawn_blocking(move || policy.set_links(links)).await;
         self.changed.notify_one();
-    }
-
-    fn note(&self, problems: Vec<(String, LinkError)>) {
-        let mut slot = self.problems.lock().unwrap_or_else(PoisonError::into_inner);
-        *slot = problems
-            .into_iter()
-            .map(|(id, e)| {
-                tracing::warn!(grant = id, error = %e, "grant not linked; it grants nothing");
-                (id, e.to_string())
-            })
-            .collect();
+        done.map_err(|e| StoreError(format!("relinking the grants failed: {e}")))
     }
 }
 

@@ -55,12 +55,23 @@ impl Snapshot {
             .map(cedar_policy::Policy::id)
     }
 
-    /// Whether `links` would all link into this snapshot's files; the first failure otherwise.
-    pub fn check_links(&self, links: &[Link]) -> Result<(), (String, LinkError)> {
-        match self.relinked(links).1.into_iter().next() {
-            Some(failed) => Err(failed),
-            None => Ok(()),
+    /// Whether `link` would link into this snapshot's files (without building a set): the
+    /// template exists with both slots, the link validates and becomes a static policy, and
+    /// its id is free.
+    pub fn check_link(&self, link: &Link) -> Result<(), LinkError> {
+        let id = PolicyId::new(&link.id);
+        if self
+            .policies
+            .policy(&id)
+            .is_some_and(cedar_policy::Policy::is_static)
+            || self.policies.template(&id).is_some()
+        {
+            return Err(LinkError::Cedar {
+                template: link.template.clone(),
+                message: format!("the id `{}` is taken by a policy of the files", link.id),
+            });
         }
+        linked_alone(&self.policies, &Validator::new(self.schema.clone()), link).map(|_| ())
     }
 
     /// A snapshot of the same files with `links` in place of this one's links, and the links
@@ -103,6 +114,22 @@ impl Snapshot {
 pub const GRANT_FILE: &str = "(grant)";
 
 fn link_one(set: &mut PolicySet, validator: &Validator, link: &Link) -> Result<(), LinkError> {
+    let (template_id, values) = linked_alone(set, validator, link)?;
+    set.link(template_id, PolicyId::new(&link.id), values)
+        .map_err(|e| LinkError::Cedar {
+            template: link.template.clone(),
+            message: e.to_string(),
+        })
+}
+
+/// Links `link` into a set of its template alone and validates the result; returns the
+/// template id and slot values to link into the real set. A link that does not validate, or
+/// whose static copy (what decisions evaluate, see `slice`) cannot be made, never enters a set.
+fn linked_alone(
+    set: &PolicySet,
+    validator: &Validator,
+    link: &Link,
+) -> Result<(PolicyId, HashMap<SlotId, EntityUid>), LinkError> {
     let template_id = PolicyId::new(&link.template);
     let template = set
         .template(&template_id)
@@ -123,16 +150,49 @@ fn link_one(set: &mut PolicySet, validator: &Validator, link: &Link) -> Result<(
         template: link.template.clone(),
         message: e.to_string(),
     };
-    // Validated alone first, so a link that does not validate never enters the set.
+    let id = PolicyId::new(&link.id);
     let mut alone = PolicySet::new();
     alone.add_template(template).map_err(cedar)?;
     alone
-        .link(template_id.clone(), PolicyId::new(&link.id), values.clone())
+        .link(template_id.clone(), id.clone(), values.clone())
         .map_err(cedar)?;
     let result = validator.validate(&alone, ValidationMode::Strict);
     if let Some(e) = result.validation_errors().next() {
         return Err(LinkError::Invalid(e.to_string()));
     }
-    set.link(template_id, PolicyId::new(&link.id), values)
-        .map_err(cedar)
+    let static_copy = alone
+        .policy(&id)
+        .and_then(|p| p.to_json().ok())
+        .and_then(|json| cedar_policy::Policy::from_json(Some(id.clone()), json).ok());
+    if static_copy.is_none() {
+        return Err(LinkError::Invalid(
+            "the linked policy has no static form to evaluate".to_owned(),
+        ));
+    }
+    Ok((template_id, values))
+}
+
+/// Why `template` may not be granted, if it may not: its action scope must name tool actions
+/// (or their groups `read`, `write`, `destructive`) only, so that no grant can give an operator
+/// action (`approve`, `grant`, `kill_switch`, …) to the humans of a granted role, nor block one.
+pub(super) fn template_scope_problem(
+    template: &cedar_policy::Template,
+    tool_actions: &std::collections::HashSet<EntityUid>,
+) -> Option<String> {
+    let named: Vec<EntityUid> = match template.action_constraint() {
+        cedar_policy::ActionConstraint::Any => {
+            return Some(format!(
+                "template `{}` applies to every action; name the tool actions it grants (e.g. `action in [Action::\"read\"]`)",
+                template.id()
+            ));
+        }
+        cedar_policy::ActionConstraint::Eq(a) => vec![a],
+        cedar_policy::ActionConstraint::In(list) => list,
+    };
+    named.iter().find(|a| !tool_actions.contains(*a)).map(|a| {
+        format!(
+            "template `{}` names {a}, which is not a tool action; grants give tool access only",
+            template.id()
+        )
+    })
 }

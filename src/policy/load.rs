@@ -16,6 +16,7 @@ use cedar_policy::{
 use super::Snapshot;
 use super::diag::{Level, LoadError, Problem};
 use super::inputs::{Inputs, SourceFile, read_manifests, read_stable};
+use super::links::template_scope_problem;
 use super::schema_gen;
 use super::slice::{Slices, without_action_scope};
 use super::validate::{LoadCache, ParsedFile, ParsedPolicies, file_key, validate_files};
@@ -98,6 +99,7 @@ pub fn build_with(inputs: Inputs, cache: &mut LoadCache) -> Result<Loaded, LoadE
     if let Some((schema, key)) = &schema {
         validate_files(schema, *key, &files, cache, &mut problems);
     }
+    check_template_scopes(&set, &tools, &files, &mut problems);
     let schema = schema.map(|(s, _)| s);
     let entities = match (&schema, entities) {
         (Some(schema), Some(file)) => parse_entities(&file, schema, &tools, &mut problems),
@@ -126,6 +128,48 @@ pub fn build_with(inputs: Inputs, cache: &mut LoadCache) -> Result<Loaded, LoadE
             })
         }
         _ => Err(LoadError { problems }),
+    }
+}
+
+/// Every template may give tool actions only (see [`template_scope_problem`]).
+fn check_template_scopes(
+    set: &PolicySet,
+    tools: &BTreeMap<String, Tool>,
+    files: &[ParsedFile<'_>],
+    problems: &mut Vec<Problem>,
+) {
+    let groups = ["read", "write", "destructive"]
+        .into_iter()
+        .filter_map(|g| {
+            let ty: cedar_policy::EntityTypeName = "Action".parse().ok()?;
+            Some(cedar_policy::EntityUid::from_type_name_and_id(
+                ty,
+                cedar_policy::EntityId::new(g),
+            ))
+        });
+    let tool_actions: HashSet<cedar_policy::EntityUid> = tools
+        .values()
+        .map(|t| t.action_uid.clone())
+        .chain(groups)
+        .collect();
+    for template in set.templates() {
+        let Some(message) = template_scope_problem(template, &tool_actions) else {
+            continue;
+        };
+        let help = Some(
+            "write `action in [Action::\"read\", Action::\"write\", Action::\"destructive\"]` or name tool actions"
+                .to_owned(),
+        );
+        let file = files
+            .iter()
+            .find(|f| f.templates.iter().any(|t| t.id() == template.id()));
+        problems.push(match file {
+            Some(f) => match line_of(f.text, &format!("@id(\"{}\")", template.id())) {
+                Some(line) => Problem::at_line(f.path, f.text, line, 1, message, help),
+                None => Problem::in_file(f.path, message, help),
+            },
+            None => Problem::in_file(Path::new("policies"), message, help),
+        });
     }
 }
 

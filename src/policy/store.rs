@@ -10,6 +10,7 @@
 //!
 //! [`reload`]: PolicyStore::reload
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -266,6 +267,8 @@ pub struct PolicyStore {
     held: Mutex<Option<Held>>,
     /// Template links (grants) every set that goes live gets.
     links: Mutex<Vec<Link>>,
+    /// The links that did not link into the set being served, by id, with why.
+    link_problems: Mutex<BTreeMap<String, String>>,
     /// Counters.
     pub stats: ReloadStats,
 }
@@ -293,6 +296,7 @@ impl PolicyStore {
             origin: Mutex::new(Origin::Files),
             held: Mutex::new(None),
             links: Mutex::new(Vec::new()),
+            link_problems: Mutex::new(BTreeMap::new()),
             stats: ReloadStats::default(),
         }
     }
@@ -406,17 +410,44 @@ impl PolicyStore {
 
     /// Serves the live files with `links` (grants) linked in place of the current ones, and
     /// keeps them for every set that goes live after. A link that does not link (its template
-    /// is gone, a slot has the wrong type) is left out and returned: it grants nothing.
-    pub fn set_links(&self, links: Vec<Link>) -> Vec<(String, LinkError)> {
+    /// is gone, a slot has the wrong type) is left out: it grants nothing, and
+    /// [`PolicyStore::link_problems`] says why.
+    pub fn set_links(&self, links: Vec<Link>) {
         let _serial = self
             .reloading
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let (linked, failed) = self.live.load().relinked(&links);
         *self.links.lock().unwrap_or_else(PoisonError::into_inner) = links;
+        self.note_link_problems(failed);
         let old = self.live.swap(Arc::new(linked));
-        release_here(old);
-        failed
+        // Freed elsewhere: the caller holds locks, and requests (a tool run) may hold the old
+        // set for long.
+        let _ = std::thread::Builder::new()
+            .name("toolgate-release".to_owned())
+            .spawn(move || release_here(old));
+    }
+
+    /// The links left out of the set being served, by id, with why.
+    pub fn link_problems(&self) -> BTreeMap<String, String> {
+        self.link_problems
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn note_link_problems(&self, failed: Vec<(String, LinkError)>) {
+        let problems = failed
+            .into_iter()
+            .map(|(grant, e)| {
+                tracing::warn!(grant, error = %e, "grant not linked into the policy set; it grants nothing");
+                (grant, e.to_string())
+            })
+            .collect();
+        *self
+            .link_problems
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = problems;
     }
 
     /// `snapshot` with the kept links.
@@ -430,9 +461,7 @@ impl PolicyStore {
             return snapshot;
         }
         let (linked, failed) = snapshot.relinked(&links);
-        for (grant, e) in failed {
-            tracing::warn!(grant, error = %e, "grant not linked into the new policy set; it grants nothing");
-        }
+        self.note_link_problems(failed);
         Arc::new(linked)
     }
 

@@ -256,6 +256,16 @@ async fn bad_grants_are_refused_with_what_to_fix_and_change_nothing() {
             "invalid_ttl",
         ),
         (
+            grant_body(("Agent", &"x".repeat(300)), "run_tests", 60),
+            400,
+            "invalid_entity",
+        ),
+        (
+            grant_body(("Agent", "po\u{1b}[31m"), "run_tests", 60),
+            400,
+            "invalid_entity",
+        ),
+        (
             grant_body(("Agent", "po-agent"), "run_tests", 31 * 24 * 3600),
             400,
             "invalid_ttl",
@@ -409,6 +419,12 @@ async fn grants_survive_restarts_and_a_removed_template_grants_nothing() {
     assert_eq!(authorize(&app, PO, &run_tests()).await["decision"], "deny");
     let (_, list) = send(&app, "GET", "/v1/grants", Some(ALICE), None).await;
     assert_eq!(list["grants"][0]["active"], false, "{list}");
+    assert!(
+        list["grants"][0]["problem"]
+            .as_str()
+            .is_some_and(|p| p.contains("no template `grant-tool-access`")),
+        "{list}"
+    );
     // ...until it is back.
     std::fs::copy(
         repo().join("policies/grants.cedar"),
@@ -487,4 +503,36 @@ fn the_served_sidecar_keeps_grants_across_kill_9_and_expires_them() {
         text.contains("\"expired\"") && text.matches("\"granted\"").count() == 2,
         "{text}"
     );
+}
+
+#[test]
+fn a_template_that_could_give_operator_actions_does_not_load() {
+    let set = TempSet::new();
+    set.append(
+        "policies/grants.cedar",
+        "\n@id(\"grant-anything\")\npermit (principal in ?principal, action, resource == ?resource);\n",
+    );
+    let err = toolgate::policy::load(&set.sources())
+        .unwrap_err()
+        .to_string();
+    let out = on(&set, "validate").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("grant-anything") && text.contains("applies to every action"),
+        "{text}"
+    );
+    assert!(
+        text.contains("grants.cedar") && text.contains(":15"),
+        "the file and line: {text}\n{err}"
+    );
+
+    let set = TempSet::new();
+    set.append(
+        "policies/grants.cedar",
+        "\n@id(\"grant-approve\")\npermit (principal in ?principal, action == Action::\"approve\", resource == ?resource);\n",
+    );
+    let out = on(&set, "validate").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("not a tool action"), "{text}");
 }

@@ -285,7 +285,7 @@ fn diff_treats_a_changed_template_as_widening() {
     let (old, new) = (TempSet::new(), TempSet::new());
     new.write(
         "policies/grants.cedar",
-        "@id(\"grant-tool-access\")\npermit (principal in ?principal, action, resource == ?resource);\n",
+        "@id(\"grant-tool-access\")\npermit (principal in ?principal, action in [Action::\"read\", Action::\"write\", Action::\"destructive\"], resource == ?resource)\nwhen { context.usage.calls_last_minute < 1000 };\n",
     );
     let out = toolgate()
         .arg("diff")
@@ -339,7 +339,7 @@ fn diff_treats_a_changed_template_as_widening() {
     let (store, _, _) = toolgate::policy::PolicyStore::start(set.sources(), options).unwrap();
     set.write(
         "policies/grants.cedar",
-        "@id(\"grant-tool-access\")\npermit (principal in ?principal, action, resource == ?resource);\n",
+        "@id(\"grant-tool-access\")\npermit (principal in ?principal, action in [Action::\"read\", Action::\"write\", Action::\"destructive\"], resource == ?resource)\nwhen { context.usage.calls_last_minute < 1000 };\n",
     );
     match store.reload(false) {
         toolgate::policy::ReloadOutcome::Held { review, .. } => {
