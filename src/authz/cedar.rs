@@ -22,13 +22,7 @@ pub(super) fn evaluate(
     ids: &Correlation,
     signals: &Signals,
 ) -> Verdict {
-    let converted = tool.args_to_cedar(args).and_then(|a| {
-        Ok(CallArgs {
-            args: a,
-            paths: tool.paths_to_cedar(args)?,
-        })
-    });
-    let args_expr = match converted {
+    let args_expr = match CallArgs::of(tool, args) {
         Ok(call) => call,
         Err(e) => {
             return Verdict::deny(
@@ -399,6 +393,16 @@ struct CallArgs {
     paths: Option<RestrictedExpression>,
 }
 
+impl CallArgs {
+    /// Converts validated `args` of `tool` for Cedar.
+    fn of(tool: &Tool, args: &Value) -> Result<CallArgs, crate::tools::ArgError> {
+        Ok(CallArgs {
+            args: tool.args_to_cedar(args)?,
+            paths: tool.paths_to_cedar(args)?,
+        })
+    }
+}
+
 fn call_context(
     call: &CallArgs,
     granted: bool,
@@ -518,10 +522,7 @@ pub(super) fn each_policy(
     ids: &Correlation,
     signals: &Signals,
 ) -> Result<Vec<PolicyCheck>, String> {
-    let call = CallArgs {
-        args: tool.args_to_cedar(args).map_err(|e| e.to_string())?,
-        paths: tool.paths_to_cedar(args).map_err(|e| e.to_string())?,
-    };
+    let call = CallArgs::of(tool, args).map_err(|e| e.to_string())?;
     let entities = request_entities(snap, principal, &tool.resource_uid, &tool.action_uid)
         .map_err(|a| a.message)?;
     let entities = entities.as_ref().unwrap_or(&snap.entities);
