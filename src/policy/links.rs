@@ -94,7 +94,10 @@ impl Snapshot {
                 Err(e) => failed.push((link.id.clone(), e)),
             }
         }
-        let slices = Slices::build(&set, &self.entities, self.schema.actions());
+        // The files' policies keep their in-slice copies; only the links are rewritten.
+        let mut prepared = self.slices.prepared();
+        prepared.retain(|id, _| set.policy(id).is_some_and(cedar_policy::Policy::is_static));
+        let slices = Slices::build_prepared(&set, &prepared, &self.entities, self.schema.actions());
         let snapshot = Snapshot {
             revision: self.revision.clone(),
             loaded_at: self.loaded_at,

@@ -83,6 +83,19 @@ impl Slices {
         }
     }
 
+    /// Each policy's in-slice copy, by id: what [`Slices::build_prepared`] takes, so a set
+    /// rebuilt from this one (relinking grants) rewrites only the policies it adds.
+    pub fn prepared(&self) -> HashMap<PolicyId, Policy> {
+        let mut out = HashMap::new();
+        for slice in self.by_action.values() {
+            for policy in slice.policies() {
+                out.entry(policy.id().clone())
+                    .or_insert_with(|| policy.clone());
+            }
+        }
+        out
+    }
+
     /// The slice for `action`, if one was built.
     pub fn get(&self, action: &EntityUid) -> Option<&PolicySet> {
         self.by_action.get(action)
