@@ -328,8 +328,9 @@ fn parse_policies<'a>(
             sources.insert(id.clone(), PolicySource { file: path.clone() });
             fresh.insert(id);
         }
+        // Each id once: a second policy with an id already taken was reported above.
         for (policy, in_slice) in &renamed.policies {
-            if !fresh.contains(&policy.id().to_string()) {
+            if !fresh.remove(&policy.id().to_string()) {
                 continue;
             }
             if let Err(e) = set.add(policy.clone()) {
@@ -340,7 +341,7 @@ fn parse_policies<'a>(
             prepared.insert(policy.id().clone(), in_slice.clone());
         }
         for template in &renamed.templates {
-            if !fresh.contains(&template.id().to_string()) {
+            if !fresh.remove(&template.id().to_string()) {
                 continue;
             }
             if let Err(e) = set.add_template(template.clone()) {
