@@ -10,7 +10,7 @@ use axum::http::HeaderMap;
 use super::body::RawExplain;
 use super::handlers::human;
 use super::{ApiError, AppState};
-use crate::audit::{Entry, EntryKind, now_ms};
+use crate::audit::{EntryKind, Operator};
 use crate::authz::{self, Explanation};
 
 /// `POST /v1/explain`.
@@ -25,17 +25,12 @@ pub async fn explain(
         "explanations are for humans (auditors), not agents",
     )?;
     let snap = state.policy.current();
-    let record = |decision: &str, reasons: Vec<String>, detail: String| Entry {
+    let by = who.uid.to_string();
+    let asked = Operator {
         kind: EntryKind::Admin,
-        id: uuid::Uuid::now_v7().to_string(),
-        at_ms: now_ms(),
-        principal: Some(who.uid.to_string()),
-        stage: Some("explain".to_owned()),
-        decision: decision.to_owned(),
-        reasons,
-        policy_revision: Some(snap.revision.clone()),
-        detail: Some(detail),
-        ..Entry::default()
+        stage: "explain",
+        by: &by,
+        revision: &snap.revision,
     };
     let not_recorded = |e: crate::audit::StoreError| {
         tracing::error!(error = %e, "explain request not recorded; not answered");
@@ -43,7 +38,7 @@ pub async fn explain(
     };
     // Who may ask is settled before the body is looked at.
     if let Err(advice) = authz::may_explain(&snap, &who) {
-        let entry = record(
+        let entry = asked.entry(
             "explain_refused",
             vec![advice.code.to_owned()],
             String::new(),
@@ -60,7 +55,7 @@ pub async fn explain(
         call.tool,
         explanation.decision.as_str()
     );
-    let entry = record("explained", explanation.reasons.clone(), detail);
+    let entry = asked.entry("explained", explanation.reasons.clone(), detail);
     state.audit.record(entry).await.map_err(not_recorded)?;
     Ok(Json(explanation))
 }

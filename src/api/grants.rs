@@ -5,6 +5,9 @@
 //! every attempt is in the audit log (stage `grant`) before the answer, and a grant is recorded
 //! before it takes effect.
 
+use std::future::Future;
+use std::sync::Arc;
+
 use axum::Json;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
@@ -14,10 +17,8 @@ use serde_json::{Value, json};
 
 use super::handlers::human;
 use super::{ApiError, AppState};
-use crate::audit::{Entry, EntryKind, now_ms};
-use std::sync::Arc;
-
-use crate::authz::{self, GrantAsk, Principal};
+use crate::audit::{Entry, EntryKind, Operator, now_ms};
+use crate::authz::{self, Advice, GrantAsk, Principal};
 use crate::grants::{EntityRef, Grant, GrantError, Grants, Listed, MAX_TTL_S};
 use crate::policy::Snapshot;
 
@@ -52,17 +53,16 @@ fn entry(
     reasons: Vec<String>,
     detail: String,
 ) -> Entry {
-    Entry {
+    let by = who.uid.to_string();
+    grant_record(&by, revision).entry(decision, reasons, detail)
+}
+
+fn grant_record<'a>(by: &'a str, revision: &'a str) -> Operator<'a> {
+    Operator {
         kind: EntryKind::Admin,
-        id: uuid::Uuid::now_v7().to_string(),
-        at_ms: now_ms(),
-        principal: Some(who.uid.to_string()),
-        stage: Some("grant".to_owned()),
-        decision: decision.to_owned(),
-        reasons,
-        policy_revision: Some(revision.to_owned()),
-        detail: Some(detail),
-        ..Entry::default()
+        stage: "grant",
+        by,
+        revision,
     }
 }
 
@@ -197,52 +197,97 @@ pub async fn create(
     let decided = authz::may_grant(&snap, &who, ask);
     // Let go of the snapshot before the grant relinks the live set.
     drop(snap);
+    let detail = describe(&grant);
+    let id = grant.id.clone();
+    let listed = decided_change(
+        &state,
+        Verbs {
+            who,
+            revision,
+            detail,
+            id,
+            refused: "grant_refused",
+            done: "granted",
+            failed: "grant_failed",
+            not: "not created",
+        },
+        decided,
+        // A grant that cannot link is refused before anything is recorded as granted.
+        grants.check(&grant).map_err(ApiError::Grant),
+        async move { grants.create(grant).await },
+    )
+    .await?;
+    Ok((StatusCode::CREATED, Json(listed)))
+}
+
+/// One grant change: who asks, under which revision, about which grant (`id`, `detail`), and
+/// the audit decisions of its kind.
+struct Verbs {
+    who: Principal,
+    revision: String,
+    detail: String,
+    id: String,
+    refused: &'static str,
+    done: &'static str,
+    failed: &'static str,
+    /// How a failure reads after the id (`not created`).
+    not: &'static str,
+}
+
+/// Every grant change has one shape: Cedar's refusal is recorded and answered 403; `ready`
+/// may refuse the change before anything is recorded as done; an allowed change is recorded,
+/// then run to its end in a spawned task (a client hanging up cannot stop it halfway), and a
+/// failure is recorded too.
+async fn decided_change<T: Send + 'static>(
+    state: &AppState,
+    verbs: Verbs,
+    decided: Result<Vec<String>, Advice>,
+    ready: Result<(), ApiError>,
+    change: impl Future<Output = Result<T, GrantError>> + Send + 'static,
+) -> Result<T, ApiError> {
+    let Verbs {
+        who,
+        revision,
+        detail,
+        id,
+        refused,
+        done,
+        failed,
+        not,
+    } = verbs;
     let policies = match decided {
         Ok(policies) => policies,
         Err(advice) => {
             let e = entry(
                 &who,
                 &revision,
-                "grant_refused",
+                refused,
                 vec![advice.code.to_owned()],
-                describe(&grant),
+                detail,
             );
             state.audit.record(e).await.map_err(not_recorded)?;
             return Err(ApiError::Refused(advice));
         }
     };
-    // A grant that cannot link is refused before anything is recorded as granted.
-    grants.check(&grant).map_err(ApiError::Grant)?;
-    // Recorded, stored and linked to the end even if the client hangs up.
+    ready?;
     let audit = state.audit.clone();
-    let done = tokio::spawn(async move {
-        let e = entry(&who, &revision, "granted", policies, describe(&grant));
+    let task = tokio::spawn(async move {
+        let e = entry(&who, &revision, done, policies, detail);
         audit.record(e).await.map_err(not_recorded)?;
-        match grants.create(grant.clone()).await {
-            Ok(grant) => {
-                tracing::info!(grant = grant.id, by = %who.uid, "grant created");
-                let listed = grants
-                    .list()
-                    .await
-                    .into_iter()
-                    .find(|l| l.grant.id == grant.id)
-                    .unwrap_or(Listed {
-                        grant,
-                        active: false,
-                        problem: None,
-                    });
-                Ok(listed)
+        match change.await {
+            Ok(changed) => {
+                tracing::info!(grant = id, by = %who.uid, "{done}");
+                Ok(changed)
             }
             Err(err) => {
-                let detail = format!("{} not created: {err}", grant.id);
-                let e = entry(&who, &revision, "grant_failed", Vec::new(), detail);
+                let detail = format!("{id} {not}: {err}");
+                let e = entry(&who, &revision, failed, Vec::new(), detail);
                 audit.record(e).await.map_err(not_recorded)?;
                 Err(ApiError::Grant(err))
             }
         }
     });
-    let listed = done.await.map_err(|_| ApiError::StoreUnavailable)??;
-    Ok((StatusCode::CREATED, Json(listed)))
+    task.await.map_err(|_| ApiError::StoreUnavailable)?
 }
 
 /// `GET /v1/grants`: the grants alive (humans only).
@@ -295,38 +340,23 @@ pub async fn revoke(
     let revision = snap.revision.clone();
     let decided = authz::may_grant(&snap, &who, ask);
     drop(snap);
-    let policies = match decided {
-        Ok(p) => p,
-        Err(advice) => {
-            let e = entry(
-                &who,
-                &revision,
-                "revoke_refused",
-                vec![advice.code.to_owned()],
-                detail,
-            );
-            state.audit.record(e).await.map_err(not_recorded)?;
-            return Err(ApiError::Refused(advice));
-        }
-    };
-    let audit = state.audit.clone();
-    let done = tokio::spawn(async move {
-        let e = entry(&who, &revision, "revoked", policies, detail);
-        audit.record(e).await.map_err(not_recorded)?;
-        match grants.revoke(&id).await {
-            Ok(gone) => {
-                tracing::info!(grant = gone.id, by = %who.uid, "grant revoked");
-                Ok(gone)
-            }
-            Err(err) => {
-                let detail = format!("{id} not revoked: {err}");
-                let e = entry(&who, &revision, "revoke_failed", Vec::new(), detail);
-                audit.record(e).await.map_err(not_recorded)?;
-                Err(ApiError::Grant(err))
-            }
-        }
-    });
-    let gone = done.await.map_err(|_| ApiError::StoreUnavailable)??;
+    let gone = decided_change(
+        &state,
+        Verbs {
+            who,
+            revision,
+            detail,
+            id: id.clone(),
+            refused: "revoke_refused",
+            done: "revoked",
+            failed: "revoke_failed",
+            not: "not revoked",
+        },
+        decided,
+        Ok(()),
+        async move { grants.revoke(&id).await },
+    )
+    .await?;
     Ok(Json(json!({ "revoked": gone.id, "grant": gone })))
 }
 
@@ -371,17 +401,14 @@ pub async fn forget_ended(state: &AppState, grants: &Grants, ended: &[Grant], no
 
 /// The audit record of `g` expiring at `now`.
 pub fn grant_expired_entry(g: &Grant, now: u64, revision: &str) -> Entry {
+    let expired = grant_record(&g.granted_by, revision).entry(
+        "expired",
+        vec!["grant_expired".to_owned()],
+        describe(g),
+    );
     Entry {
-        kind: EntryKind::Admin,
-        id: uuid::Uuid::now_v7().to_string(),
         at_ms: now,
-        principal: Some(g.granted_by.clone()),
-        stage: Some("grant".to_owned()),
-        decision: "expired".to_owned(),
-        reasons: vec!["grant_expired".to_owned()],
-        policy_revision: Some(revision.to_owned()),
-        detail: Some(describe(g)),
-        ..Entry::default()
+        ..expired
     }
 }
 

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::handlers::human;
 use super::{ApiError, AppState};
-use crate::audit::{Entry, EntryKind, now_ms};
+use crate::audit::{Entry, EntryKind, Operator};
 use crate::authz;
 
 #[derive(Debug, Deserialize)]
@@ -23,18 +23,13 @@ pub struct ApproveBody {
 }
 
 fn entry(by: &str, live: &str, decision: &str, reasons: Vec<String>, detail: String) -> Entry {
-    Entry {
+    let reload = Operator {
         kind: EntryKind::Reload,
-        id: uuid::Uuid::now_v7().to_string(),
-        at_ms: now_ms(),
-        principal: Some(by.to_owned()),
-        stage: Some("reload".to_owned()),
-        decision: decision.to_owned(),
-        reasons,
-        policy_revision: Some(live.to_owned()),
-        detail: Some(detail),
-        ..Entry::default()
-    }
+        stage: "reload",
+        by,
+        revision: live,
+    };
+    reload.entry(decision, reasons, detail)
 }
 
 /// `POST /v1/policies/held/approve`.

@@ -8,7 +8,7 @@ mod verify;
 mod writer;
 
 pub use record::{
-    Chain, Checkpoint, Entry, EntryKind, GENESIS, Record, args_digest, args_preview,
+    Chain, Checkpoint, Entry, EntryKind, GENESIS, Operator, Record, args_digest, args_preview,
     canonical_json, hmac_sha256_hex, now_ms, redacted_preview, unix_ms,
 };
 pub(crate) use store::SledAudit;

@@ -89,6 +89,38 @@ pub struct Entry {
     pub trace_id: Option<String>,
 }
 
+/// Who did what to the sidecar itself, under which policy revision: the fields every
+/// operator record shares (reloads, explanations, grants).
+#[derive(Debug, Clone, Copy)]
+pub struct Operator<'a> {
+    /// What kind of record.
+    pub kind: EntryKind,
+    /// The stage (`reload`, `explain`, `grant`).
+    pub stage: &'a str,
+    /// Who acted (`Human::"alice"`).
+    pub by: &'a str,
+    /// The policy revision acted under.
+    pub revision: &'a str,
+}
+
+impl Operator<'_> {
+    /// A new entry, stamped now: `decision`, with the determining `reasons` and a `detail`.
+    pub fn entry(self, decision: &str, reasons: Vec<String>, detail: String) -> Entry {
+        Entry {
+            kind: self.kind,
+            id: uuid::Uuid::now_v7().to_string(),
+            at_ms: now_ms(),
+            principal: Some(self.by.to_owned()),
+            stage: Some(self.stage.to_owned()),
+            decision: decision.to_owned(),
+            reasons,
+            policy_revision: Some(self.revision.to_owned()),
+            detail: Some(detail),
+            ..Entry::default()
+        }
+    }
+}
+
 /// A stored entry: its place in the chain and the hashes that bind it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -165,18 +165,8 @@ impl Grants {
     /// Every grant, soonest to expire first.
     pub async fn list(&self) -> Vec<Listed> {
         let alive = self.alive.lock().await;
-        let problems = self.policy.link_problems();
-        let snap = self.policy.current();
-        let linked: std::collections::HashSet<String> =
-            snap.links().map(ToString::to_string).collect();
-        let mut out: Vec<Listed> = alive
-            .values()
-            .map(|g| Listed {
-                active: linked.contains(&g.id),
-                problem: problems.get(&g.id).cloned(),
-                grant: g.clone(),
-            })
-            .collect();
+        let status = LinkStatus::of(&self.policy);
+        let mut out: Vec<Listed> = alive.values().map(|g| status.listed(g.clone())).collect();
         out.sort_by_key(|l| (l.grant.expires_ms, l.grant.id.clone()));
         out
     }
@@ -195,9 +185,9 @@ impl Grants {
             .map_err(GrantError::Link)
     }
 
-    /// Stores `grant` and links it. A grant that would not link is refused and nothing is
-    /// stored.
-    pub async fn create(&self, grant: Grant) -> Result<Grant, GrantError> {
+    /// Stores `grant` and links it; the grant as listed. A grant that would not link is
+    /// refused and nothing is stored.
+    pub async fn create(&self, grant: Grant) -> Result<Listed, GrantError> {
         let mut alive = self.alive.lock().await;
         if alive.len() >= MAX_GRANTS {
             return Err(GrantError::TooMany);
@@ -208,7 +198,7 @@ impl Grants {
         blocking(move || store.put(&saved)).await?;
         alive.insert(grant.id.clone(), grant.clone());
         self.relink(&alive).await?;
-        Ok(grant)
+        Ok(LinkStatus::of(&self.policy).listed(grant))
     }
 
     /// Unlinks the grant `id`, then removes it from the store.
@@ -279,6 +269,29 @@ impl Grants {
         let done = tokio::task::spawn_blocking(move || policy.set_links(links)).await;
         self.changed.notify_one();
         done.map_err(|e| StoreError(format!("relinking the grants failed: {e}")))
+    }
+}
+
+/// Which grants are linked into the set being served, and why the others are not.
+struct LinkStatus {
+    linked: std::collections::HashSet<String>,
+    problems: BTreeMap<String, String>,
+}
+
+impl LinkStatus {
+    fn of(policy: &PolicyStore) -> LinkStatus {
+        LinkStatus {
+            linked: policy.current().links().map(ToString::to_string).collect(),
+            problems: policy.link_problems(),
+        }
+    }
+
+    fn listed(&self, grant: Grant) -> Listed {
+        Listed {
+            active: self.linked.contains(&grant.id),
+            problem: self.problems.get(&grant.id).cloned(),
+            grant,
+        }
     }
 }
 
