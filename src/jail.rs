@@ -24,27 +24,8 @@ use rustix::fs::{Mode, OFlags, ResolveFlags};
 
 use crate::tools::{PathError, normalize_path};
 
-/// The deny list when none is configured: the names the shipped `deny-listed-paths` policy
-/// forbids, so a link with an innocent name cannot lead a read to them, plus `node_modules`.
-pub const DEFAULT_DENY: [&str; 17] = [
-    ".env*",
-    ".git",
-    ".git-credentials",
-    ".ssh",
-    ".aws",
-    "secrets",
-    ".netrc",
-    ".npmrc",
-    ".pypirc",
-    "*.pem",
-    "*.key",
-    "*.p12",
-    "*.pfx",
-    "*id_rsa*",
-    "*id_ed25519*",
-    "*id_ecdsa*",
-    "node_modules",
-];
+pub use crate::globs::DEFAULT_DENY;
+use crate::globs::SegmentGlobs;
 
 /// Why a path was refused. Messages name the path as asked, never file contents.
 #[derive(Debug, thiserror::Error)]
@@ -126,7 +107,7 @@ pub struct OpenedDir {
 pub struct Jail {
     service: Root,
     shared: Vec<Root>,
-    deny: Vec<String>,
+    deny: SegmentGlobs,
     /// The sidecar's own files below the service root (data, locks, policies, config), as
     /// paths relative to it: never reachable through a tool.
     own: Vec<String>,
@@ -135,11 +116,11 @@ pub struct Jail {
 impl Jail {
     /// A jail over `root` (read-write) and `shared` (name → directory, read-only; a path whose
     /// first segment is the name goes there). `deny` entries match one path segment,
-    /// case-insensitively; a trailing `*` matches any ending.
+    /// case-insensitively (see [`SegmentGlobs`]).
     pub fn new(
         root: &Path,
         shared: &[(String, PathBuf)],
-        deny: &[String],
+        deny: &SegmentGlobs,
     ) -> std::io::Result<Jail> {
         Ok(Jail {
             service: open_root("", root, true)?,
@@ -147,7 +128,7 @@ impl Jail {
                 .iter()
                 .map(|(name, path)| open_root(name, path, false))
                 .collect::<std::io::Result<_>>()?,
-            deny: deny.iter().map(|d| d.to_lowercase()).collect(),
+            deny: deny.clone(),
             own: Vec::new(),
         })
     }
@@ -189,13 +170,7 @@ impl Jail {
         }) {
             return Some(format!("{own}: toolgate's own files"));
         }
-        path.split('/').find_map(|seg| {
-            let seg = seg.to_lowercase();
-            self.deny
-                .iter()
-                .any(|d| segment_matches(d, &seg))
-                .then_some(seg)
-        })
+        self.deny.first_match(path).map(str::to_owned)
     }
 
     /// Opens an existing regular file for reading.
@@ -366,6 +341,16 @@ impl Jail {
         })
     }
 
+    /// The deny list.
+    pub fn deny(&self) -> &SegmentGlobs {
+        &self.deny
+    }
+
+    /// The sidecar's own files below the service root, relative to it.
+    pub fn own(&self) -> &[String] {
+        &self.own
+    }
+
     /// The service root's canonical path.
     pub fn root(&self) -> &Path {
         &self.service.path
@@ -410,19 +395,6 @@ pub fn regular_single(stat: &rustix::fs::Stat) -> Result<(), JailError> {
         return Err(JailError::HardLinked);
     }
     Ok(())
-}
-
-/// A deny entry against one lowercased segment: `*` at the end matches any ending, at the
-/// start any beginning, at both any text around.
-fn segment_matches(entry: &str, seg: &str) -> bool {
-    match (entry.strip_prefix('*'), entry.strip_suffix('*')) {
-        (Some(_), Some(_)) if entry.len() >= 2 => {
-            seg.contains(entry.get(1..entry.len() - 1).unwrap_or(""))
-        }
-        (Some(suffix), None) => seg.ends_with(suffix),
-        (None, Some(prefix)) => seg.starts_with(prefix),
-        _ => seg == entry,
-    }
 }
 
 fn open_root(name: &str, path: &Path, writable: bool) -> std::io::Result<Root> {

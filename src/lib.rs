@@ -11,6 +11,7 @@
 //! - [`authz`]: the pure decision function: call + policy snapshot → verdict; explanations.
 //! - [`tools`]: tool manifests → compiled tools (JSON Schema validator, Cedar argument type).
 //! - [`exec`]: runs CLI-backed tools under the launcher: no shell, limits, Landlock, no orphans.
+//! - [`globs`]: every glob-shaped setting (deny lists, tool names, output fields), one implementation.
 //! - [`jail`]: opens files named by arguments below the service root, whatever the symlinks.
 //! - [`policy`]: loads and validates policies, schema, entities and manifests into a snapshot;
 //!   links templates for grants.
@@ -36,6 +37,7 @@ pub mod cli;
 pub mod config;
 pub mod exec;
 pub mod files;
+pub mod globs;
 pub mod grants;
 pub mod jail;
 pub mod limits;

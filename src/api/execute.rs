@@ -298,6 +298,16 @@ pub async fn execute(
                     "invalid_argument",
                     "remove NUL bytes from the arguments",
                 ),
+                ExecError::Revision(_) => (
+                    Refusal::Arguments,
+                    "invalid_revision",
+                    "name a commit of this repository (a branch, a tag, a hash, `HEAD~1`); ranges are not revisions",
+                ),
+                ExecError::NotAWorkTree => (
+                    Refusal::Unavailable,
+                    "not_a_work_tree",
+                    "operators: git tools need `[exec] root` to be the top of a git work tree",
+                ),
                 ExecError::Busy => (
                     Refusal::Busy,
                     "executions_busy",

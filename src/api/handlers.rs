@@ -417,7 +417,10 @@ pub async fn tools(
         .map(|t| {
             (
                 t.name.clone(),
-                json!({"risk": t.risk, "classification": t.classification, "limits": t.limits}),
+                json!({"risk": t.risk, "classification": t.classification, "limits": t.limits,
+                       // Programs get a network namespace of their own unless they declare it.
+                       "network": t.executor.as_ref().is_some_and(|e| e.access.network),
+                       "writes": t.executor.as_ref().map(|e| &e.access.writes)}),
             )
         })
         .collect();

@@ -22,7 +22,7 @@ pub(super) fn evaluate(
     ids: &Correlation,
     signals: &Signals,
 ) -> Verdict {
-    let args_expr = match CallArgs::of(tool, args) {
+    let args_expr = match CallArgs::of(tool, args, &snap.deny) {
         Ok(call) => call,
         Err(e) => {
             return Verdict::deny(
@@ -395,10 +395,14 @@ struct CallArgs {
 
 impl CallArgs {
     /// Converts validated `args` of `tool` for Cedar.
-    fn of(tool: &Tool, args: &Value) -> Result<CallArgs, crate::tools::ArgError> {
+    fn of(
+        tool: &Tool,
+        args: &Value,
+        deny: &crate::globs::SegmentGlobs,
+    ) -> Result<CallArgs, crate::tools::ArgError> {
         Ok(CallArgs {
             args: tool.args_to_cedar(args)?,
-            paths: tool.paths_to_cedar(args)?,
+            paths: tool.paths_to_cedar(args, deny)?,
         })
     }
 }
@@ -522,7 +526,7 @@ pub(super) fn each_policy(
     ids: &Correlation,
     signals: &Signals,
 ) -> Result<Vec<PolicyCheck>, String> {
-    let call = CallArgs::of(tool, args).map_err(|e| e.to_string())?;
+    let call = CallArgs::of(tool, args, &snap.deny).map_err(|e| e.to_string())?;
     let entities = request_entities(snap, principal, &tool.resource_uid, &tool.action_uid)
         .map_err(|a| a.message)?;
     let entities = entities.as_ref().unwrap_or(&snap.entities);

@@ -30,6 +30,7 @@ pub(super) struct RawExec {
     stale_lock_ms: Option<u64>,
     #[serde(default)]
     limits: RawLimits,
+    run_as: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -111,6 +112,24 @@ pub(super) fn settings(
             "a lock is presumed abandoned only after every live holder would have given up: e.g. 5000 and 30000 (the defaults)".to_owned(),
         ));
     }
+    let run_as = match raw.run_as.as_deref() {
+        None => None,
+        Some(text) => Some(run_as(text).ok_or_else(|| {
+            (
+                format!("`exec.run_as` = `{text}` is not `uid:gid` of an unprivileged user"),
+                "e.g. `run_as = \"65534:65534\"` (nobody); 0 is refused: programs never run as root when the sidecar does".to_owned(),
+            )
+        })?),
+    };
+    let deny = match raw.deny {
+        None => d.deny,
+        Some(entries) => crate::globs::SegmentGlobs::new(entries).map_err(|e| {
+            (
+                format!("`exec.deny`: {e}"),
+                "entries are globs over one file or directory name, matched case-insensitively: e.g. `.env*`, `id_*.pem`, `secrets`".to_owned(),
+            )
+        })?,
+    };
     Ok(ExecSettings {
         root: raw.root.map(|p| base.join(p)),
         shared: raw
@@ -118,7 +137,7 @@ pub(super) fn settings(
             .into_iter()
             .map(|(k, v)| (k, base.join(v)))
             .collect(),
-        deny: raw.deny.unwrap_or(d.deny),
+        deny,
         programs: raw.programs.map_or(d.programs, Programs::resolve),
         grace_ms: raw.grace_ms.unwrap_or(d.grace_ms),
         limits,
@@ -134,5 +153,14 @@ pub(super) fn settings(
         lock_timeout_ms,
         stale_lock_ms,
         protected: vec![data_dir.to_path_buf()],
+        run_as,
     })
+}
+
+/// `uid:gid`, both numbers other than 0.
+fn run_as(text: &str) -> Option<crate::exec::RunAs> {
+    let (u, g) = text.split_once(':')?;
+    let uid: u32 = u.trim().parse().ok()?;
+    let gid: u32 = g.trim().parse().ok()?;
+    (uid != 0 && gid != 0).then_some(crate::exec::RunAs { uid, gid })
 }

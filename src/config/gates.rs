@@ -15,7 +15,7 @@ pub(super) struct RawRedaction {
     entropy_min_length: Option<usize>,
     entropy_bits: Option<f64>,
     known_secrets_env: Option<Vec<String>>,
-    known_secrets_files: Option<Vec<std::path::PathBuf>>,
+    pub(super) known_secrets_files: Option<Vec<std::path::PathBuf>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

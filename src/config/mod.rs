@@ -506,6 +506,13 @@ impl Config {
         )
         .map_err(|(m, h)| invalid(m, h))?;
         let quarantine_on = quarantine_kinds(&raw.anomaly).map_err(|(m, h)| invalid(m, h))?;
+        let known_secret_files: Vec<PathBuf> = raw
+            .redaction
+            .known_secrets_files
+            .iter()
+            .flatten()
+            .map(|p| base.join(p))
+            .collect();
         let redaction = gates::redaction(&raw.redaction, base).map_err(|(m, h)| invalid(m, h))?;
         let gate_rules = gates::gate_rules(raw.gates).map_err(|(m, h)| invalid(m, h))?;
         let data_dir = raw
@@ -514,12 +521,36 @@ impl Config {
         let mut exec =
             exec::settings(raw.exec, base, &data_dir).map_err(|(m, h)| invalid(m, &h))?;
         sources.programs = exec.programs.clone();
-        // The sidecar's own files stay out of every tool's reach.
+        sources.deny = std::sync::Arc::new(exec.deny.clone());
+        // The sidecar's own files stay out of every tool's reach (the protected set; the
+        // data and lock directories are in it already): policies, schemas, this config, and
+        // every credential, key and secret file it names.
         exec.protected.extend([
             sources.policies_dir.clone(),
             sources.schemas_dir.clone(),
             path.to_path_buf(),
         ]);
+        exec.protected.extend(
+            [
+                raw.auth.tokens_file.as_ref().map(|p| base.join(p)),
+                raw.audit.hmac_key_file.as_ref().map(|p| base.join(p)),
+                approval_webhook
+                    .as_ref()
+                    .and_then(|w| w.secret_file.clone()),
+                anomaly_webhook.as_ref().and_then(|w| w.secret_file.clone()),
+            ]
+            .into_iter()
+            .flatten(),
+        );
+        if let Some(j) = &jwt {
+            exec.protected.extend(j.hs256_secret_file.iter().cloned());
+            exec.protected
+                .extend(j.rsa_public_key_files.iter().cloned());
+            exec.protected
+                .extend(j.ed25519_public_key_files.iter().cloned());
+            exec.protected.extend(j.jwks_file.iter().cloned());
+        }
+        exec.protected.extend(known_secret_files);
         let anomaly = detector_config(raw.anomaly).map_err(|(m, h)| invalid(m, h))?;
         if raw.audit.retain_records == Some(0) || raw.audit.retain_days == Some(0) {
             return Err(invalid(
@@ -680,6 +711,11 @@ fn detector_config(raw: RawAnomaly) -> Result<Option<DetectorConfig>, (String, &
             return bad(format!(
                 "`anomaly.sequences[{i}]` needs a `name`, non-empty `first` and `then` tool patterns and `within_secs` of at least 1"
             ));
+        }
+        for (key, patterns) in [("first", &r.first), ("then", &r.then)] {
+            if let Err(e) = crate::globs::NameGlobs::new(patterns.iter()) {
+                return bad(format!("`anomaly.sequences[{i}].{key}`: {e}"));
+            }
         }
     }
     Ok(Some(c))

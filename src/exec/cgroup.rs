@@ -53,13 +53,35 @@ impl Cgroups {
     /// Removes a run's cgroup (empty once the launcher is gone; retried briefly, so call it
     /// off the async workers).
     pub fn remove(dir: &Path) {
-        for _ in 0..50 {
+        for i in 0..50 {
             if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
                 return;
+            }
+            if i == 10 {
+                // Still populated (a launcher that was itself killed): the run owns its
+                // cgroup until it is empty, so end whatever is left in it.
+                kill_members(dir);
             }
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
         tracing::warn!(cgroup = %dir.display(), "run cgroup not removed");
+    }
+}
+
+/// Kills every process in the cgroup at `dir`: `cgroup.kill` on v2, each listed member on v1.
+fn kill_members(dir: &Path) {
+    if std::fs::write(dir.join("cgroup.kill"), "1").is_ok() {
+        return;
+    }
+    if let Ok(text) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+        for pid in text
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+        {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+        }
     }
 }
 

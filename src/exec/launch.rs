@@ -59,6 +59,19 @@ pub struct Sandbox {
     pub read: Vec<PathBuf>,
     /// Read, write, create, remove.
     pub write: Vec<PathBuf>,
+    /// Refuse TCP connect and bind (Landlock ABI 4+), beside the network namespace.
+    #[serde(default)]
+    pub no_tcp: bool,
+}
+
+/// The unprivileged user and group a run's program runs as (when the sidecar is root).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunAs {
+    /// User id (never 0).
+    pub uid: u32,
+    /// Group id (never 0).
+    pub gid: u32,
 }
 
 /// What the sidecar asks the launcher to run.
@@ -85,6 +98,12 @@ pub struct LaunchSpec {
     pub sandbox: Option<Sandbox>,
     /// A pids cgroup directory made for this call, which the launcher joins.
     pub cgroup: Option<PathBuf>,
+    /// Run the program as this user and group, without supplementary groups.
+    #[serde(default)]
+    pub run_as: Option<RunAs>,
+    /// Give the program a network namespace of its own (no interfaces but a down loopback).
+    #[serde(default)]
+    pub isolate_network: bool,
     /// Set everything up, start nothing, report (what `/readyz` shows is measured this way).
     #[serde(default)]
     pub probe: bool,
@@ -112,6 +131,9 @@ pub struct Outcome {
     pub max_rss_bytes: u64,
     /// `full`, `partial` or `none`: how much of the Landlock sandbox the kernel enforced.
     pub landlock: String,
+    /// `namespace` (a network namespace of its own), `landlock` (TCP refused by Landlock
+    /// only), `host` (the manifest declares the network) or `none` (not isolated).
+    pub network: String,
     /// The program could not be started, or the launcher failed: why.
     pub error: Option<String>,
 }
@@ -159,16 +181,33 @@ fn supervise(spec: &LaunchSpec, out: &mut Outcome) -> Result<(), String> {
         std::fs::write(cg.join("cgroup.procs"), me.as_raw_nonzero().to_string())
             .map_err(|e| format!("cannot join the cgroup `{}`: {e}", cg.display()))?;
     }
+    out.network = if spec.isolate_network {
+        isolate_network()
+    } else {
+        "host".to_owned()
+    };
     out.landlock = match &spec.sandbox {
         Some(sb) => restrict(sb)?,
         None => "off".to_owned(),
     };
+    if spec.isolate_network
+        && out.network == "none"
+        && spec.sandbox.as_ref().is_some_and(|s| s.no_tcp)
+        && out.landlock == "full"
+    {
+        out.network = "landlock".to_owned();
+    }
     set_limits(&spec.rlimits)?;
     if spec.probe {
         return Ok(());
     }
     let started = Instant::now();
-    let child = Command::new(&spec.program)
+    let mut command = Command::new(&spec.program);
+    if let Some(who) = spec.run_as {
+        // std drops the supplementary groups when root changes user.
+        command.uid(who.uid).gid(who.gid);
+    }
+    let child = command
         .args(&spec.argv)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
@@ -385,18 +424,39 @@ fn set_limits(l: &Rlimits) -> Result<(), String> {
     Ok(())
 }
 
+/// A network namespace of its own for the launcher and everything it starts: as root
+/// directly, otherwise inside a new user namespace. Returns `namespace`, or `none` when
+/// neither is allowed here.
+fn isolate_network() -> String {
+    use nix::sched::{CloneFlags, unshare};
+    if unshare(CloneFlags::CLONE_NEWNET).is_ok()
+        || unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET).is_ok()
+    {
+        "namespace".to_owned()
+    } else {
+        "none".to_owned()
+    }
+}
+
 /// Applies the Landlock rules to the launcher (and so to everything it starts). Returns how
 /// much the kernel enforced.
 fn restrict(sb: &Sandbox) -> Result<String, String> {
     use landlock::{
-        ABI, Access, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
-        path_beneath_rules,
+        ABI, Access, AccessFs, AccessNet, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
+        Scope, path_beneath_rules,
     };
     let abi = ABI::V6;
     let err = |e: landlock::RulesetError| format!("cannot set up the Landlock sandbox: {e}");
-    let status = Ruleset::default()
+    let mut ruleset = Ruleset::default()
         .handle_access(AccessFs::from_all(abi))
-        .map_err(err)?
+        .map_err(err)?;
+    if sb.no_tcp {
+        // Handled with no rule: every TCP bind and connect is refused.
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(abi))
+            .map_err(err)?;
+    }
+    let status = ruleset
         .scope(Scope::from_all(abi))
         .map_err(err)?
         .create()

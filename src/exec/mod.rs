@@ -13,12 +13,14 @@ mod cgroup;
 pub mod launch;
 mod output;
 mod run;
+pub mod sandbox;
 mod spec;
 
+pub use launch::RunAs;
 pub use output::{ParseError, Text, parse};
 pub use spec::{
-    CompileError, DEFAULT_PROGRAMS, Executor, Keep, LimitOverrides, Parser, Program, Programs,
-    RawExecutor, RenderError, Retry, Truncate,
+    Access, CompileError, DEFAULT_PROGRAMS, Executor, GitSpec, Keep, LimitOverrides, Parser,
+    Program, Programs, RawAccess, RawExecutor, RenderError, Retry, Truncate,
 };
 
 use std::path::{Path, PathBuf};
@@ -30,14 +32,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::jail::Jail;
-use crate::tools::{Classification, Tool};
+use crate::tools::Tool;
 use launch::{LaunchSpec, Outcome, Rlimits, Sandbox};
-
-/// Directories every program may read and execute from (what a dynamically linked program
-/// needs: libraries, the loader cache, locale and certificate data), plus `/proc` and `/dev`.
-const SYSTEM_READ: [&str; 10] = [
-    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt", "/proc", "/dev",
-];
 
 /// Default resource limits (`[exec.limits]`); CPU seconds default to the tool's timeout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,8 +70,8 @@ pub struct ExecSettings {
     pub root: Option<PathBuf>,
     /// Read-only roots beside it (`name` → directory; paths starting `name/` go there).
     pub shared: Vec<(String, PathBuf)>,
-    /// Deny-listed path segments (case-insensitive, trailing `*` for prefixes).
-    pub deny: Vec<String>,
+    /// Deny-listed path segments (case-insensitive globs).
+    pub deny: crate::globs::SegmentGlobs,
     /// Executables tools may run.
     pub programs: Programs,
     /// Time between TERM and KILL.
@@ -99,9 +95,13 @@ pub struct ExecSettings {
     pub lock_timeout_ms: u64,
     /// Age after which a lock is presumed abandoned and taken over.
     pub stale_lock_ms: u64,
-    /// The sidecar's own files (data directory, policies, schemas, config): never reachable
-    /// through a tool, even when they lie below the service root.
+    /// The sidecar's own files (the protected set: data directory, policies, schemas,
+    /// config, tokens, keys, secrets files; the lock directory is added at start): never
+    /// reachable through a tool or an executed program, even below the service root.
     pub protected: Vec<PathBuf>,
+    /// The user and group programs run as when the sidecar runs as root (`None`: 65534,
+    /// `nobody`). Ignored otherwise: an unprivileged sidecar cannot change user.
+    pub run_as: Option<RunAs>,
 }
 
 impl Default for ExecSettings {
@@ -109,10 +109,7 @@ impl Default for ExecSettings {
         ExecSettings {
             root: None,
             shared: Vec::new(),
-            deny: crate::jail::DEFAULT_DENY
-                .iter()
-                .map(|s| (*s).to_owned())
-                .collect(),
+            deny: crate::globs::SegmentGlobs::default(),
             programs: Programs::default(),
             grace_ms: 2000,
             limits: DefaultLimits::default(),
@@ -125,9 +122,16 @@ impl Default for ExecSettings {
             lock_timeout_ms: 5000,
             stale_lock_ms: 30_000,
             protected: Vec::new(),
+            run_as: None,
         }
     }
 }
+
+/// The user programs run as when the sidecar is root and `[exec] run_as` is not set.
+pub const NOBODY: RunAs = RunAs {
+    uid: 65534,
+    gid: 65534,
+};
 
 /// What this machine enforces, measured at start by a launcher probe.
 #[derive(Debug, Clone, Serialize)]
@@ -144,6 +148,13 @@ pub struct Protections {
     pub path_jail: bool,
     /// Every process of a call is killed and reaped when it ends (subreaper launcher).
     pub no_orphans: bool,
+    /// How programs are kept off the network unless their manifest declares it:
+    /// `namespace`, `landlock` (TCP refused) or `none`.
+    pub network: String,
+    /// The user programs run as (`uid:gid`), when the sidecar is root.
+    pub run_as: Option<String>,
+    /// The protected set: never readable or writable by a tool or a program.
+    pub protected: Vec<String>,
     /// Why the probe failed, if it did (execution is then refused).
     pub error: Option<String>,
 }
@@ -163,6 +174,14 @@ pub enum ExecError {
     /// The sandbox could not be set up (probe failed, or a scratch directory).
     #[error("cannot set up the run: {0}")]
     Setup(String),
+    /// A git tool, but the service root is not the top of a git work tree.
+    #[error(
+        "the service root is not a git work tree (no `.git` directory at its top); git tools run only there"
+    )]
+    NotAWorkTree,
+    /// A revision argument that does not name a commit.
+    #[error("argument `{0}` does not name a commit in this repository")]
+    Revision(String),
 }
 
 /// One finished run (the last attempt).
@@ -191,6 +210,10 @@ pub struct Runner {
     scratch: PathBuf,
     cgroups: Option<cgroup::Cgroups>,
     protections: Protections,
+    /// Never granted to a program: the protected set (canonical) and the system's secrets.
+    excluded: Vec<PathBuf>,
+    /// Who programs run as (set when the sidecar is root).
+    run_as: Option<RunAs>,
     slots: Arc<tokio::sync::Semaphore>,
     seq: AtomicU64,
     locks: crate::files::Locks,
@@ -237,6 +260,14 @@ impl Runner {
         })?;
         jail.protect(std::slice::from_ref(&lock_dir));
         jail.protect(&settings.protected);
+        let mut protected = settings.protected.clone();
+        protected.push(lock_dir.clone());
+        let protected = sandbox::canonical_set(&protected);
+        let mut excluded = protected.clone();
+        excluded.extend(sandbox::SYSTEM_SECRETS.iter().map(PathBuf::from));
+        let run_as = rustix::process::geteuid()
+            .is_root()
+            .then(|| settings.run_as.unwrap_or(NOBODY));
         let cgroups = if settings.cgroup {
             cgroup::Cgroups::create()
         } else {
@@ -252,8 +283,13 @@ impl Runner {
                 rlimits: false,
                 path_jail: true,
                 no_orphans: false,
+                network: "none".to_owned(),
+                run_as: run_as.map(|r| format!("{}:{}", r.uid, r.gid)),
+                protected: protected.iter().map(|p| p.display().to_string()).collect(),
                 error: None,
             },
+            excluded,
+            run_as,
             settings,
             jail,
             launcher,
@@ -329,6 +365,13 @@ impl Runner {
 
     async fn probe(&self) -> Protections {
         let mut p = self.protections.clone();
+        let sandbox = match self.plan(&Access::default()).await {
+            Ok(sb) => sb,
+            Err(e) => {
+                p.error = Some(e.to_string());
+                return p;
+            }
+        };
         let spec = LaunchSpec {
             nonce: "probe".to_owned(),
             program: PathBuf::new(),
@@ -338,14 +381,17 @@ impl Runner {
             timeout_ms: 1000,
             grace_ms: self.settings.grace_ms,
             rlimits: self.rlimits(1000, LimitOverrides::default()),
-            sandbox: self.sandbox(Classification::Read, None),
+            sandbox,
             cgroup: None,
+            run_as: self.run_as,
+            isolate_network: true,
             probe: true,
         };
-        match run::run(&self.launcher, &spec, 0, 0).await {
+        match run::run(&self.launcher, &spec, 0, 0, std::future::pending::<()>()).await {
             Ok(ran) => match ran.outcome {
                 Some(o) if o.error.is_none() => {
                     p.landlock = o.landlock;
+                    p.network = o.network;
                     p.rlimits = true;
                     p.no_orphans = true;
                     p.process_limit = if self.cgroups.is_some() {
@@ -392,31 +438,89 @@ impl Runner {
         }
     }
 
-    /// The Landlock rules of a run (`None` when switched off): system directories, the roots,
-    /// the extra paths; writes to the scratch directory, `/dev/null`, and the service root for
-    /// tools that are not `read`.
-    fn sandbox(&self, class: Classification, scratch: Option<&Path>) -> Option<Sandbox> {
-        self.settings.landlock.then(|| {
-            let mut read: Vec<PathBuf> = SYSTEM_READ.iter().map(PathBuf::from).collect();
-            read.extend(self.jail.shared().map(Path::to_path_buf));
-            read.extend(self.settings.read_paths.iter().cloned());
-            read.push(self.jail.root().to_path_buf());
-            if let Some(cg) = &self.cgroups {
-                read.push(cg.base().to_path_buf());
+    /// The Landlock rules of a run (`None` when switched off), planned off the async
+    /// workers (it walks the roots): read the system directories, the devices, the roots and
+    /// `read_paths`; write `/dev/null`, `write_paths` and what the manifest declares. Never the
+    /// protected set, the system's secrets or a deny-listed name the manifest does not name.
+    async fn plan(&self, access: &Access) -> Result<Option<Sandbox>, ExecError> {
+        if !self.settings.landlock {
+            return Ok(None);
+        }
+        let root = self.jail.root().to_path_buf();
+        let below = |rel: &String| -> Result<PathBuf, ExecError> {
+            let p = if rel == "." {
+                root.clone()
+            } else {
+                root.join(rel)
+            };
+            // A declared path reached through a link elsewhere is granted nothing.
+            Ok(match p.canonicalize() {
+                Ok(c) if c.starts_with(&root) => c,
+                _ => p,
+            })
+        };
+        let writes: Vec<PathBuf> = access.writes.iter().map(below).collect::<Result<_, _>>()?;
+        let mut exempt: Vec<PathBuf> = access.reads.iter().map(below).collect::<Result<_, _>>()?;
+        exempt.extend(writes.iter().cloned());
+        let excluded = self.excluded.clone();
+        let deny = self.jail.deny().clone();
+        let shared: Vec<PathBuf> = self.jail.shared().map(Path::to_path_buf).collect();
+        let read_paths = self.settings.read_paths.clone();
+        let write_paths = self.settings.write_paths.clone();
+        let cgroup = self.cgroups.as_ref().map(|c| c.base().to_path_buf());
+        let no_tcp = !access.network;
+        tokio::task::spawn_blocking(move || {
+            let ex = sandbox::Exclusions {
+                paths: &excluded,
+                deny: &deny,
+                exempt: &exempt,
+            };
+            let mut read = sandbox::Plan::default();
+            for dir in sandbox::SYSTEM_READ.iter().chain(&sandbox::DEVICES) {
+                read.add(Path::new(dir), &ex, false)?;
             }
-            let mut write = vec![PathBuf::from("/dev/null")];
-            write.extend(scratch.map(Path::to_path_buf));
-            write.extend(self.settings.write_paths.iter().cloned());
-            if class != Classification::Read {
-                write.push(self.jail.root().to_path_buf());
+            for dir in &read_paths {
+                read.add(dir, &ex, false)?;
             }
-            Sandbox { read, write }
+            for dir in shared.iter().chain(std::iter::once(&root)) {
+                read.add(dir, &ex, true)?;
+            }
+            for dir in &exempt {
+                if !read.grants.iter().any(|g| dir.starts_with(g)) {
+                    read.add(dir, &ex, true)?;
+                }
+            }
+            if let Some(cg) = cgroup {
+                read.add(&cg, &ex, false)?;
+            }
+            let mut write = sandbox::Plan::default();
+            write.add(Path::new("/dev/null"), &ex, false)?;
+            for dir in &write_paths {
+                write.add(dir, &ex, false)?;
+            }
+            for dir in &writes {
+                // Only below the root: a declared path that resolves elsewhere is not granted.
+                if dir.starts_with(&root) {
+                    write.add(dir, &ex, true)?;
+                }
+            }
+            Ok::<_, sandbox::PlanError>(Some(Sandbox {
+                read: read.grants,
+                write: write.grants,
+                no_tcp,
+            }))
         })
+        .await
+        .map_err(|e| ExecError::Setup(format!("the sandbox plan failed: {e}")))?
+        .map_err(|e| ExecError::Setup(e.to_string()))
     }
 
-    /// Renders and runs `tool` with `args` (validated and allowed), retrying marked exit codes.
+    /// Renders and runs `tool` with `args` (validated and allowed), retrying marked exit
+    /// codes. The run is a task of its own: if the caller goes away (a client hanging up),
+    /// the launcher is told to stop, and the task still waits until every process of the run
+    /// is gone and its cgroup and scratch directory are removed.
     pub async fn execute(
-        &self,
+        self: &Arc<Self>,
         tool: &Tool,
         ex: &Executor,
         args: &Value,
@@ -429,67 +533,96 @@ impl Runner {
             .path
             .clone()
             .ok_or_else(|| ExecError::ProgramMissing(ex.program.written.clone()))?;
+        if ex.git.is_some() {
+            let dot_git = self.jail.root().join(".git");
+            if !std::fs::symlink_metadata(&dot_git).is_ok_and(|m| m.is_dir()) {
+                return Err(ExecError::NotAWorkTree);
+            }
+        }
         let argv = ex.render(args, &tool.path_args, &self.jail)?;
         let cwd = self
             .jail
             .locate(&ex.cwd)
             .map_err(|e| ExecError::Setup(format!("working directory `{}`: {e}", ex.cwd)))?;
-        let _slot = self
+        // An argument naming a limit is applied, capped by the manifest's.
+        let timeout_ms = ex
+            .timeout_arg
+            .as_ref()
+            .and_then(|name| args.get(name))
+            .and_then(Value::as_u64)
+            .map_or(tool.limits.timeout_ms, |s| {
+                s.saturating_mul(1000).min(tool.limits.timeout_ms)
+            });
+        let revisions: Vec<(String, String)> = ex
+            .git
+            .iter()
+            .flat_map(|g| &g.revisions)
+            .filter_map(|name| {
+                args.get(name)
+                    .and_then(Value::as_str)
+                    .map(|v| (name.clone(), v.to_owned()))
+            })
+            .collect();
+        let slot = self
             .slots
             .clone()
             .try_acquire_owned()
             .map_err(|_| ExecError::Busy)?;
-        let max = usize::try_from(tool.limits.max_output_bytes).unwrap_or(usize::MAX);
+        let sandbox = self.plan(&ex.access).await?;
+        let job = Job {
+            program,
+            argv,
+            cwd,
+            timeout_ms,
+            max_output_bytes: tool.limits.max_output_bytes,
+            ex: ex.clone(),
+            sandbox,
+            revisions,
+        };
+        let cancel = Arc::new(Cancel::default());
+        let _on_drop = CancelOnDrop(Arc::clone(&cancel));
+        let runner = Arc::clone(self);
+        tokio::spawn(async move {
+            let _slot = slot;
+            runner.attempts(job, &cancel).await
+        })
+        .await
+        .map_err(|e| ExecError::Setup(format!("the run's task failed: {e}")))?
+    }
+
+    /// The attempts of one run (the first, and retries of marked exit codes); for git tools,
+    /// each revision is verified first, in the same sandbox.
+    async fn attempts(&self, job: Job, cancel: &Cancel) -> Result<Execution, ExecError> {
+        let ex = &job.ex;
+        let max = usize::try_from(job.max_output_bytes).unwrap_or(usize::MAX);
         let (head, tail) = match ex.truncate.keep {
             Keep::Head => (max, 0),
             Keep::Tail => (0, max),
             Keep::Both => (max / 2, max - max / 2),
         };
+        for (name, value) in &job.revisions {
+            let argv = vec![
+                "rev-parse".to_owned(),
+                "--verify".to_owned(),
+                "--quiet".to_owned(),
+                "--end-of-options".to_owned(),
+                format!("{value}^{{commit}}"),
+            ];
+            let ran = self.attempt(&job, argv, 10_000, (0, 0), cancel).await?;
+            if ran.outcome.as_ref().and_then(|o| o.exit_code) != Some(0) {
+                return Err(ExecError::Revision(name.clone()));
+            }
+        }
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            let n = self.seq.fetch_add(1, Ordering::Relaxed);
-            let scratch = self.scratch.join(n.to_string());
-            std::fs::create_dir_all(&scratch)
-                .map_err(|e| ExecError::Setup(format!("scratch directory: {e}")))?;
-            let cg = match &self.cgroups {
-                Some(c) => Some(
-                    c.make(
-                        n,
-                        ex.limits
-                            .processes
-                            .unwrap_or(self.settings.limits.processes),
-                    )
-                    .map_err(|e| ExecError::Setup(format!("cgroup: {e}")))?,
-                ),
-                None => None,
-            };
-            let spec = LaunchSpec {
-                nonce: uuid::Uuid::now_v7().simple().to_string(),
-                program: program.clone(),
-                argv: argv.clone(),
-                cwd: cwd.clone(),
-                env: self.env(ex, &scratch),
-                timeout_ms: tool.limits.timeout_ms,
-                grace_ms: self.settings.grace_ms,
-                rlimits: self.rlimits(tool.limits.timeout_ms, ex.limits),
-                sandbox: self.sandbox(tool.classification, Some(&scratch)),
-                cgroup: cg.clone(),
-                probe: false,
-            };
-            let ran = run::run(&self.launcher, &spec, head, tail).await;
-            // Blocking file-system work (and the cgroup's brief retries): off the workers.
-            let _ = tokio::task::spawn_blocking(move || {
-                if let Some(dir) = cg {
-                    cgroup::Cgroups::remove(&dir);
-                }
-                let _ = std::fs::remove_dir_all(&scratch);
-            })
-            .await;
-            let ran = ran.map_err(|e| ExecError::Setup(e.to_string()))?;
+            let ran = self
+                .attempt(&job, job.argv.clone(), job.timeout_ms, (head, tail), cancel)
+                .await?;
             let code = ran.outcome.as_ref().and_then(|o| o.exit_code);
             let retry = code.is_some_and(|c| ex.retry.exit_codes.contains(&c))
-                && attempt <= ex.retry.attempts;
+                && attempt <= ex.retry.attempts
+                && !cancel.is_cancelled();
             if retry {
                 let wait = ex
                     .retry
@@ -509,8 +642,72 @@ impl Runner {
         }
     }
 
+    /// One launch of `job`'s program with `argv`: a fresh scratch directory (owned by the
+    /// run's user) and cgroup, removed when the launcher is gone.
+    async fn attempt(
+        &self,
+        job: &Job,
+        argv: Vec<String>,
+        timeout_ms: u64,
+        (head, tail): (usize, usize),
+        cancel: &Cancel,
+    ) -> Result<run::Ran, ExecError> {
+        let ex = &job.ex;
+        let n = self.seq.fetch_add(1, Ordering::Relaxed);
+        let scratch = self.scratch.join(n.to_string());
+        std::fs::create_dir_all(&scratch)
+            .map_err(|e| ExecError::Setup(format!("scratch directory: {e}")))?;
+        if let Some(who) = self.run_as {
+            std::os::unix::fs::chown(&scratch, Some(who.uid), Some(who.gid))
+                .map_err(|e| ExecError::Setup(format!("scratch directory: {e}")))?;
+        }
+        let cg = match &self.cgroups {
+            Some(c) => Some(
+                c.make(
+                    n,
+                    ex.limits
+                        .processes
+                        .unwrap_or(self.settings.limits.processes),
+                )
+                .map_err(|e| ExecError::Setup(format!("cgroup: {e}")))?,
+            ),
+            None => None,
+        };
+        let sandbox = job.sandbox.clone().map(|mut sb| {
+            sb.write.push(scratch.clone());
+            sb
+        });
+        let spec = LaunchSpec {
+            nonce: uuid::Uuid::now_v7().simple().to_string(),
+            program: job.program.clone(),
+            argv,
+            cwd: job.cwd.clone(),
+            env: self.env(ex, &scratch),
+            timeout_ms,
+            grace_ms: self.settings.grace_ms,
+            rlimits: self.rlimits(timeout_ms, ex.limits),
+            sandbox,
+            cgroup: cg.clone(),
+            run_as: self.run_as,
+            isolate_network: !ex.access.network,
+            probe: false,
+        };
+        let ran = run::run(&self.launcher, &spec, head, tail, cancel.cancelled()).await;
+        // Blocking file-system work (and the cgroup's brief retries): off the workers.
+        let _ = tokio::task::spawn_blocking(move || {
+            if let Some(dir) = cg {
+                cgroup::Cgroups::remove(&dir);
+            }
+            let _ = std::fs::remove_dir_all(&scratch);
+        })
+        .await;
+        ran.map_err(|e| ExecError::Setup(e.to_string()))
+    }
+
     /// The program's whole environment: the allowlisted variables from the sidecar's, over
-    /// `PATH`, `HOME` and `TMPDIR` defaults (the last two a fresh scratch directory).
+    /// `PATH`, `HOME` and `TMPDIR` defaults (the last two a fresh scratch directory). Git
+    /// tools are pinned to the root's own repository: no discovery above it, no system or
+    /// global config, no optional locks.
     fn env(&self, ex: &Executor, scratch: &Path) -> Vec<(String, String)> {
         let scratch = scratch.display().to_string();
         let mut env = vec![
@@ -519,13 +716,83 @@ impl Runner {
             ("TMPDIR".to_owned(), scratch),
             ("LANG".to_owned(), "C.UTF-8".to_owned()),
         ];
+        if ex.git.is_some() {
+            let root = self.jail.root();
+            let ceiling = root.parent().unwrap_or(root);
+            for (k, v) in [
+                ("GIT_DIR", root.join(".git").display().to_string()),
+                ("GIT_WORK_TREE", root.display().to_string()),
+                ("GIT_CEILING_DIRECTORIES", ceiling.display().to_string()),
+                ("GIT_CONFIG_NOSYSTEM", "1".to_owned()),
+                ("GIT_CONFIG_GLOBAL", "/dev/null".to_owned()),
+                ("GIT_OPTIONAL_LOCKS", "0".to_owned()),
+                ("GIT_NO_REPLACE_OBJECTS", "1".to_owned()),
+                ("GIT_TERMINAL_PROMPT", "0".to_owned()),
+                ("GIT_ATTR_NOSYSTEM", "1".to_owned()),
+                // Programs may run as another user than the repository's owner.
+                ("GIT_CONFIG_COUNT", "1".to_owned()),
+                ("GIT_CONFIG_KEY_0", "safe.directory".to_owned()),
+                ("GIT_CONFIG_VALUE_0", root.display().to_string()),
+            ] {
+                env.push((k.to_owned(), v));
+            }
+        }
         for name in &ex.env {
+            if name.starts_with("GIT_") && ex.git.is_some() {
+                continue;
+            }
             if let Ok(v) = std::env::var(name) {
                 env.retain(|(k, _)| k != name);
                 env.push((name.clone(), v));
             }
         }
         env
+    }
+}
+
+/// What one call runs, prepared before its task starts.
+struct Job {
+    program: PathBuf,
+    argv: Vec<String>,
+    cwd: PathBuf,
+    timeout_ms: u64,
+    max_output_bytes: u64,
+    ex: Executor,
+    sandbox: Option<Sandbox>,
+    revisions: Vec<(String, String)>,
+}
+
+/// Set when the caller of a run went away.
+#[derive(Debug, Default)]
+struct Cancel {
+    flag: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl Cancel {
+    fn is_cancelled(&self) -> bool {
+        self.flag.load(Ordering::Acquire)
+    }
+
+    /// Resolves once cancelled.
+    async fn cancelled(&self) {
+        loop {
+            let woken = self.notify.notified();
+            if self.is_cancelled() {
+                return;
+            }
+            woken.await;
+        }
+    }
+}
+
+/// Cancels the run when the caller's future is dropped (or done: the run is over by then).
+struct CancelOnDrop(Arc<Cancel>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.flag.store(true, Ordering::Release);
+        self.0.notify.notify_waiters();
     }
 }
 

@@ -100,12 +100,15 @@ pub enum RunError {
     },
 }
 
-/// Runs `spec` under the launcher at `launcher`, keeping `head`/`tail` bytes of stdout.
+/// Runs `spec` under the launcher at `launcher`, keeping `head`/`tail` bytes of stdout. When
+/// `cancel` resolves, the spec pipe is closed, which tells the launcher to stop the run; its
+/// outcome is still awaited, so the run is over (every process reaped) when this returns.
 pub async fn run(
     launcher: &Path,
     spec: &LaunchSpec,
     head: usize,
     tail: usize,
+    cancel: impl std::future::Future<Output = ()>,
 ) -> Result<Ran, RunError> {
     let started = Instant::now();
     let mut child = Command::new(launcher)
@@ -140,7 +143,20 @@ pub async fn run(
         let _ = child.wait().await;
         (out, err)
     };
-    let (out, err) = match tokio::time::timeout(limit, reading).await {
+    let until_done = async {
+        let mut cancel = std::pin::pin!(cancel);
+        let mut reading = std::pin::pin!(reading);
+        loop {
+            tokio::select! {
+                done = &mut reading => break done,
+                () = &mut cancel, if stdin.is_some() => {
+                    // Closing the pipe means "stop": the launcher ends the run and reports.
+                    stdin = None;
+                }
+            }
+        }
+    };
+    let (out, err) = match tokio::time::timeout(limit, until_done).await {
         Ok(done) => done,
         Err(_) => {
             tracing::error!("launcher overran its deadline; killing it");

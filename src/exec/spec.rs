@@ -90,6 +90,41 @@ pub struct LimitOverrides {
     pub open_files: Option<u64>,
 }
 
+/// What a program may reach beyond reading the service root, as written: `writes` (paths
+/// below the root it may change), `reads` (deny-listed paths below the root it may still
+/// read, e.g. `.git` for git), `network`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAccess {
+    #[serde(default)]
+    writes: Vec<String>,
+    #[serde(default)]
+    reads: Vec<String>,
+    #[serde(default)]
+    network: bool,
+}
+
+/// What a program may reach, checked: normalized paths relative to the service root. The
+/// protected set is never reachable, whatever is declared here.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Access {
+    /// Paths below the root the program may create, change and remove things in.
+    pub writes: Vec<String>,
+    /// Deny-listed paths below the root the program may read all the same.
+    pub reads: Vec<String>,
+    /// Whether it keeps the host's network (otherwise it gets a network namespace of its own).
+    pub network: bool,
+}
+
+/// `executor.git`: the program is git, pinned to the service root's work tree.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GitSpec {
+    /// Arguments holding a revision: each is checked with `git rev-parse --verify` first.
+    #[serde(default)]
+    pub revisions: Vec<String>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 enum RawElement {
@@ -126,6 +161,12 @@ pub struct RawExecutor {
     truncate: Truncate,
     #[serde(default)]
     limits: LimitOverrides,
+    #[serde(default)]
+    sandbox: RawAccess,
+    #[serde(default)]
+    timeout_arg: Option<String>,
+    #[serde(default)]
+    git: Option<GitSpec>,
 }
 
 /// One argv element of a template.
@@ -173,6 +214,13 @@ pub struct Executor {
     pub truncate: Truncate,
     /// Resource limit overrides.
     pub limits: LimitOverrides,
+    /// What the program may reach beyond reading the root.
+    pub access: Access,
+    /// An integer argument (seconds) that shortens the tool's `timeout_ms` for one call.
+    pub timeout_arg: Option<String>,
+    /// Set for git tools: run against the root's own work tree only, revisions checked,
+    /// deny-listed and protected paths excluded from every pathspec.
+    pub git: Option<GitSpec>,
 }
 
 /// Executables tools may run: the `[exec] programs` list, each resolved once.
@@ -364,7 +412,38 @@ impl RawExecutor {
                 "omit it to cut by bytes only".to_owned(),
             ));
         }
+        let access = compile_access(self.sandbox)?;
+        if let Some(t) = &self.timeout_arg
+            && kind(t) != Some("integer")
+        {
+            return Err((
+                format!("`executor.timeout_arg` `{t}` is not an integer argument"),
+                "name an argument of type integer that holds seconds, e.g. `timeout_s`".to_owned(),
+            ));
+        }
+        if let Some(g) = &self.git {
+            if !self
+                .argv
+                .iter()
+                .any(|e| matches!(e, RawElement::Text(t) if t == "--"))
+            {
+                return Err((
+                    "a `git` executor needs a literal `--` in `argv`".to_owned(),
+                    "put path arguments after `--`; toolgate adds its pathspec excludes there"
+                        .to_owned(),
+                ));
+            }
+            if let Some(r) = g.revisions.iter().find(|r| kind(r) != Some("string")) {
+                return Err((
+                    format!("`executor.git.revisions` names `{r}`, which is not a string argument"),
+                    "list the arguments that hold a revision".to_owned(),
+                ));
+            }
+        }
         Ok(Executor {
+            access,
+            timeout_arg: self.timeout_arg,
+            git: self.git,
             program,
             template,
             cwd,
@@ -376,6 +455,27 @@ impl RawExecutor {
             limits: self.limits,
         })
     }
+}
+
+fn compile_access(raw: RawAccess) -> Result<Access, CompileError> {
+    let paths = |key: &str, list: Vec<String>| -> Result<Vec<String>, CompileError> {
+        list.into_iter()
+            .map(|p| {
+                crate::tools::normalize_path(&p).map_err(|e| {
+                    (
+                        format!("`executor.sandbox.{key}` entry `{p}`: {e}"),
+                        "paths relative to the service root, e.g. `target` or `node_modules`"
+                            .to_owned(),
+                    )
+                })
+            })
+            .collect()
+    };
+    Ok(Access {
+        writes: paths("writes", raw.writes)?,
+        reads: paths("reads", raw.reads)?,
+        network: raw.network,
+    })
 }
 
 fn check_program(written: &str, programs: &Programs) -> Result<Program, CompileError> {
@@ -502,7 +602,11 @@ impl Executor {
             match t {
                 Template::One(e) => {
                     if let Some(s) = self.element(e, args, path_args, jail)? {
+                        let ends_options = s == "--";
                         argv.push(s);
+                        if ends_options && self.git.is_some() {
+                            argv.extend(git_excludes(jail));
+                        }
                     }
                 }
                 Template::Group { cond, items } => {
@@ -570,6 +674,20 @@ impl Executor {
         }
         Ok(Some(format!("{prefix}{value}{suffix}")))
     }
+}
+
+/// Pathspecs that keep git away from deny-listed names (case-insensitive, at any depth) and
+/// from the sidecar's own files below the root, whatever else a call names.
+fn git_excludes(jail: &Jail) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in jail.deny().entries() {
+        out.push(format!(":(exclude,icase,glob)**/{entry}"));
+        out.push(format!(":(exclude,icase,glob)**/{entry}/**"));
+    }
+    for own in jail.own() {
+        out.push(format!(":(exclude,literal){own}"));
+    }
+    out
 }
 
 #[cfg(test)]

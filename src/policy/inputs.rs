@@ -41,6 +41,8 @@ pub struct Inputs {
     pub revision: String,
     /// The allowlist of executables manifests are checked against.
     pub programs: crate::exec::Programs,
+    /// The deny list path facts are matched against.
+    pub deny: std::sync::Arc<crate::globs::SegmentGlobs>,
 }
 
 /// Reads every input once.
@@ -94,6 +96,7 @@ pub fn read_inputs(sources: &Sources) -> Inputs {
         problems,
         revision: format!("sha256:{}", digest.get(..16).unwrap_or(&digest)),
         programs: sources.programs.clone(),
+        deny: sources.deny.clone(),
     }
 }
 

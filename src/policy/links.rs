@@ -108,6 +108,7 @@ impl Snapshot {
             tools: self.tools.clone(),
             policy_files,
             authorizer: Authorizer::new(),
+            deny: self.deny.clone(),
         };
         (snapshot, failed)
     }

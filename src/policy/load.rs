@@ -31,6 +31,9 @@ pub struct Sources {
     pub schemas_dir: PathBuf,
     /// Executables a manifest's `executor` may name (`[exec] programs`).
     pub programs: crate::exec::Programs,
+    /// The deny list (`[exec] deny`): policies see whether a path matches it
+    /// (`context.paths.<arg>.denied`), with the matcher execution uses.
+    pub deny: std::sync::Arc<crate::globs::SegmentGlobs>,
 }
 
 impl Sources {
@@ -40,6 +43,7 @@ impl Sources {
             policies_dir: policies_dir.into(),
             schemas_dir: schemas_dir.into(),
             programs: crate::exec::Programs::default(),
+            deny: std::sync::Arc::default(),
         }
     }
 }
@@ -87,6 +91,7 @@ pub fn build_with(inputs: Inputs, cache: &mut LoadCache) -> Result<Loaded, LoadE
         mut problems,
         revision,
         programs,
+        deny,
     } = inputs;
     let tools = compile_manifests(&manifests, Some(&programs), &mut problems);
     let schema = schema.and_then(|f| parse_schema(&f, &tools, cache, &mut problems));
@@ -123,6 +128,7 @@ pub fn build_with(inputs: Inputs, cache: &mut LoadCache) -> Result<Loaded, LoadE
                         .map(|(id, src)| (id, src.file.display().to_string()))
                         .collect(),
                     authorizer: Authorizer::new(),
+                    deny,
                 },
                 warnings: problems,
             })

@@ -58,6 +58,8 @@ pub struct Snapshot {
     pub policy_files: BTreeMap<String, String>,
     /// Cedar's authorizer (stateless; kept here so nothing is built per request).
     pub authorizer: Authorizer,
+    /// The deny list behind `context.paths.<arg>.denied` (the one execution applies).
+    pub deny: std::sync::Arc<crate::globs::SegmentGlobs>,
 }
 
 impl Snapshot {
@@ -86,6 +88,7 @@ impl Snapshot {
             tools: std::sync::Arc::default(),
             policy_files: BTreeMap::new(),
             authorizer: Authorizer::new(),
+            deny: std::sync::Arc::default(),
         })
     }
 

@@ -78,7 +78,11 @@ impl StoredSet {
     }
 
     /// Back to inputs, checked against today's allowlist of executables.
-    pub fn into_inputs(self, programs: crate::exec::Programs) -> Inputs {
+    pub fn into_inputs(
+        self,
+        programs: crate::exec::Programs,
+        deny: std::sync::Arc<crate::globs::SegmentGlobs>,
+    ) -> Inputs {
         let mut inputs = Inputs {
             manifests: Vec::new(),
             schema: None,
@@ -87,6 +91,7 @@ impl StoredSet {
             problems: Vec::new(),
             revision: self.revision,
             programs,
+            deny,
         };
         for f in self.files {
             let file = SourceFile {

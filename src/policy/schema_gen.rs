@@ -35,10 +35,13 @@ type Approval = {
 
 // Facts about a normalized path argument, in `context.paths.<argument>`:
 // `a/b/c.txt` has segments {\"a\", \"b\", \"c.txt\"}, name \"c.txt\", ext \"txt\".
+// `denied` is true when a segment matches the sidecar's deny list (`[exec] deny`, matched
+// case-insensitively, the same matcher execution applies).
 type PathFacts = {
   segments: Set<String>,
   name: String,
   ext: String,
+  denied: Bool,
 };
 
 // What the sidecar has observed of the calling agent (earlier calls; the current one is

@@ -311,6 +311,7 @@ impl PolicyStore {
         let mut cache = LoadCache::new();
         let inputs = read_stable(&sources);
         let programs = inputs.programs.clone();
+        let deny = inputs.deny.clone();
         let stored_files = options
             .remember
             .as_ref()
@@ -325,7 +326,11 @@ impl PolicyStore {
         let files_revision = inputs.revision.clone();
         let from_files = build_with(inputs, &mut cache);
         let rebuild = |set: StoredSet| {
-            build_with(set.into_inputs(programs.clone()), &mut LoadCache::new()).ok()
+            build_with(
+                set.into_inputs(programs.clone(), deny.clone()),
+                &mut LoadCache::new(),
+            )
+            .ok()
         };
         let serve_files_now = match (&from_files, &remembered) {
             (Ok(_), None) => true,

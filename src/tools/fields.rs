@@ -9,6 +9,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::globs::DottedGlob;
+
 /// The field policy as written in the manifest.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -46,33 +48,47 @@ pub struct Filtered {
 const MAX_DROPPED_LISTED: usize = 100;
 
 impl FieldPolicy {
-    /// Checks every glob: non-empty dotted segments.
+    /// Checks every glob (see [`DottedGlob`]): non-empty dotted segments, at most one `**`.
     pub fn check(&self) -> Result<(), String> {
-        for g in self.allow.iter().chain(&self.mask).chain(&self.redact) {
-            if g.is_empty() || g.split('.').any(str::is_empty) {
-                return Err(format!(
-                    "`output_fields` glob `{g}` has an empty segment; write paths like `customer.email`, `*.email` or `items.**`"
-                ));
-            }
-            if g.split('.').filter(|s| *s == "**").count() > 1 {
-                return Err(format!(
-                    "`output_fields` glob `{g}` has more than one `**`; use `*` for single levels"
-                ));
-            }
-        }
-        Ok(())
+        self.compile().map(|_| ())
+    }
+
+    fn compile(&self) -> Result<Compiled, String> {
+        let list = |globs: &[String]| {
+            globs
+                .iter()
+                .map(|g| DottedGlob::new(g).map_err(|e| format!("`output_fields` glob {e}")))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        Ok(Compiled {
+            allow: list(&self.allow)?,
+            mask: list(&self.mask)?,
+            redact: list(&self.redact)?,
+        })
     }
 
     /// Applies the policy to `output`.
+    /// Manifests are checked at load; a glob that does not compile here drops everything.
     pub fn apply(&self, output: &Value) -> Filtered {
         let mut out = Filtered::default();
         let mut path = Vec::new();
-        out.value = self.walk(output, &mut path, None, &mut out);
+        let compiled = self.compile().unwrap_or_default();
+        out.value = compiled.walk(output, &mut path, None, &mut out);
         out
     }
+}
 
+/// A field policy's globs, compiled for one application.
+#[derive(Debug, Default)]
+struct Compiled {
+    allow: Vec<DottedGlob>,
+    mask: Vec<DottedGlob>,
+    redact: Vec<DottedGlob>,
+}
+
+impl Compiled {
     fn rule(&self, path: &[String]) -> Option<Rule> {
-        let hits = |list: &[String]| list.iter().any(|g| glob_match(g, path));
+        let hits = |list: &[DottedGlob]| list.iter().any(|g| g.matches(path));
         if hits(&self.redact) {
             Some(Rule::Redact)
         } else if hits(&self.mask) {
@@ -158,25 +174,6 @@ fn mask(value: &Value) -> Value {
         }
         Value::Null => Value::Null,
         _ => Value::String("****".to_owned()),
-    }
-}
-
-/// Whether the dotted glob `glob` matches `path` (`*`: one segment, `**`: any number).
-fn glob_match(glob: &str, path: &[String]) -> bool {
-    let pattern: Vec<&str> = glob.split('.').collect();
-    matches(&pattern, path)
-}
-
-fn matches(pattern: &[&str], path: &[String]) -> bool {
-    match (pattern.split_first(), path.split_first()) {
-        (None, None) => true,
-        (Some((&"**", rest)), _) => {
-            matches(rest, path) || path.split_first().is_some_and(|(_, p)| matches(pattern, p))
-        }
-        (Some((seg, rest)), Some((head, tail))) => {
-            (*seg == "*" || seg == head) && matches(rest, tail)
-        }
-        _ => false,
     }
 }
 

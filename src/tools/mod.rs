@@ -139,8 +139,13 @@ impl Tool {
     }
 
     /// The `context.paths` record: facts about each path argument present in the (normalized)
-    /// `args`, or `None` for a tool without path arguments.
-    pub fn paths_to_cedar(&self, args: &Value) -> Result<Option<RestrictedExpression>, ArgError> {
+    /// `args`, or `None` for a tool without path arguments. `denied` says whether a segment
+    /// matches `deny`, the deny list execution applies (case-insensitive globs).
+    pub fn paths_to_cedar(
+        &self,
+        args: &Value,
+        deny: &crate::globs::SegmentGlobs,
+    ) -> Result<Option<RestrictedExpression>, ArgError> {
         if self.path_args.is_empty() {
             return Ok(None);
         }
@@ -149,6 +154,7 @@ impl Tool {
             let Some(path) = args.get(name).and_then(Value::as_str) else {
                 continue;
             };
+            let denied = deny.first_match(path).is_some();
             let f = path_facts(path);
             let segments = RestrictedExpression::new_set(
                 f.segments.into_iter().map(RestrictedExpression::new_string),
@@ -157,6 +163,7 @@ impl Tool {
                 ("segments".to_owned(), segments),
                 ("name".to_owned(), RestrictedExpression::new_string(f.name)),
                 ("ext".to_owned(), RestrictedExpression::new_string(f.ext)),
+                ("denied".to_owned(), RestrictedExpression::new_bool(denied)),
             ])
             .map_err(|_| ArgError::Cedar(format!("/{name}")))?;
             fields.push((name.clone(), facts));

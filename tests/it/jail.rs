@@ -7,7 +7,7 @@ use std::io::{Read as _, Write as _};
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
-use toolgate::jail::{DEFAULT_DENY, Jail, JailError};
+use toolgate::jail::{Jail, JailError};
 
 const CANARY: &str = "CANARY-must-never-be-read";
 
@@ -57,7 +57,7 @@ fn tree() -> (tempfile::TempDir, Jail) {
     for (l, target) in links {
         symlink(target, root.join(l)).unwrap();
     }
-    let deny: Vec<String> = DEFAULT_DENY.iter().map(|s| (*s).to_owned()).collect();
+    let deny = toolgate::globs::SegmentGlobs::default();
     let jail = Jail::new(&root, &[("contracts".to_owned(), t.join("shared"))], &deny).unwrap();
     (tmp, jail)
 }

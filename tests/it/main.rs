@@ -24,6 +24,7 @@ mod files;
 mod files_jail;
 mod gates;
 mod grants;
+mod hardening;
 mod helpers;
 mod http;
 mod jail;

@@ -1,0 +1,279 @@
+//! Plans the Landlock ruleset of one run: which directories and files a program may read and
+//! which it may write, so that the protected set and deny-listed names are never granted,
+//! even when they lie below a granted directory.
+//!
+//! Landlock only allows: a rule on a directory grants everything beneath it. So a directory
+//! that holds something excluded is never granted itself; its entries are granted one by one
+//! instead (and so on down to the excluded entry, which is skipped). Symbolic links are never
+//! granted (a rule on a link would grant its target); a program following one reaches only
+//! what the target's own place grants. The service root and the shared roots are walked in
+//! full, since a deny-listed name may be anywhere; system directories are split only along
+//! the way to an excluded path.
+//!
+//! Owns: the plan. Does not own: applying it (the launcher) or what a tool declares (its
+//! manifest's `executor.sandbox`).
+
+use std::path::{Path, PathBuf};
+
+use crate::globs::SegmentGlobs;
+
+/// Directories every program may read and execute from (what a dynamically linked program
+/// needs: libraries, the loader cache, locale and certificate data), and `/proc`. Home
+/// directories (`/home`, `/root`) and the rest of `/` are not among them.
+pub const SYSTEM_READ: [&str; 9] = [
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt", "/proc",
+];
+
+/// Devices a program may read (`/dev/null` it may also write).
+pub const DEVICES: [&str; 5] = [
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+];
+
+/// Files below the system directories that no program reads: password hashes, sudo rules,
+/// host keys, TLS private keys, credentials.
+pub const SYSTEM_SECRETS: [&str; 12] = [
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssh",
+    "/etc/ssl/private",
+    "/etc/security/opasswd",
+    "/etc/credstore",
+    "/etc/credstore.encrypted",
+    "/etc/.pwd.lock",
+];
+
+/// Entries the walk of one run looks at, at most; past it the run is refused.
+pub const MAX_ENTRIES: usize = 200_000;
+
+/// Why a plan could not be made (the run is refused: fail closed).
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// The tree is too large to walk for every run.
+    #[error(
+        "the sandbox walk passed {MAX_ENTRIES} entries below `{0}`; narrow `[exec] root` or deny-list the large directories"
+    )]
+    TooLarge(String),
+    /// A directory that must be split could not be listed.
+    #[error("cannot list `{path}` to plan the sandbox: {message}")]
+    Io {
+        /// The directory.
+        path: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// Where a walk may not go, and what it may not grant.
+#[derive(Debug)]
+pub struct Exclusions<'a> {
+    /// Absolute paths never granted, nor anything beneath them (the protected set, system
+    /// secrets); canonical where they exist.
+    pub paths: &'a [PathBuf],
+    /// Names never granted below the roots (the deny list).
+    pub deny: &'a SegmentGlobs,
+    /// Absolute paths below a root granted whole although deny-listed (the tool's `reads`).
+    pub exempt: &'a [PathBuf],
+}
+
+/// The paths to grant.
+#[derive(Debug, Default)]
+pub struct Plan {
+    /// Entries to grant, each with everything beneath it.
+    pub grants: Vec<PathBuf>,
+    /// Entries looked at.
+    pub walked: usize,
+}
+
+impl Plan {
+    /// Grants `top` minus the exclusions. `walk_all`: look for deny-listed names everywhere
+    /// below (roots); otherwise descend only towards excluded paths (system directories).
+    /// A `top` that does not exist grants nothing.
+    pub fn add(&mut self, top: &Path, ex: &Exclusions, walk_all: bool) -> Result<(), PlanError> {
+        let meta = match std::fs::symlink_metadata(top) {
+            Ok(m) => m,
+            Err(_) => return Ok(()),
+        };
+        if meta.file_type().is_symlink() || excluded(top, ex.paths) {
+            return Ok(());
+        }
+        if !meta.is_dir() {
+            self.grants.push(top.to_path_buf());
+            return Ok(());
+        }
+        let mut found = Vec::new();
+        if self.cover(top, ex, walk_all, &mut found)? {
+            self.grants.push(top.to_path_buf());
+        } else {
+            self.grants.extend(found);
+        }
+        Ok(())
+    }
+
+    /// Whether `dir` can be granted whole; if not, what below it is granted (in `out`).
+    fn cover(
+        &mut self,
+        dir: &Path,
+        ex: &Exclusions,
+        walk_all: bool,
+        out: &mut Vec<PathBuf>,
+    ) -> Result<bool, PlanError> {
+        if ex.exempt.iter().any(|e| e == dir) && !holds_excluded(dir, ex.paths) {
+            return Ok(true);
+        }
+        if !walk_all && !holds_excluded(dir, ex.paths) {
+            return Ok(true);
+        }
+        let entries = std::fs::read_dir(dir).map_err(|e| PlanError::Io {
+            path: dir.display().to_string(),
+            message: e.to_string(),
+        })?;
+        let mut whole = true;
+        let mut granted = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| PlanError::Io {
+                path: dir.display().to_string(),
+                message: e.to_string(),
+            })?;
+            self.walked += 1;
+            if self.walked > MAX_ENTRIES {
+                return Err(PlanError::TooLarge(dir.display().to_string()));
+            }
+            let path = entry.path();
+            let name = entry.file_name();
+            let denied = walk_all
+                && name.to_str().is_none_or(|n| ex.deny.matches(n))
+                && !ex.exempt.iter().any(|e| e == &path || path.starts_with(e));
+            if denied || excluded(&path, ex.paths) {
+                whole = false;
+                continue;
+            }
+            let Ok(kind) = entry.file_type() else {
+                whole = false;
+                continue;
+            };
+            if kind.is_symlink() {
+                // Not granted: whatever it points to is granted (or not) where it lies.
+                continue;
+            }
+            if kind.is_dir() {
+                let mut below = Vec::new();
+                if self.cover(&path, ex, walk_all, &mut below)? {
+                    granted.push(path);
+                } else {
+                    whole = false;
+                    granted.extend(below);
+                }
+            } else {
+                granted.push(path);
+            }
+        }
+        if !whole {
+            out.extend(granted);
+        }
+        Ok(whole)
+    }
+}
+
+/// Whether `path` is an excluded path or lies beneath one.
+fn excluded(path: &Path, paths: &[PathBuf]) -> bool {
+    paths.iter().any(|p| path.starts_with(p))
+}
+
+/// Whether an excluded path lies strictly beneath `dir`, or is `dir` itself.
+fn holds_excluded(dir: &Path, paths: &[PathBuf]) -> bool {
+    paths.iter().any(|p| p.starts_with(dir))
+}
+
+/// The absolute, canonical form of each path (as written, made absolute, where it does not
+/// exist yet), and for a symbolic link also the link itself.
+pub fn canonical_set(paths: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for p in paths {
+        let abs = std::path::absolute(p).unwrap_or_else(|_| p.clone());
+        // The link itself, in its canonical directory, when the path names a link.
+        let is_link = std::fs::symlink_metadata(&abs).is_ok_and(|m| m.file_type().is_symlink());
+        if is_link
+            && let (Some(dir), Some(name)) = (abs.parent(), abs.file_name())
+            && let Ok(dir) = dir.canonicalize()
+        {
+            out.push(dir.join(name));
+        }
+        match abs.canonicalize() {
+            Ok(c) => out.push(c),
+            // Not there yet: its parent's canonical form, and the name as written.
+            Err(_) => out.push(match (abs.parent(), abs.file_name()) {
+                (Some(dir), Some(name)) => dir
+                    .canonicalize()
+                    .map_or_else(|_| abs.clone(), |d| d.join(name)),
+                _ => abs.clone(),
+            }),
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn excluded_entries_split_their_ancestors_only() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().canonicalize().unwrap();
+        for d in ["a/b", "a/c", "d", "e/.git/objects", "node_modules/x"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        for f in [
+            "a/b/keep.txt",
+            "a/b/secret.pem",
+            "a/c/x",
+            "d/y",
+            "top.txt",
+            ".env",
+        ] {
+            std::fs::write(root.join(f), "x").unwrap();
+        }
+        std::os::unix::fs::symlink("/etc/shadow", root.join("d/link")).unwrap();
+        let protected = vec![root.join("a/c")];
+        let deny = SegmentGlobs::default();
+        let exempt = vec![root.join("node_modules")];
+        let ex = Exclusions {
+            paths: &protected,
+            deny: &deny,
+            exempt: &exempt,
+        };
+        let mut plan = Plan::default();
+        plan.add(&root, &ex, true).unwrap();
+        let mut got: Vec<String> = plan
+            .grants
+            .iter()
+            .map(|p| p.strip_prefix(&root).unwrap().display().to_string())
+            .collect();
+        got.sort();
+        assert_eq!(got, ["a/b/keep.txt", "d", "node_modules", "top.txt"]);
+        // `e` holds `.git`: split, and `.git` left out.
+        let mut plan = Plan::default();
+        plan.add(&root.join("e"), &ex, true).unwrap();
+        assert!(plan.grants.is_empty(), "{:?}", plan.grants);
+        // Without walking, only the way to an excluded path is split.
+        let mut plan = Plan::default();
+        plan.add(&root, &ex, false).unwrap();
+        let mut got: Vec<String> = plan
+            .grants
+            .iter()
+            .map(|p| p.strip_prefix(&root).unwrap().display().to_string())
+            .collect();
+        got.sort();
+        assert_eq!(got, [".env", "a/b", "d", "e", "node_modules", "top.txt"]);
+    }
+}
