@@ -31,8 +31,9 @@ use serde::{Deserialize, Serialize};
 /// The hidden subcommand that runs [`main`].
 pub const SUBCOMMAND: &str = "exec-child";
 
-/// Largest spec line the launcher reads.
-const MAX_SPEC_BYTES: u64 = 1024 * 1024;
+/// Largest spec line the launcher reads (a sandbox plan that splits large directories lists
+/// many paths).
+const MAX_SPEC_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Resource limits set on the tool's processes (each one: these are per-process limits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

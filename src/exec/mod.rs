@@ -389,6 +389,13 @@ impl Runner {
         };
         match run::run(&self.launcher, &spec, 0, 0, std::future::pending::<()>()).await {
             Ok(ran) => match ran.outcome {
+                Some(o) if o.error.is_none() && o.landlock == "none" => {
+                    // Without Landlock nothing keeps a program off the protected set.
+                    p.landlock = o.landlock;
+                    p.error = Some(
+                        "this kernel does not enforce Landlock, so programs could reach the sidecar's own files; set `[exec] landlock = false` to run them unconfined anyway".to_owned(),
+                    );
+                }
                 Some(o) if o.error.is_none() => {
                     p.landlock = o.landlock;
                     p.network = o.network;

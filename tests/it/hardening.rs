@@ -496,3 +496,62 @@ fn an_inner_star_in_a_deny_entry_matches() {
     ));
     assert!(jail.open_read("ok.txt").is_ok());
 }
+
+/// Every credential and key file a config names joins the protected set, and the file tools
+/// refuse them even when they lie below the service root (the quickstart keeps its tokens
+/// file there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_protected_set_holds_every_file_the_config_names() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path();
+    for f in [
+        "tokens.json",
+        "audit.hmac",
+        "hook.secret",
+        "known.txt",
+        "jwt.secret",
+        "jwks.json",
+    ] {
+        std::fs::write(root.join(f), "0123456789abcdef0123456789abcdef").unwrap();
+    }
+    std::fs::write(root.join("plain.txt"), "fine").unwrap();
+    let config = root.join("toolgate.toml");
+    std::fs::write(
+        &config,
+        "policies_dir = \"policies\"\nschemas_dir = \"schemas\"\ndata_dir = \"data\"\n\
+         [auth]\ntokens_file = \"tokens.json\"\n\
+         [auth.jwt]\nissuer = \"i\"\naudience = \"a\"\nhs256_secret_file = \"jwt.secret\"\njwks_file = \"jwks.json\"\n\
+         [audit]\nhmac_key_file = \"audit.hmac\"\n\
+         [approvals]\nwebhook_url = \"http://127.0.0.1:9/hook\"\nwebhook_secret_file = \"hook.secret\"\n\
+         [redaction]\nknown_secrets_files = [\"known.txt\"]\n\
+         [exec]\nroot = \".\"\n",
+    )
+    .unwrap();
+    let cfg = toolgate::config::Config::from_file(&config).unwrap();
+    let runner = Runner::start(cfg.exec, env!("CARGO_BIN_EXE_toolgate").into())
+        .await
+        .unwrap();
+    let listed = runner.protections().protected.clone();
+    let app = router(
+        AppState::new(shipped_snapshot(), demo_auth(), 64 * 1024)
+            .unwrap()
+            .with_exec(runner),
+    );
+    for f in [
+        "tokens.json",
+        "audit.hmac",
+        "hook.secret",
+        "known.txt",
+        "jwt.secret",
+        "jwks.json",
+        "toolgate.toml",
+    ] {
+        let canon = root.join(f).canonicalize().unwrap().display().to_string();
+        assert!(listed.contains(&canon), "{f} not in {listed:?}");
+        let (s, v) = execute(&app, DEV, "read_file", json!({"path": f})).await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{f}: {v}");
+        assert_eq!(v["error"]["code"], "PathDenied", "{f}: {v}");
+    }
+    let (s, v) = execute(&app, DEV, "read_file", json!({"path": "plain.txt"})).await;
+    assert_eq!((s, v["data"]["content"].clone()), (StatusCode::OK, json!("fine")), "{v}");
+}
