@@ -13,6 +13,7 @@ mod approvals;
 mod audit;
 mod auth;
 mod callgate;
+mod cedar_warnings;
 mod cli;
 mod corpus;
 mod crash;
