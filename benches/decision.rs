@@ -139,7 +139,14 @@ fn scale(c: &mut Criterion) {
     });
     // What a reload after an edit costs: one of the ten policy files changed, the others
     // already validated under the same schema.
-    let store = toolgate::policy::PolicyStore::open(src.clone()).unwrap().0;
+    // `apply`: without a solver the edit cannot be proved equal and would be held.
+    let store = toolgate::policy::PolicyStore::open(src.clone())
+        .unwrap()
+        .0
+        .with_options(toolgate::policy::StoreOptions {
+            widening: toolgate::policy::Widening::Apply,
+            ..Default::default()
+        });
     let file = big_dir.path().join("policies/tools-0000.cedar");
     let original = std::fs::read_to_string(&file).unwrap();
     let mut flip = false;

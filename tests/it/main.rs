@@ -41,6 +41,7 @@ mod props;
 mod quarantine;
 mod regressions;
 mod reload;
+mod reload_entries;
 mod results;
 mod review;
 mod server;
