@@ -474,6 +474,51 @@ struct PoliciesBody {
     /// The live set is not what the files say (remembered, nothing, or a change held).
     stale: bool,
     held: Option<HeldBody>,
+    /// Whether reloads can be proved (cvc5), and what that means under `reload.widening`.
+    solver: SolverBody,
+}
+
+/// The solver behind the reload review, and what its absence means.
+#[derive(Serialize)]
+struct SolverBody {
+    /// cvc5 found (`CVC5`, else `PATH`).
+    present: bool,
+    /// Where (operators' route only: `/readyz` needs no credential).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    path: Option<String>,
+    /// `reload.widening`.
+    widening: crate::policy::Widening,
+    /// What happens to a policy change, in words.
+    effect: &'static str,
+}
+
+impl SolverBody {
+    /// Looked up on every call (a few `stat`s), so installing cvc5 shows without a restart.
+    fn now(state: &AppState, with_path: bool) -> Self {
+        use crate::policy::Widening;
+        let found = crate::review::diff::find_solver().ok();
+        let widening = state.policy.widening();
+        let effect = match (found.is_some(), widening) {
+            (true, Widening::Hold) => {
+                "changes are proved: narrowing ones apply, widening ones wait for approval"
+            }
+            (true, Widening::Apply) => {
+                "changes are proved and all apply, widening ones too (widening = \"apply\")"
+            }
+            (false, Widening::Hold) => {
+                "no solver: no change can be proved narrowing, so every policy change waits for approval"
+            }
+            (false, Widening::Apply) => {
+                "no solver: every policy change applies unproved (widening = \"apply\")"
+            }
+        };
+        SolverBody {
+            present: found.is_some(),
+            path: found.filter(|_| with_path).map(|p| p.display().to_string()),
+            widening,
+            effect,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -520,6 +565,7 @@ pub async fn policies(
             held_at_unix_ms: h.at_ms,
             review: h.review,
         }),
+        solver: SolverBody::now(&state, true),
     };
     Ok(Json(serde_json::to_value(body).unwrap_or(Value::Null)))
 }
@@ -562,6 +608,7 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) 
             "kill_switch": state.admin.kill_switch_on(),
             "quarantined": state.admin.quarantine().len(),
             "execution": state.exec.as_ref().map(|r| r.protections()),
+            "solver": SolverBody::now(&state, false),
         })),
     )
 }

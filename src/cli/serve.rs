@@ -59,6 +59,18 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
     for w in &warnings {
         tracing::warn!(problem = %w, "policy warning");
     }
+    if let Err(e) = crate::review::diff::find_solver() {
+        match store.widening() {
+            crate::policy::Widening::Hold => tracing::warn!(
+                error = %e,
+                "NO SOLVER: no policy change can be proved narrowing, so every change waits for a human's approval (/readyz `solver`)"
+            ),
+            crate::policy::Widening::Apply => tracing::warn!(
+                error = %e,
+                "NO SOLVER: policy changes apply unproved (reload.widening = \"apply\")"
+            ),
+        }
+    }
     let snap = store.current();
     for p in auth.token_principals() {
         // With no policy set there are no entities to check against.

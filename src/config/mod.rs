@@ -209,7 +209,7 @@ pub struct Config {
     pub auth: AuthConfig,
     /// How policy changes are noticed.
     pub reload: WatchOptions,
-    /// `[reload] widening`: apply widening policy changes, or hold them for a human.
+    /// `[reload] widening`: hold widening policy changes for a human (default), or apply them.
     pub widening: crate::policy::Widening,
     /// Where the audit log and approvals are stored (default `./data`).
     pub data_dir: PathBuf,
@@ -316,7 +316,7 @@ impl Config {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             auth: AuthConfig::default(),
             reload: WatchOptions::default(),
-            widening: crate::policy::Widening::Apply,
+            widening: crate::policy::Widening::Hold,
             data_dir: PathBuf::from("data"),
             audit_durability: Durability::Group,
             audit_hmac_key_file: None,

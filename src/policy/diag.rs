@@ -113,6 +113,15 @@ impl Problem {
         self
     }
 
+    /// This problem with `more` added to its help.
+    pub fn with_more_help(mut self, more: &str) -> Self {
+        self.help = Some(match self.help.take() {
+            Some(own) => format!("{own}; {more}"),
+            None => more.to_owned(),
+        });
+        self
+    }
+
     /// `file:line:column` or just `file`.
     pub fn location(&self) -> String {
         match (self.line, self.column) {

@@ -1,6 +1,8 @@
 //! The read phase of a load: every input file's bytes, read into memory and hashed into the
 //! revision. Parsing happens later, from memory, so a reload can skip content it has already
-//! seen and can tell a set that changed while it was being read.
+//! seen and can tell a set that changed while it was being read. An entry named like a source
+//! that is not a readable regular file (or a symlink to one) is a problem naming it, never
+//! skipped: skipping a policy file would drop its forbids.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -173,17 +175,83 @@ pub fn read_manifests(schemas_dir: &Path) -> (Vec<SourceFile>, Vec<Problem>) {
     (files, problems)
 }
 
-/// The input files in `dir`: extension `ext`, regular files after following symlinks
-/// (ConfigMap files are symlinks into `..data/`), sorted. The one listing that reads and
-/// fingerprints share, so a poll and a read always agree on what the inputs are.
+/// The source entries in `dir`: every entry named `*.ext`, whatever its type, sorted. The one
+/// listing that reads and fingerprints share, so a poll and a read always agree on what the
+/// inputs are. A name is what makes an entry a source: an entry named like one that is not a
+/// readable regular file (a dangling symlink, a directory, a FIFO) is reported by the read,
+/// never skipped, since skipping a policy file removes its forbids.
 fn list(dir: &Path, ext: &str) -> std::io::Result<Vec<PathBuf>> {
     let mut paths: Vec<PathBuf> = fs::read_dir(dir)?
         .filter_map(Result::ok)
         .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == ext) && p.is_file())
+        .filter(|p| p.extension().is_some_and(|e| e == ext))
         .collect();
     paths.sort();
     Ok(paths)
+}
+
+/// Why a source entry cannot be read as a regular file.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// A symlink whose target does not exist.
+    #[error("is a symlink to `{0}`, which does not exist")]
+    Dangling(String),
+    /// A directory, FIFO, socket or device named like a source.
+    #[error("is {0}, not a regular file")]
+    NotAFile(&'static str),
+    /// Opening or reading failed (permissions, not UTF-8, …).
+    #[error("cannot read file: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// What kind of non-regular entry `t` is, in words.
+fn kind_of(t: fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt as _;
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else {
+        "not a file"
+    }
+}
+
+/// Reads `path` if it is (or is a symlink to) a regular file. The type is checked before
+/// opening, and the file is opened non-blocking and checked again after, so a FIFO swapped in
+/// between never blocks the reload thread.
+pub fn read_source(path: &Path) -> Result<String, SourceError> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let meta = match fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(match fs::read_link(path) {
+                Ok(target) => SourceError::Dangling(target.display().to_string()),
+                Err(_) => SourceError::Io(e),
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if !meta.is_file() {
+        return Err(SourceError::NotAFile(kind_of(meta.file_type())));
+    }
+    let mut file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let opened = file.metadata()?;
+    if !opened.is_file() {
+        return Err(SourceError::NotAFile(kind_of(opened.file_type())));
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text)?;
+    Ok(text)
 }
 
 fn read_all(
@@ -216,7 +284,7 @@ fn read_one(
     hasher: &mut Sha256,
     problems: &mut Vec<Problem>,
 ) -> Option<SourceFile> {
-    match fs::read_to_string(path) {
+    match read_source(path) {
         Ok(text) => {
             let name = path
                 .file_name()
@@ -232,11 +300,13 @@ fn read_one(
             })
         }
         Err(e) => {
-            problems.push(Problem::in_file(
-                path,
-                format!("cannot read file: {e}"),
-                None,
-            ));
+            let help = match e {
+                SourceError::Io(_) => None,
+                SourceError::Dangling(_) | SourceError::NotAFile(_) => Some(format!(
+                    "every entry named like a {role} file must be a readable regular file (or a symlink to one): fix it, or rename or remove it"
+                )),
+            };
+            problems.push(Problem::in_file(path, e.to_string(), help));
             None
         }
     }

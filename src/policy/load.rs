@@ -3,8 +3,10 @@
 //!
 //! Layout read: `schemas/tools/*.json` (manifests), `schemas/toolgate.cedarschema` (must equal
 //! what `toolgate schema` generates), `policies/*.cedar`, `policies/entities.json`.
+//! Refused besides Cedar's errors: Cedar's validator warnings (as `cedar validate
+//! --deny-warnings`), and a role in `entities.json` that no policy or template names.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -53,7 +55,8 @@ impl Sources {
 pub struct Loaded {
     /// The validated policy set.
     pub snapshot: Snapshot,
-    /// Validator warnings and similar; the set loaded anyway.
+    /// Manifest warnings (a program not installed, an argument policies cannot read); the set
+    /// loaded anyway. Cedar's validator warnings are errors, never here.
     pub warnings: Vec<Problem>,
 }
 
@@ -100,14 +103,20 @@ pub fn build_with(inputs: Inputs, cache: &mut LoadCache) -> Result<Loaded, LoadE
         sources,
         files,
         in_slice,
+        roles,
     } = parse_policies(&policies, cache, &mut problems);
     if let Some((schema, key)) = &schema {
         validate_files(schema, *key, &files, cache, &mut problems);
     }
     check_template_scopes(&set, &tools, &files, &mut problems);
     let schema = schema.map(|(s, _)| s);
+    // A policy file that did not parse names no roles; its error is the one to report, not
+    // every role only it named.
+    let roles = (files.len() == policies.len()).then_some(roles);
     let entities = match (&schema, entities) {
-        (Some(schema), Some(file)) => parse_entities(&file, schema, &tools, &mut problems),
+        (Some(schema), Some(file)) => {
+            parse_entities(&file, schema, &tools, roles.as_ref(), &mut problems)
+        }
         _ => None,
     };
     let blocked = problems.iter().any(|p| p.level == Level::Error);
@@ -278,6 +287,7 @@ fn parse_policies<'a>(
     let mut next_parsed = HashMap::with_capacity(files.len());
     let mut set = PolicySet::new();
     let mut sources: HashMap<String, PolicySource> = HashMap::new();
+    let mut roles = BTreeSet::new();
     for SourceFile { path, text } in files {
         if text.trim().is_empty() {
             problems.push(Problem::in_file(
@@ -295,6 +305,7 @@ fn parse_policies<'a>(
             Some(parsed) => parsed,
             None => match parse_file(path, text, problems) {
                 Some((policies, templates)) => Arc::new(ParsedPolicies {
+                    roles: roles_named(&policies, &templates),
                     policies: policies
                         .into_iter()
                         .map(|p| {
@@ -308,6 +319,7 @@ fn parse_policies<'a>(
             },
         };
         next_parsed.insert(key, renamed.clone());
+        roles.extend(renamed.roles.iter().cloned());
         let mut in_file = Vec::new();
         let mut templates_in_file = Vec::new();
         let ids = renamed
@@ -370,6 +382,7 @@ fn parse_policies<'a>(
         sources,
         files: parsed_files,
         in_slice: prepared,
+        roles,
     }
 }
 
@@ -380,7 +393,46 @@ struct ParsedSet<'a> {
     files: Vec<ParsedFile<'a>>,
     /// Each policy's copy for its action slices (action scope removed).
     in_slice: HashMap<PolicyId, Policy>,
+    /// Ids of the roles some policy or template names.
+    roles: BTreeSet<String>,
 }
+
+/// Ids of the `Role` entity literals in `policies` (scope and conditions) and `templates`.
+fn roles_named(policies: &[Policy], templates: &[cedar_policy::Template]) -> BTreeSet<String> {
+    let mut out: BTreeSet<String> = policies
+        .iter()
+        .flat_map(Policy::entity_literals)
+        .filter(|uid| uid.type_name().to_string() == ROLE)
+        .map(|uid| uid.id().unescaped().to_owned())
+        .collect();
+    // Templates have no literal walk in Cedar's API; their JSON form names every entity as
+    // `{"type": "Role", "id": "x"}` (scope) or `{"__entity": {…}}` (conditions).
+    for t in templates {
+        if let Ok(json) = t.to_json() {
+            role_ids_in(&json, &mut out);
+        }
+    }
+    out
+}
+
+fn role_ids_in(v: &serde_json::Value, out: &mut BTreeSet<String>) {
+    match v {
+        serde_json::Value::Object(map) => {
+            if let (Some(ty), Some(serde_json::Value::String(id))) =
+                (map.get("type"), map.get("id"))
+                && ty == ROLE
+            {
+                out.insert(id.clone());
+            }
+            map.values().for_each(|v| role_ids_in(v, out));
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|v| role_ids_in(v, out)),
+        _ => {}
+    }
+}
+
+/// The entity type of roles in the generated schema.
+const ROLE: &str = "Role";
 
 /// Parses one file and renames its policies to their final ids: the `@id` annotation, or
 /// `file.cedar#N` (Cedar numbers unnamed policies `policy0`, `policy1`, … in source order).
@@ -443,6 +495,7 @@ fn parse_entities(
     file: &SourceFile,
     schema: &Schema,
     tools: &BTreeMap<String, Tool>,
+    known_roles: Option<&BTreeSet<String>>,
     problems: &mut Vec<Problem>,
 ) -> Option<Entities> {
     let declared = match Entities::from_json_str(&file.text, Some(schema)) {
@@ -473,6 +526,13 @@ fn parse_entities(
         ));
         return None;
     }
+    let unknown = known_roles
+        .map(|known| unknown_roles(file, &declared, known))
+        .unwrap_or_default();
+    if !unknown.is_empty() {
+        problems.extend(unknown);
+        return None;
+    }
     let tool_entities = match tools
         .values()
         .map(tool_entity)
@@ -491,6 +551,71 @@ fn parse_entities(
             None
         }
     }
+}
+
+/// A role that `entities.json` declares or makes an agent or human a member of, which no
+/// policy or template names: a typo (`Role::"devloper"`) or a role that grants nothing, and
+/// either way not what the file's author meant. The generated schema declares `entity Role;`
+/// without listing ids, so the policies are what makes a role known.
+fn unknown_roles(file: &SourceFile, declared: &Entities, known: &BTreeSet<String>) -> Vec<Problem> {
+    // role id → the entities naming it (the role itself when it is declared), sorted, so the
+    // report does not depend on the entity store's hash order.
+    let mut named: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for entity in declared.iter() {
+        let (uid, _, parents) = entity.clone().into_inner();
+        let is_role = |u: &cedar_policy::EntityUid| u.type_name().to_string() == ROLE;
+        for role in parents
+            .iter()
+            .filter(|p| is_role(p))
+            .chain(is_role(&uid).then_some(&uid))
+        {
+            named
+                .entry(role.id().unescaped().to_owned())
+                .or_default()
+                .insert(uid.to_string());
+        }
+    }
+    named
+        .into_iter()
+        .filter(|(role, _)| !known.contains(role))
+        .map(|(role, by)| {
+            let declared = by.contains(&format!("Role::{}", quoted(&role)));
+            let message = match by.iter().next() {
+                Some(member) if !declared => format!(
+                    "role `{role}` (a parent of `{member}`{}) is named by no policy: it grants nothing",
+                    match by.len() {
+                        1 => String::new(),
+                        n => format!(" and {} more", n - 1),
+                    }
+                ),
+                _ => format!("role `{role}` is named by no policy: it grants nothing"),
+            };
+            let help = Some(
+                "a typo? fix the name; a new role needs a policy naming `Role::\"…\"`; otherwise remove it"
+                    .to_owned(),
+            );
+            match line_of_first(&file.text, &quoted(&role)) {
+                Some((line, column)) => {
+                    Problem::at_line(&file.path, &file.text, line, column, message, help)
+                }
+                None => Problem::in_file(&file.path, message, help),
+            }
+        })
+        .collect()
+}
+
+/// `s` as a JSON string literal.
+fn quoted(s: &str) -> String {
+    serde_json::Value::String(s.to_owned()).to_string()
+}
+
+/// 1-based line and column of the first occurrence of `needle`.
+fn line_of_first(text: &str, needle: &str) -> Option<(usize, usize)> {
+    let at = text.find(needle)?;
+    let before = text.get(..at)?;
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    Some((line, column))
 }
 
 fn tool_entity(tool: &Tool) -> Result<Entity, String> {

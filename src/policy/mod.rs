@@ -17,7 +17,10 @@ mod validate;
 mod watch;
 
 pub use diag::{Level, LoadError, Problem};
-pub use inputs::{ENTITIES_FILE, Inputs, SourceFile, fingerprint, read_inputs, read_stable};
+pub use inputs::{
+    ENTITIES_FILE, Inputs, SourceError, SourceFile, fingerprint, read_inputs, read_source,
+    read_stable,
+};
 pub use links::{GRANT_FILE, Link, LinkError};
 pub use load::{Loaded, Sources, build, build_with, load, load_tools};
 pub(crate) use remember::SledGoodSets;

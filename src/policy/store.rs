@@ -27,14 +27,18 @@ use super::remember::{GoodSets, StoredSet};
 use super::validate::LoadCache;
 use crate::audit::now_ms;
 
-/// What to do with a reload that lets some action do more than before.
+/// What to do with a reload that lets some action do more than before, or that cannot be
+/// proved not to (no solver, a changed schema).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Widening {
-    /// Apply it like any other change (it is still reviewed and audited).
-    #[default]
+    /// Apply it like any other change (it is still reviewed and audited). An explicit
+    /// choice: a change that removes a forbid then takes effect with no human looking.
     Apply,
-    /// Keep serving the live set until an authorized human approves the new one.
+    /// Keep serving the live set until an authorized human approves the new one. The
+    /// default: a file that loses its forbids (deleted, cut short) must not widen access
+    /// on its own.
+    #[default]
     Hold,
 }
 
@@ -370,6 +374,19 @@ impl PolicyStore {
         Ok((store, warnings, error))
     }
 
+    /// This store with `options` (a store from [`PolicyStore::open`] or
+    /// [`PolicyStore::new`] holds widening changes and remembers nothing).
+    #[must_use]
+    pub fn with_options(mut self, options: StoreOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// What this store does with widening changes.
+    pub fn widening(&self) -> Widening {
+        self.options.widening
+    }
+
     /// Where the live set came from.
     pub fn origin(&self) -> Origin {
         *self.origin.lock().unwrap_or_else(PoisonError::into_inner)
@@ -568,8 +585,19 @@ impl PolicyStore {
                 // From nothing there is nothing to compare with (and nobody the empty set
                 // lets approve): the first good set applies. The live set is taken as an Arc,
                 // not a short-lived arc-swap guard: the diff holds it for hundreds of ms.
-                let review = (self.origin() != Origin::Nothing)
-                    .then(|| review(&self.live.load_full(), &snapshot));
+                let review = (self.origin() != Origin::Nothing).then(|| {
+                    if to == from {
+                        // The live files, parsed again (SIGHUP): equal by construction, so
+                        // nothing is held for want of a solver.
+                        Review {
+                            proved: true,
+                            note: Some("the files of the live set".to_owned()),
+                            ..Review::default()
+                        }
+                    } else {
+                        review(&self.live.load_full(), &snapshot)
+                    }
+                });
                 if let Some(r) = review
                     .as_ref()
                     .filter(|r| self.options.widening == Widening::Hold && r.widens())

@@ -8,7 +8,7 @@
 //! lets a reload re-validate only the files that changed. Each cache keeps only the entries of
 //! the latest load, so memory stays bounded by one policy set.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -35,13 +35,16 @@ pub(super) struct ParsedFile<'a> {
 pub(super) struct ParsedPolicies {
     pub policies: Vec<(Policy, Policy)>,
     pub templates: Vec<Template>,
+    /// Ids of the `Role` entities its policies and templates name (`Role::"x"`), which
+    /// makes a role in `entities.json` known.
+    pub roles: std::collections::BTreeSet<String>,
 }
 
 /// What the previous load parsed and validated, by content hash.
 #[derive(Debug, Default)]
 pub struct LoadCache {
-    /// (schema, file) hashes that validated without errors, with their warnings.
-    passed: HashMap<[u8; 32], Vec<Problem>>,
+    /// (schema, file) hashes that validated without errors or warnings.
+    passed: HashSet<[u8; 32]>,
     /// File hash → its parsed policies and templates.
     pub(super) parsed: HashMap<[u8; 32], Arc<ParsedPolicies>>,
     /// The last parsed schema and the hash of its text.
@@ -69,8 +72,11 @@ pub(super) fn file_key(path: &std::path::Path, text: &str) -> [u8; 32] {
     h.finalize().into()
 }
 
-/// Validates every file (strict mode), reusing `cache` for files seen before under the same
-/// schema. Afterwards the cache holds exactly the files of this set that passed, so it never
+/// Said with every Cedar validator warning, which toolgate refuses like an error.
+const WARNING_HELP: &str = "Cedar reports this as a warning, and toolgate refuses the set as `cedar validate --deny-warnings` does: a policy Cedar warns about usually never does what it says (check names behind `has` guards)";
+
+/// Validates every file (strict mode), refusing Cedar's warnings like its errors, reusing
+/// `cache` for files seen before under the same schema. Afterwards the cache holds exactly the files of this set that passed, so it never
 /// grows beyond one policy set.
 pub(super) fn validate_files(
     schema: &Schema,
@@ -80,7 +86,7 @@ pub(super) fn validate_files(
     problems: &mut Vec<Problem>,
 ) {
     let validator = Validator::new(schema.clone());
-    let mut next = HashMap::with_capacity(files.len());
+    let mut next = HashSet::with_capacity(files.len());
     for file in files {
         let key: [u8; 32] = {
             let mut h = Sha256::new();
@@ -88,9 +94,8 @@ pub(super) fn validate_files(
             h.update(file.key);
             h.finalize().into()
         };
-        if let Some(warnings) = cache.passed.remove(&key) {
-            problems.extend(warnings.iter().cloned());
-            next.insert(key, warnings);
+        if cache.passed.remove(&key) {
+            next.insert(key);
             continue;
         }
         let mut set = PolicySet::new();
@@ -111,16 +116,17 @@ pub(super) fn validate_files(
                 Level::Error,
             ));
         }
+        // Warnings block the load too, as `cedar validate --deny-warnings` does in CI: an
+        // impossible policy (a typo behind a `has` guard) is a deny rule that never fires.
         for w in result.validation_warnings() {
-            found.extend(Problem::from_diagnostic(
-                file.path,
-                file.text,
-                w,
-                Level::Warning,
-            ));
+            found.extend(
+                Problem::from_diagnostic(file.path, file.text, w, Level::Error)
+                    .into_iter()
+                    .map(|p| p.with_more_help(WARNING_HELP)),
+            );
         }
-        if found.iter().all(|p| p.level == Level::Warning) {
-            next.insert(key, found.clone());
+        if found.is_empty() {
+            next.insert(key);
         }
         problems.extend(found);
     }

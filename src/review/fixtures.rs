@@ -27,6 +27,15 @@ pub enum FixtureError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// An entry named `*.json` is not a readable regular file (a dangling symlink, a
+    /// directory, a FIFO): a fixture file silently skipped would drop its cases.
+    #[error("{path}: {source}")]
+    Source {
+        /// The entry.
+        path: PathBuf,
+        /// Why it cannot be read.
+        source: crate::policy::SourceError,
+    },
     /// The file is not valid fixture JSON.
     #[error("{path}:{line}:{column}: {message}")]
     Parse {
@@ -281,7 +290,7 @@ pub fn read_dir(dir: &Path) -> Result<Vec<Case>, FixtureError> {
         let mut files = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(read)? {
             let path = entry.map_err(read)?.path();
-            if path.extension().is_some_and(|e| e == "json") && path.is_file() {
+            if path.extension().is_some_and(|e| e == "json") {
                 files.push(path);
             }
         }
@@ -293,7 +302,7 @@ pub fn read_dir(dir: &Path) -> Result<Vec<Case>, FixtureError> {
     }
     let mut cases = Vec::new();
     for path in files {
-        let text = std::fs::read_to_string(&path).map_err(|source| FixtureError::Read {
+        let text = crate::policy::read_source(&path).map_err(|source| FixtureError::Source {
             path: path.clone(),
             source,
         })?;

@@ -25,6 +25,21 @@ fn every_example_config_loads() {
     assert!(seen >= 3);
 }
 
+/// `hold` is the default; the quickstart applies widening edits on purpose (its comment says
+/// why), and says so explicitly.
+#[test]
+fn widening_changes_are_held_by_default_and_the_quickstart_applies_them_explicitly() {
+    use toolgate::policy::Widening;
+    assert_eq!(Config::defaults().widening, Widening::Hold);
+    let quickstart = repo().join("examples/quickstart.toml");
+    assert_eq!(
+        Config::from_file(&quickstart).unwrap().widening,
+        Widening::Apply
+    );
+    let text = std::fs::read_to_string(&quickstart).unwrap();
+    assert!(text.contains("widening = \"apply\""), "{text}");
+}
+
 #[tokio::test]
 async fn every_example_request_gets_the_decision_its_name_promises() {
     let app = app();

@@ -91,6 +91,12 @@ pub fn start_with(set: &TempSet, extra: &str) -> Server {
 
 /// Like [`start_with`], with `env` set for the server.
 pub fn start_with_env(set: &TempSet, extra: &str, env: &[(&str, &str)]) -> Server {
+    start_configured(set, extra, "", env)
+}
+
+/// Like [`start_with_env`], with `reload` added to the `[reload]` table (watching and
+/// polling are off there: reloads come from SIGHUP).
+pub fn start_configured(set: &TempSet, extra: &str, reload: &str, env: &[(&str, &str)]) -> Server {
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -100,7 +106,7 @@ pub fn start_with_env(set: &TempSet, extra: &str, env: &[(&str, &str)]) -> Serve
     std::fs::write(
         &config,
         format!(
-            "listen = \"127.0.0.1:{port}\"\ndata_dir = \"data\"\npolicies_dir = \"policies\"\nschemas_dir = \"schemas\"\n{extra}\n[auth]\ntokens_file = \"{}\"\n[reload]\nwatch = false\npoll_ms = 0\n",
+            "listen = \"127.0.0.1:{port}\"\ndata_dir = \"data\"\npolicies_dir = \"policies\"\nschemas_dir = \"schemas\"\n{extra}\n[auth]\ntokens_file = \"{}\"\n[reload]\nwatch = false\npoll_ms = 0\n{reload}\n",
             repo().join("examples/demo-tokens.json").display()
         ),
     )

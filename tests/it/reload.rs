@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use toolgate::api::{AppState, router};
-use toolgate::policy::{PolicyStore, PolicyWatcher, Sources, WatchOptions, read_inputs};
+use toolgate::policy::{
+    PolicyStore, PolicyWatcher, Sources, StoreOptions, WatchOptions, Widening, read_inputs,
+};
 
 use crate::helpers::*;
 
@@ -32,8 +34,16 @@ fn events_only() -> WatchOptions {
     }
 }
 
+/// A store that applies every change, widening ones too: this matrix is about noticing
+/// changes, and most of its edits (a file deleted, a forbid appended without a solver to
+/// prove it narrows) would be held under the default `hold` (see tests/it/lifecycle.rs and
+/// tests/it/reload_entries.rs for holding).
 fn start(sources: Sources, opts: WatchOptions) -> Live {
-    let store = Arc::new(PolicyStore::open(sources.clone()).unwrap().0);
+    let store = PolicyStore::open(sources.clone()).unwrap().0;
+    let store = Arc::new(store.with_options(StoreOptions {
+        widening: Widening::Apply,
+        ..StoreOptions::default()
+    }));
     let app = router(AppState::with_store(store.clone(), demo_auth(), 64 * 1024).unwrap());
     let watcher = PolicyWatcher::spawn(store.clone(), opts);
     Live {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::helpers::*;
-use crate::process::{metrics, request, start};
+use crate::process::{metrics, request, start, start_configured};
 
 fn revision(port: u16) -> String {
     request(port, "GET", "/readyz", None, None).unwrap()["revision"]
@@ -20,7 +20,9 @@ fn revision(port: u16) -> String {
 #[test]
 fn sighup_forces_a_reload_and_deep_policies_evaluate_on_server_threads() {
     let set = TempSet::new();
-    let server = start(&set);
+    // `apply`: this is about SIGHUP; without a solver the added forbid could not be proved
+    // narrowing and would be held under the default `hold`.
+    let server = start_configured(&set, "", "widening = \"apply\"", &[]);
     // The watcher re-checks once at startup; wait for it, so only SIGHUP can reload from here.
     let start = Instant::now();
     while !metrics(server.port).contains("toolgate_policy_reloads_total{result=\"unchanged\"} 1") {
