@@ -553,5 +553,9 @@ async fn the_protected_set_holds_every_file_the_config_names() {
         assert_eq!(v["error"]["code"], "PathDenied", "{f}: {v}");
     }
     let (s, v) = execute(&app, DEV, "read_file", json!({"path": "plain.txt"})).await;
-    assert_eq!((s, v["data"]["content"].clone()), (StatusCode::OK, json!("fine")), "{v}");
+    assert_eq!(
+        (s, v["data"]["content"].clone()),
+        (StatusCode::OK, json!("fine")),
+        "{v}"
+    );
 }
