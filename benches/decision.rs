@@ -310,5 +310,46 @@ fn redact(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, decisions, scale, limiter, anomaly, metrics, redact);
+/// The per-run sandbox plan over this checkout as the quickstart's root (its `target/`
+/// included), and over the system directories: what every `/v1/execute` run pays before
+/// its launcher starts.
+fn sandbox(c: &mut Criterion) {
+    use toolgate::exec::sandbox::{Exclusions, Plan, SYSTEM_READ};
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .canonicalize()
+        .unwrap();
+    let protected: Vec<std::path::PathBuf> =
+        ["policies", "schemas", "data", "examples/demo-tokens.json"]
+            .iter()
+            .map(|p| root.join(p))
+            .collect();
+    let deny = toolgate::globs::SegmentGlobs::default();
+    let ex = Exclusions {
+        paths: &protected,
+        deny: &deny,
+        exempt: &[],
+    };
+    let mut g = c.benchmark_group("sandbox");
+    g.bench_function("plan_checkout_root", |b| {
+        b.iter(|| {
+            let mut plan = Plan::default();
+            plan.add(&root, &ex, true).unwrap();
+            plan.grants.len()
+        })
+    });
+    g.bench_function("plan_system_dirs", |b| {
+        b.iter(|| {
+            let mut plan = Plan::default();
+            for d in SYSTEM_READ {
+                plan.add(std::path::Path::new(d), &ex, false).unwrap();
+            }
+            plan.grants.len()
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(
+    benches, decisions, scale, limiter, anomaly, metrics, redact, sandbox
+);
 criterion_main!(benches);
