@@ -92,7 +92,12 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
         Audit::start(stores.audit, chain, cfg.audit_durability)
             .map_err(|e| anyhow::anyhow!("{e}"))?,
     );
-    let mut approvals = Approvals::new(stores.approvals, cfg.approval_ttl.clone());
+    let mut approvals = Approvals::new(
+        stores.approvals,
+        cfg.approval_ttl.clone(),
+        cfg.approval_bounds,
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
     if let Some(hook) = &cfg.approval_webhook {
         approvals = approvals.with_webhook(start_webhook(hook, "approvals")?);
         tracing::info!(to = %webhook_origin(&hook.url), "approver webhook on");

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::anomaly::{DetectorConfig, SequenceRule};
-use crate::approvals::Ttl;
+use crate::approvals::{Bounds, Ttl};
 use crate::audit::{Durability, Retention};
 use crate::authz::{AnomalyKind, AnomalyKinds};
 use crate::limits::{LimitConfig, Rate};
@@ -146,6 +146,8 @@ struct RawApprovals {
     webhook_secret_file: Option<PathBuf>,
     webhook_timeout_ms: Option<u64>,
     webhook_attempts: Option<u32>,
+    max_pending_per_agent: Option<u64>,
+    max_pending: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -221,6 +223,8 @@ pub struct Config {
     pub audit_retention: Option<Retention>,
     /// How long approvals stay open.
     pub approval_ttl: Ttl,
+    /// How many approvals may be pending at once, per agent and in total.
+    pub approval_bounds: Bounds,
     /// Where new pending approvals are announced.
     pub approval_webhook: Option<WebhookSettings>,
     /// Rate limits (tools' manifests may set their own per-principal rate).
@@ -322,6 +326,7 @@ impl Config {
             audit_hmac_key_file: None,
             audit_retention: None,
             approval_ttl: Ttl::default(),
+            approval_bounds: Bounds::default(),
             approval_webhook: None,
             rate_limits: LimitConfig::default(),
             kill_switch: false,
@@ -459,6 +464,7 @@ impl Config {
                 "use low, medium, high or critical",
             ));
         }
+        let approval_bounds = approval_bounds(&raw.approvals).map_err(|(m, h)| invalid(m, &h))?;
         let approval_ttl = Ttl {
             default_secs: raw.approvals.ttl_secs.unwrap_or(300),
             by_risk: raw.approvals.ttl_secs_by_risk,
@@ -535,6 +541,7 @@ impl Config {
         });
         Ok(Config {
             audit_retention,
+            approval_bounds,
             data_dir,
             audit_durability,
             audit_hmac_key_file: raw.audit.hmac_key_file.map(|p| base.join(p)),
@@ -560,6 +567,49 @@ impl Config {
             widening: raw.reload.widening.unwrap_or_default(),
         })
     }
+}
+
+/// `[approvals] max_pending_per_agent` and `max_pending`, each from 1 to [`Bounds::MAX`].
+fn approval_bounds(raw: &RawApprovals) -> Result<Bounds, (String, String)> {
+    let mut bounds = Bounds::default();
+    for (key, value, slot) in [
+        (
+            "max_pending_per_agent",
+            raw.max_pending_per_agent,
+            &mut bounds.per_agent,
+        ),
+        ("max_pending", raw.max_pending, &mut bounds.total),
+    ] {
+        let Some(n) = value else { continue };
+        match usize::try_from(n) {
+            Ok(n) if (1..=Bounds::MAX).contains(&n) => *slot = n,
+            _ => {
+                return Err((
+                    format!("`approvals.{key}` = {n} is out of range"),
+                    format!(
+                        "use 1 to {}: past the bound a call that needs approval is answered 429 instead of queueing another (defaults: {} per agent, {} in total)",
+                        Bounds::MAX,
+                        Bounds::PER_AGENT,
+                        Bounds::TOTAL
+                    ),
+                ));
+            }
+        }
+    }
+    if raw.max_pending_per_agent.is_some()
+        && raw.max_pending.is_some()
+        && bounds.per_agent > bounds.total
+    {
+        return Err((
+            format!(
+                "`approvals.max_pending_per_agent` = {} is above `approvals.max_pending` = {}",
+                bounds.per_agent, bounds.total
+            ),
+            "an agent can never have more pending than the total; lower `max_pending_per_agent`"
+                .to_owned(),
+        ));
+    }
+    Ok(bounds)
 }
 
 /// A webhook section's settings (`[section] webhook_url`, ...); `None` without a URL.

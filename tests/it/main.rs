@@ -35,6 +35,7 @@ mod limits;
 mod metrics;
 mod openapi;
 mod operators;
+mod pending;
 mod process;
 mod props;
 mod quarantine;
