@@ -134,6 +134,7 @@ struct RawAudit {
     hmac_key_file: Option<PathBuf>,
     retain_records: Option<u64>,
     retain_days: Option<u64>,
+    cache_mb: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -221,6 +222,8 @@ pub struct Config {
     pub audit_hmac_key_file: Option<PathBuf>,
     /// How long audit records are kept (everything, without one).
     pub audit_retention: Option<Retention>,
+    /// `[audit] cache_mb`: the data directory's page cache, in bytes.
+    pub store_cache_bytes: u64,
     /// How long approvals stay open.
     pub approval_ttl: Ttl,
     /// How many approvals may be pending at once, per agent and in total.
@@ -325,6 +328,7 @@ impl Config {
             audit_durability: Durability::Group,
             audit_hmac_key_file: None,
             audit_retention: None,
+            store_cache_bytes: crate::storage::DEFAULT_CACHE_BYTES,
             approval_ttl: Ttl::default(),
             approval_bounds: Bounds::default(),
             approval_webhook: None,
@@ -475,6 +479,19 @@ impl Config {
                 "set `approvals.ttl_secs` (and `ttl_secs_by_risk`) to 1 or more",
             ));
         }
+        let store_cache_bytes = match raw.audit.cache_mb {
+            None => crate::storage::DEFAULT_CACHE_BYTES,
+            Some(mb) if (MIN_CACHE_MB..=MAX_CACHE_MB).contains(&mb) => mb * 1024 * 1024,
+            Some(mb) => {
+                return Err(invalid(
+                    format!("`audit.cache_mb` = {mb} is out of range"),
+                    &format!(
+                        "use {MIN_CACHE_MB} to {MAX_CACHE_MB} (MiB of page cache for the data directory; default {})",
+                        crate::storage::DEFAULT_CACHE_BYTES / (1024 * 1024)
+                    ),
+                ));
+            }
+        };
         let limits = &raw.rate_limits;
         for (name, rate) in [
             ("global", &limits.global),
@@ -541,6 +558,7 @@ impl Config {
         });
         Ok(Config {
             audit_retention,
+            store_cache_bytes,
             approval_bounds,
             data_dir,
             audit_durability,
@@ -568,6 +586,11 @@ impl Config {
         })
     }
 }
+
+/// Smallest and largest `[audit] cache_mb`: below 4 MiB sled thrashes on every write; above
+/// 64 GiB is a typo, not a sidecar's cache.
+const MIN_CACHE_MB: u64 = 4;
+const MAX_CACHE_MB: u64 = 65_536;
 
 /// `[approvals] max_pending_per_agent` and `max_pending`, each from 1 to [`Bounds::MAX`].
 fn approval_bounds(raw: &RawApprovals) -> Result<Bounds, (String, String)> {

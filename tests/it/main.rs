@@ -22,6 +22,7 @@ mod exec;
 mod explain;
 mod files;
 mod files_jail;
+mod footprint;
 mod gates;
 mod grants;
 mod helpers;
