@@ -1,6 +1,10 @@
 //! The data directory: one sled database holding the audit log, the approvals, the kill
 //! switch, the last good policy set and the grants, opened once and handed out only as the
 //! store traits (no sled type leaves this module).
+//!
+//! sled keeps a page cache of its own, 1 GiB unless told otherwise; every directory opened
+//! here gets a configured one ([`DEFAULT_CACHE_BYTES`], `[audit] cache_mb`), so the sidecar's
+//! memory has a bound someone chose.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -10,6 +14,12 @@ use crate::approvals::{ApprovalStore, SledApprovals};
 use crate::audit::{AuditStore, SledAudit, StoreError};
 use crate::grants::{GrantStore, SledGrants};
 use crate::policy::{GoodSets, SledGoodSets};
+
+/// The page cache a data directory gets unless `[audit] cache_mb` says otherwise: 64 MiB.
+/// sled's own default is 1 GiB, which the cache fills under sustained load (the outside run
+/// saw RSS climb past 600 MB). The working set is the newest audit blocks and index keys,
+/// the approvals and the grants; older blocks are read back only by queries and `verify`.
+pub const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
 
 /// The stores of one data directory.
 pub struct Stores {
@@ -23,49 +33,70 @@ pub struct Stores {
     pub policies: Arc<dyn GoodSets>,
     /// Grants (template links with an expiry).
     pub grants: Arc<dyn GrantStore>,
+    /// The page cache sled was opened with, in bytes (read back from sled's configuration).
+    cache_bytes: u64,
+}
+
+/// sled's configuration for a data directory with a page cache of `cache_bytes`.
+fn sled_config(cache_bytes: u64) -> sled::Config {
+    sled::Config::new().cache_capacity(cache_bytes)
 }
 
 impl Stores {
-    /// Opens (creating if needed) the data directory `dir`. Only one process may hold it.
+    /// Opens (creating if needed) the data directory `dir` with the default page cache. Only
+    /// one process may hold it.
     pub fn open(dir: &Path) -> Result<Stores, StoreError> {
+        Self::open_with_cache(dir, DEFAULT_CACHE_BYTES)
+    }
+
+    /// Opens (creating if needed) the data directory `dir` with a page cache of
+    /// `cache_bytes`. Only one process may hold it.
+    pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<Stores, StoreError> {
         std::fs::create_dir_all(dir).map_err(|e| {
             StoreError(format!(
                 "cannot create data directory {}: {e}",
                 dir.display()
             ))
         })?;
-        let db = sled::Config::new().path(dir).open().map_err(|e| {
+        let config = sled_config(cache_bytes).path(dir);
+        let db = config.open().map_err(|e| {
             StoreError(format!(
                 "cannot open data directory {} ({e}); is another toolgate using it?",
                 dir.display()
             ))
         })?;
-        Self::from_db(db)
+        Self::from_db(db, config.cache_capacity)
     }
 
     /// Opens an existing data directory (for offline tools: a missing one is an error, not a
     /// new empty log).
-    pub fn open_existing(dir: &Path) -> Result<Stores, StoreError> {
+    pub fn open_existing(dir: &Path, cache_bytes: u64) -> Result<Stores, StoreError> {
         if !dir.join("conf").is_file() {
             return Err(StoreError(format!(
                 "{} is not a toolgate data directory (no sled database there); pass --data-dir or --config",
                 dir.display()
             )));
         }
-        Self::open(dir)
+        Self::open_with_cache(dir, cache_bytes)
     }
 
     /// Stores in a temporary directory removed on drop (tests, `toolgate authorize`).
     pub fn temporary() -> Result<Stores, StoreError> {
-        let db = sled::Config::new()
-            .temporary(true)
+        let config = sled_config(DEFAULT_CACHE_BYTES).temporary(true);
+        let db = config
             .open()
             .map_err(|e| StoreError(format!("cannot open a temporary store: {e}")))?;
-        Self::from_db(db)
+        Self::from_db(db, config.cache_capacity)
     }
 
-    fn from_db(db: sled::Db) -> Result<Stores, StoreError> {
+    /// The page cache the directory was opened with, in bytes.
+    pub fn cache_bytes(&self) -> u64 {
+        self.cache_bytes
+    }
+
+    fn from_db(db: sled::Db, cache_bytes: u64) -> Result<Stores, StoreError> {
         Ok(Stores {
+            cache_bytes,
             approvals: Arc::new(SledApprovals::new(&db)?),
             admin: Arc::new(SledAdmin::new(&db)?),
             policies: Arc::new(SledGoodSets::new(&db)?),

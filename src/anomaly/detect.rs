@@ -177,16 +177,18 @@ impl Detector {
         }
 
         let denied = o.outcome == Outcome::Deny;
-        // A 429 says more about the limits (possibly the global one, used up by another
-        // agent) than about this agent's calls: it is neither a failure nor a success here.
-        if o.stage != Stage::RateLimit {
+        // A 429 says more about the limits (possibly the global one, or the approval queue,
+        // used up by other agents) than about this agent's calls: it is neither a failure
+        // nor a success here.
+        let limited = matches!(o.stage, Stage::RateLimit | Stage::ApprovalLimit);
+        if !limited {
             st.recent.push_back(denied);
             while st.recent.len() > c.failures_window as usize {
                 st.recent.pop_front();
             }
         }
         let failed = st.recent.iter().filter(|d| **d).count();
-        if o.stage != Stage::RateLimit && failed >= c.failures as usize {
+        if !limited && failed >= c.failures as usize {
             raise(
                 AnomalyKind::RepeatedFailures,
                 format!("{failed} of the last {} calls were denied", st.recent.len()),

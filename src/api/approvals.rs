@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::handlers::{authenticate, human, word};
 use super::{ApiError, AppState};
-use crate::approvals::{Approval, ApprovalError, Status};
+use crate::approvals::{Approval, ApprovalError, Full, OpenError, Scope, Status};
 use crate::audit::{Entry, EntryKind, now_ms};
 use crate::authz::{self, Advice, Call, Outcome, Principal, PrincipalKind, Stage, Verdict};
 use crate::policy::Snapshot;
@@ -38,8 +38,16 @@ fn refused(e: ApprovalError) -> ApiError {
     }
 }
 
-/// Applies the approval rules to a fresh verdict. Returns the final verdict and the approval
-/// id to report.
+/// A verdict after the approval rules: the final verdict, the approval id to report, and,
+/// when a bound on pending approvals refused to open one, which bound (the verdict is then a
+/// deny at stage `approval_limit`, answered 429 once recorded).
+pub(super) struct Settled {
+    pub verdict: Verdict,
+    pub approval_id: Option<String>,
+    pub full: Option<Full>,
+}
+
+/// Applies the approval rules to a fresh verdict.
 pub(super) fn settle(
     state: &AppState,
     snap: &Snapshot,
@@ -48,10 +56,15 @@ pub(super) fn settle(
     approval_id: Option<String>,
     verdict: Verdict,
     decision_id: &str,
-) -> Result<(Verdict, Option<String>), ApiError> {
+) -> Result<Settled, ApiError> {
+    let settled = |verdict, approval_id| Settled {
+        verdict,
+        approval_id,
+        full: None,
+    };
     if verdict.decision != Outcome::PendingApproval {
         // Allowed without it or denied anyway: an approval is neither needed nor used.
-        return Ok((verdict, None));
+        return Ok(settled(verdict, None));
     }
     let now = now_ms();
     let principal = who.uid.to_string();
@@ -66,9 +79,9 @@ pub(super) fn settle(
                 v.decision = Outcome::Allow;
                 v.stage = Stage::Approval;
                 v.errors.clear();
-                Ok((v, Some(used.id)))
+                Ok(settled(v, Some(used.id)))
             }
-            Err(ApprovalError::Refused(r)) => Ok((
+            Err(ApprovalError::Refused(r)) => Ok(settled(
                 Verdict::deny(
                     Stage::Approval,
                     tool,
@@ -83,39 +96,52 @@ pub(super) fn settle(
             Err(ApprovalError::Store(e)) => Err(store_failed(&e)),
         };
     }
-    let existing = state
-        .approvals
-        .open_for(&principal, &call.tool, digest, now)
-        .map_err(|e| store_failed(&e))?;
-    let approval = match existing {
-        Some(a) => a,
-        None => {
-            let risk = verdict
-                .risk
-                .map(|r| r.as_str().to_owned())
-                .unwrap_or_default();
-            let a = Approval {
-                id: uuid::Uuid::now_v7().to_string(),
-                principal,
-                tool: call.tool.clone(),
-                expires_ms: now + state.approvals.ttl.for_risk_ms(&risk),
-                risk,
-                args_sha256: digest.to_owned(),
-                args_preview: preview.to_owned(),
-                policy_revision: snap.revision.clone(),
-                decision_id: decision_id.to_owned(),
-                created_ms: now,
-                status: Status::Pending,
-                decided_by: None,
-                reason: None,
-                decided_ms: None,
-                used_ms: None,
-            };
-            state.approvals.create(&a).map_err(|e| store_failed(&e))?;
-            a
-        }
+    let risk = verdict
+        .risk
+        .map(|r| r.as_str().to_owned())
+        .unwrap_or_default();
+    let new = Approval {
+        id: uuid::Uuid::now_v7().to_string(),
+        principal,
+        tool: call.tool.clone(),
+        expires_ms: now + state.approvals.ttl.for_risk_ms(&risk),
+        risk,
+        args_sha256: digest.to_owned(),
+        args_preview: preview.to_owned(),
+        policy_revision: snap.revision.clone(),
+        decision_id: decision_id.to_owned(),
+        created_ms: now,
+        status: Status::Pending,
+        decided_by: None,
+        reason: None,
+        decided_ms: None,
+        used_ms: None,
     };
-    Ok((verdict, Some(approval.id)))
+    // An approval already open for this exact call is reused (and needs no new place).
+    match state.approvals.open(new) {
+        Ok(approval) => Ok(settled(verdict, Some(approval.id))),
+        Err(OpenError::Full(full)) => Ok(Settled {
+            verdict: Verdict::deny(
+                Stage::ApprovalLimit,
+                tool,
+                Advice::new(
+                    "too_many_pending_approvals",
+                    format!("this call needs a human approval, and {full}; none was opened"),
+                    match full.scope {
+                        Scope::Agent => {
+                            "wait for a human to decide your pending approvals (GET /v1/approvals?status=pending) or for them to expire; do not retry in a loop"
+                        }
+                        Scope::Total => {
+                            "wait for humans to work through the pending approvals or for them to expire; do not retry in a loop"
+                        }
+                    },
+                ),
+            ),
+            approval_id: None,
+            full: Some(full),
+        }),
+        Err(OpenError::Store(e)) => Err(store_failed(&e)),
+    }
 }
 
 /// An approval as shown over HTTP: stored fields plus the effective status.

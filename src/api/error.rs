@@ -107,6 +107,28 @@ pub enum ApiError {
         /// Which bucket refused, and when to retry.
         limited: Limited,
     },
+    /// The call needs an approval, but a bound on pending approvals is reached: a deny at
+    /// stage `approval_limit` (recorded in the audit log), answered 429.
+    TooManyPendingApprovals {
+        /// The decision (recorded in the audit log).
+        body: Box<DecisionBody>,
+        /// Which bound refused.
+        full: crate::approvals::Full,
+    },
+}
+
+/// The 429 body for a full approval queue: what the client needs first, then the decision.
+#[derive(Serialize)]
+struct PendingFullBody<'a> {
+    error: &'a str,
+    retry_after: u64,
+    message: String,
+    suggestion: &'a str,
+    scope: crate::approvals::Scope,
+    limit: usize,
+    pending: usize,
+    #[serde(flatten)]
+    decision: &'a DecisionBody,
 }
 
 /// The 429 body: what a rate-limited client needs first, then the decision itself.
@@ -168,6 +190,7 @@ impl ApiError {
             ApiError::ApprovalNotFound => "approval_not_found",
             ApiError::NotEligible(_) | ApiError::Refused(_) => "not_eligible",
             ApiError::RateLimited { .. } => "rate_limited",
+            ApiError::TooManyPendingApprovals { .. } => "too_many_pending_approvals",
             ApiError::KillSwitchForced(_) => "kill_switch_forced",
             ApiError::NotQuarantined(_) => "not_quarantined",
             ApiError::Held(crate::policy::HoldError::NothingHeld) => "nothing_held",
@@ -472,6 +495,29 @@ impl IntoResponse for ApiError {
                 headers.insert(
                     header::RETRY_AFTER,
                     HeaderValue::from(limited.retry_after_secs),
+                );
+                resp
+            }
+            ApiError::TooManyPendingApprovals { body, full } => {
+                let (message, suggestion) = body
+                    .errors
+                    .first()
+                    .map(|e| (e.message.clone(), e.suggestion.as_str()))
+                    .unwrap_or_else(|| (full.to_string(), "wait before calling again"));
+                let out = PendingFullBody {
+                    error: code,
+                    retry_after: full.retry_after_secs,
+                    message,
+                    suggestion,
+                    scope: full.scope,
+                    limit: full.limit,
+                    pending: full.pending,
+                    decision: &body,
+                };
+                let mut resp = (StatusCode::TOO_MANY_REQUESTS, Json(out)).into_response();
+                resp.headers_mut().insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(full.retry_after_secs),
                 );
                 resp
             }

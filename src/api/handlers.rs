@@ -149,7 +149,11 @@ pub(super) async fn decide(
     // Approvals and the audit record are bound to this one digest of the arguments.
     let digest = args_digest(&call.args);
     let decision_id = new_decision_id();
-    let (verdict, approval) = approvals::settle(
+    let approvals::Settled {
+        verdict,
+        approval_id: approval,
+        full,
+    } = approvals::settle(
         state,
         &snap,
         &who,
@@ -185,6 +189,13 @@ pub(super) async fn decide(
         .map(super::error::quota_headers)
         .unwrap_or_default();
     let body = commit(state, body, entry, started).await?;
+    if let Some(full) = full {
+        // Recorded like every deny; answered 429, as a rate limit is.
+        return Err(ApiError::TooManyPendingApprovals {
+            body: Box::new(body),
+            full,
+        });
+    }
     Ok(Decided {
         headers,
         body,

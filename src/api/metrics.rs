@@ -11,7 +11,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 
 use super::AppState;
-use crate::approvals::{Status, WebhookStats};
+use crate::approvals::WebhookStats;
 use crate::audit::now_ms;
 
 fn get(a: &AtomicU64) -> u64 {
@@ -88,15 +88,9 @@ pub async fn render(State(state): State<AppState>) -> impl IntoResponse {
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
     m.set_gauge("toolgate_policy_loaded_timestamp_seconds", &[], loaded);
-    let approvals = state.approvals.clone();
-    let pending =
-        tokio::task::spawn_blocking(move || approvals.list(Some(Status::Pending), now_ms())).await;
-    match pending {
-        Ok(Ok(pending)) => m.set_gauge("toolgate_approvals_pending", &[], pending.len() as f64),
-        // Left at its last value; the store's failure shows in /readyz and the logs.
-        Ok(Err(e)) => tracing::warn!(error = %e, "approval queue depth not read"),
-        Err(e) => tracing::warn!(error = %e, "approval queue depth not read"),
-    }
+    // Counted in memory as approvals open, close and expire: no store read per scrape.
+    let (pending, _) = state.approvals.pending_counts("", now_ms());
+    m.set_gauge("toolgate_approvals_pending", &[], pending as f64);
     m.set_gauge(
         "toolgate_quarantined_agents",
         &[],

@@ -31,7 +31,7 @@ pub use grants::{expire_grants, expiry_timer, forget_ended, grant_expired_entry}
 
 use crate::admin::Admin;
 use crate::anomaly::Monitor;
-use crate::approvals::{Approvals, Ttl};
+use crate::approvals::{Approvals, Bounds, Ttl};
 use crate::audit::{Audit, Chain, Durability, StoreError};
 use crate::auth::Authenticator;
 use crate::limits::{LimitConfig, Limiter, MonotonicClock};
@@ -135,7 +135,11 @@ impl AppState {
             auth,
             max_body_bytes,
             Arc::new(audit),
-            Arc::new(Approvals::new(stores.approvals, Ttl::default())),
+            Arc::new(Approvals::new(
+                stores.approvals,
+                Ttl::default(),
+                Bounds::default(),
+            )?),
         )
         .with_grants(Arc::new(grants)))
     }

@@ -4,19 +4,25 @@
 //!
 //! An approval is bound to (principal, tool, SHA-256 of the canonical arguments). Whether a
 //! human may approve is not decided here: the API asks Cedar (`Action::"approve"`).
+//!
+//! How many may wait at once is bounded, per agent and in total ([`Bounds`]); past a bound no
+//! approval is opened ([`OpenError::Full`]).
 
+mod pending;
 mod store;
 mod webhook;
 
+pub use pending::{Bounds, Full, Scope};
 pub use store::ApprovalStore;
 pub(crate) use store::SledApprovals;
 pub use webhook::{Webhook, WebhookConfig, WebhookStats, sign, webhook_origin};
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
 use crate::audit::StoreError;
+use pending::Waiting;
 
 /// Where an approval stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -233,12 +239,27 @@ pub enum ApprovalError {
     Store(#[from] StoreError),
 }
 
+/// Why no approval was opened for a call.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// A bound on pending approvals is reached; nothing was stored.
+    #[error(transparent)]
+    Full(#[from] Full),
+    /// The store failed; nothing was stored.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
 /// The approval queue: store plus change notifications for long-polls.
 pub struct Approvals {
     store: Arc<dyn ApprovalStore>,
     changed: tokio::sync::watch::Sender<u64>,
     /// Lifetimes.
     pub ttl: Ttl,
+    /// How many may wait at once.
+    bounds: Bounds,
+    /// The pending ones, mirrored from the store (never held across a store write).
+    waiting: Mutex<Waiting>,
     /// Where new pending approvals are announced, if anywhere.
     webhook: Option<Webhook>,
 }
@@ -250,14 +271,35 @@ impl std::fmt::Debug for Approvals {
 }
 
 impl Approvals {
-    /// A queue over `store`.
-    pub fn new(store: Arc<dyn ApprovalStore>, ttl: Ttl) -> Self {
-        Approvals {
+    /// A queue over `store`, counting the approvals it holds that are still pending.
+    pub fn new(
+        store: Arc<dyn ApprovalStore>,
+        ttl: Ttl,
+        bounds: Bounds,
+    ) -> Result<Self, StoreError> {
+        let waiting = Waiting::of(store.all()?, crate::audit::now_ms());
+        Ok(Approvals {
             store,
             changed: tokio::sync::watch::channel(0).0,
             ttl,
+            bounds,
+            waiting: Mutex::new(waiting),
             webhook: None,
-        }
+        })
+    }
+
+    /// The bounds on pending approvals.
+    pub fn bounds(&self) -> Bounds {
+        self.bounds
+    }
+
+    /// How many approvals are pending at `now_ms`: in total, and requested by `principal`.
+    pub fn pending_counts(&self, principal: &str, now_ms: u64) -> (usize, usize) {
+        self.waiting().counts(principal, now_ms)
+    }
+
+    fn waiting(&self) -> std::sync::MutexGuard<'_, Waiting> {
+        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Announces every new pending approval to `webhook`.
@@ -272,19 +314,33 @@ impl Approvals {
         self.webhook.as_ref().map(|w| w.stats.as_ref())
     }
 
-    /// Stores a new pending approval (and announces it, without waiting).
-    pub fn create(&self, approval: &Approval) -> Result<(), StoreError> {
-        self.store.insert(approval)?;
+    /// The pending approval for exactly `new`'s call (principal, tool, arguments) if one is
+    /// open; otherwise stores `new` (pending) and announces it, without waiting. Refused,
+    /// storing nothing, when the requester or everyone together has as many pending as the
+    /// bounds allow. Expired, decided and used approvals do not count.
+    pub fn open(&self, new: Approval) -> Result<Approval, OpenError> {
+        if let Some(open) = self
+            .waiting()
+            .reuse_or_reserve(&new, self.bounds, new.created_ms)?
+        {
+            return Ok(open);
+        }
+        // The place is taken before the (slow, flushed) write, so concurrent calls cannot
+        // overshoot a bound, and given back if the write fails.
+        if let Err(e) = self.store.insert(&new) {
+            self.waiting().remove(&new.id);
+            return Err(e.into());
+        }
         self.notify();
         if let Some(hook) = &self.webhook {
             hook.send(serde_json::json!({
                 "event": "approval.pending",
-                "approval": approval,
-                "approve": format!("/v1/approvals/{}/approve", approval.id),
-                "deny": format!("/v1/approvals/{}/deny", approval.id),
+                "approval": &new,
+                "approve": format!("/v1/approvals/{}/approve", new.id),
+                "deny": format!("/v1/approvals/{}/deny", new.id),
             }));
         }
-        Ok(())
+        Ok(new)
     }
 
     /// The approval with `id`.
@@ -300,22 +356,6 @@ impl Approvals {
         Ok(all)
     }
 
-    /// A pending approval for exactly this call, to reuse instead of opening another.
-    pub fn open_for(
-        &self,
-        principal: &str,
-        tool: &str,
-        args_sha256: &str,
-        now_ms: u64,
-    ) -> Result<Option<Approval>, StoreError> {
-        Ok(self.store.all()?.into_iter().find(|a| {
-            a.principal == principal
-                && a.tool == tool
-                && a.args_sha256 == args_sha256
-                && a.status_at(now_ms) == Status::Pending
-        }))
-    }
-
     /// Applies `change` to the approval `id` atomically: retried if it changed meanwhile.
     pub fn transition(
         &self,
@@ -326,6 +366,9 @@ impl Approvals {
             let current = self.store.get(id)?.ok_or(Refusal::NotFound)?;
             let next = change(&current)?;
             if self.store.swap(&current, &next)? {
+                if next.status != Status::Pending {
+                    self.waiting().remove(id);
+                }
                 self.notify();
                 return Ok(next);
             }
@@ -345,6 +388,7 @@ impl Approvals {
                     ..a.clone()
                 };
                 if self.store.swap(&a, &next)? {
+                    self.waiting().remove(&next.id);
                     expired.push(next);
                 }
             }

@@ -256,6 +256,9 @@ pub enum Stage {
     Policy,
     /// Cedar would allow the call once approved (or: an approval was used or refused).
     Approval,
+    /// The call needs an approval, but a bound on pending approvals (the agent's or the
+    /// total) is reached, so none was opened: a deny, answered 429.
+    ApprovalLimit,
     /// A rate limit (checked before Cedar).
     RateLimit,
     /// The kill switch is on: every call is denied.
@@ -270,7 +273,7 @@ pub enum Stage {
 
 impl Stage {
     /// Every stage, in request-path order.
-    pub const ALL: [Stage; 10] = [
+    pub const ALL: [Stage; 11] = [
         Stage::Auth,
         Stage::Registry,
         Stage::Validation,
@@ -280,6 +283,7 @@ impl Stage {
         Stage::Gate,
         Stage::Policy,
         Stage::Approval,
+        Stage::ApprovalLimit,
         Stage::Audit,
     ];
 
@@ -295,6 +299,7 @@ impl Stage {
             Stage::Gate => "gate",
             Stage::Policy => "policy",
             Stage::Approval => "approval",
+            Stage::ApprovalLimit => "approval_limit",
             Stage::Audit => "audit",
         }
     }

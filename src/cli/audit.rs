@@ -100,7 +100,8 @@ impl DataDir {
         };
         let dir = self.data_dir.clone().unwrap_or(cfg.data_dir);
         let key_file = self.hmac_key_file.clone().or(cfg.audit_hmac_key_file);
-        let stores = Stores::open_existing(&dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let stores = Stores::open_existing(&dir, cfg.store_cache_bytes)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         let chain = match key_file {
             Some(path) => Chain::keyed(
                 std::fs::read(&path)

@@ -31,7 +31,9 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
     let cfg = common.config()?;
     // Credentials first: a config without authentication stops before anything is opened.
     let auth = Authenticator::from_config(&cfg.auth).map_err(|e| anyhow::anyhow!(render(&e)))?;
-    let stores = Stores::open(&cfg.data_dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let stores = Stores::open_with_cache(&cfg.data_dir, cfg.store_cache_bytes)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let cache_mb = stores.cache_bytes() / (1024 * 1024);
     let grants_store = stores.grants.clone();
     let options = StoreOptions {
         remember: Some(stores.policies.clone()),
@@ -104,7 +106,12 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
         Audit::start(stores.audit, chain, cfg.audit_durability)
             .map_err(|e| anyhow::anyhow!("{e}"))?,
     );
-    let mut approvals = Approvals::new(stores.approvals, cfg.approval_ttl.clone());
+    let mut approvals = Approvals::new(
+        stores.approvals,
+        cfg.approval_ttl.clone(),
+        cfg.approval_bounds,
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
     if let Some(hook) = &cfg.approval_webhook {
         approvals = approvals.with_webhook(start_webhook(hook, "approvals")?);
         tracing::info!(to = %webhook_origin(&hook.url), "approver webhook on");
@@ -120,7 +127,7 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
     if admin.kill_switch_on() {
         tracing::warn!("KILL SWITCH ON: every tool call will be denied");
     }
-    tracing::info!(data_dir = %cfg.data_dir.display(), head = audit.head().seq, "audit log open");
+    tracing::info!(data_dir = %cfg.data_dir.display(), head = audit.head().seq, cache_mb, "audit log open");
     // Grants stored before the restart are linked again; those that expired meanwhile end now.
     let (grants, expired) =
         Grants::start(grants_store, store.clone(), now_ms()).map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::anomaly::{DetectorConfig, SequenceRule};
-use crate::approvals::Ttl;
+use crate::approvals::{Bounds, Ttl};
 use crate::audit::{Durability, Retention};
 use crate::authz::{AnomalyKind, AnomalyKinds};
 use crate::limits::{LimitConfig, Rate};
@@ -134,6 +134,7 @@ struct RawAudit {
     hmac_key_file: Option<PathBuf>,
     retain_records: Option<u64>,
     retain_days: Option<u64>,
+    cache_mb: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -146,6 +147,8 @@ struct RawApprovals {
     webhook_secret_file: Option<PathBuf>,
     webhook_timeout_ms: Option<u64>,
     webhook_attempts: Option<u32>,
+    max_pending_per_agent: Option<u64>,
+    max_pending: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -219,8 +222,12 @@ pub struct Config {
     pub audit_hmac_key_file: Option<PathBuf>,
     /// How long audit records are kept (everything, without one).
     pub audit_retention: Option<Retention>,
+    /// `[audit] cache_mb`: the data directory's page cache, in bytes.
+    pub store_cache_bytes: u64,
     /// How long approvals stay open.
     pub approval_ttl: Ttl,
+    /// How many approvals may be pending at once, per agent and in total.
+    pub approval_bounds: Bounds,
     /// Where new pending approvals are announced.
     pub approval_webhook: Option<WebhookSettings>,
     /// Rate limits (tools' manifests may set their own per-principal rate).
@@ -321,7 +328,9 @@ impl Config {
             audit_durability: Durability::Group,
             audit_hmac_key_file: None,
             audit_retention: None,
+            store_cache_bytes: crate::storage::DEFAULT_CACHE_BYTES,
             approval_ttl: Ttl::default(),
+            approval_bounds: Bounds::default(),
             approval_webhook: None,
             rate_limits: LimitConfig::default(),
             kill_switch: false,
@@ -459,6 +468,7 @@ impl Config {
                 "use low, medium, high or critical",
             ));
         }
+        let approval_bounds = approval_bounds(&raw.approvals).map_err(|(m, h)| invalid(m, &h))?;
         let approval_ttl = Ttl {
             default_secs: raw.approvals.ttl_secs.unwrap_or(300),
             by_risk: raw.approvals.ttl_secs_by_risk,
@@ -469,6 +479,19 @@ impl Config {
                 "set `approvals.ttl_secs` (and `ttl_secs_by_risk`) to 1 or more",
             ));
         }
+        let store_cache_bytes = match raw.audit.cache_mb {
+            None => crate::storage::DEFAULT_CACHE_BYTES,
+            Some(mb) if (MIN_CACHE_MB..=MAX_CACHE_MB).contains(&mb) => mb * 1024 * 1024,
+            Some(mb) => {
+                return Err(invalid(
+                    format!("`audit.cache_mb` = {mb} is out of range"),
+                    &format!(
+                        "use {MIN_CACHE_MB} to {MAX_CACHE_MB} (MiB of page cache for the data directory; default {})",
+                        crate::storage::DEFAULT_CACHE_BYTES / (1024 * 1024)
+                    ),
+                ));
+            }
+        };
         let limits = &raw.rate_limits;
         for (name, rate) in [
             ("global", &limits.global),
@@ -566,6 +589,8 @@ impl Config {
         });
         Ok(Config {
             audit_retention,
+            store_cache_bytes,
+            approval_bounds,
             data_dir,
             audit_durability,
             audit_hmac_key_file: raw.audit.hmac_key_file.map(|p| base.join(p)),
@@ -591,6 +616,54 @@ impl Config {
             widening: raw.reload.widening.unwrap_or_default(),
         })
     }
+}
+
+/// Smallest and largest `[audit] cache_mb`: below 4 MiB sled thrashes on every write; above
+/// 64 GiB is a typo, not a sidecar's cache.
+const MIN_CACHE_MB: u64 = 4;
+const MAX_CACHE_MB: u64 = 65_536;
+
+/// `[approvals] max_pending_per_agent` and `max_pending`, each from 1 to [`Bounds::MAX`].
+fn approval_bounds(raw: &RawApprovals) -> Result<Bounds, (String, String)> {
+    let mut bounds = Bounds::default();
+    for (key, value, slot) in [
+        (
+            "max_pending_per_agent",
+            raw.max_pending_per_agent,
+            &mut bounds.per_agent,
+        ),
+        ("max_pending", raw.max_pending, &mut bounds.total),
+    ] {
+        let Some(n) = value else { continue };
+        match usize::try_from(n) {
+            Ok(n) if (1..=Bounds::MAX).contains(&n) => *slot = n,
+            _ => {
+                return Err((
+                    format!("`approvals.{key}` = {n} is out of range"),
+                    format!(
+                        "use 1 to {}: past the bound a call that needs approval is answered 429 instead of queueing another (defaults: {} per agent, {} in total)",
+                        Bounds::MAX,
+                        Bounds::PER_AGENT,
+                        Bounds::TOTAL
+                    ),
+                ));
+            }
+        }
+    }
+    if raw.max_pending_per_agent.is_some()
+        && raw.max_pending.is_some()
+        && bounds.per_agent > bounds.total
+    {
+        return Err((
+            format!(
+                "`approvals.max_pending_per_agent` = {} is above `approvals.max_pending` = {}",
+                bounds.per_agent, bounds.total
+            ),
+            "an agent can never have more pending than the total; lower `max_pending_per_agent`"
+                .to_owned(),
+        ));
+    }
+    Ok(bounds)
 }
 
 /// A webhook section's settings (`[section] webhook_url`, ...); `None` without a URL.

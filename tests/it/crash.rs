@@ -113,7 +113,11 @@ fn client(port: u16, id: u64, stop: &AtomicBool, acked: &Mutex<Acked>) {
 }
 
 fn check(set: &TempSet, acked: &Acked) -> (u64, u64) {
-    let stores = Stores::open_existing(&set.dir.path().join("data")).unwrap();
+    let stores = Stores::open_existing(
+        &set.dir.path().join("data"),
+        toolgate::storage::DEFAULT_CACHE_BYTES,
+    )
+    .unwrap();
     let verdict = verify(stores.audit.as_ref(), &Chain::plain(), None).unwrap();
     let ChainVerdict::Intact { records, .. } = verdict else {
         panic!("chain broken after kill -9: {verdict:?}");

@@ -364,10 +364,14 @@ fn start(
         demo_auth(),
         64 * 1024,
         Arc::new(audit),
-        Arc::new(toolgate::approvals::Approvals::new(
-            stores.approvals,
-            Default::default(),
-        )),
+        Arc::new(
+            toolgate::approvals::Approvals::new(
+                stores.approvals,
+                Default::default(),
+                Default::default(),
+            )
+            .unwrap(),
+        ),
     )
     .with_grants(Arc::new(grants));
     (router(state), store, expired)

@@ -239,10 +239,14 @@ pub fn app_over_audit(audit: std::sync::Arc<toolgate::audit::Audit>) -> Router {
         demo_auth(),
         64 * 1024,
         audit,
-        std::sync::Arc::new(toolgate::approvals::Approvals::new(
-            stores.approvals,
-            toolgate::approvals::Ttl::default(),
-        )),
+        std::sync::Arc::new(
+            toolgate::approvals::Approvals::new(
+                stores.approvals,
+                toolgate::approvals::Ttl::default(),
+                toolgate::approvals::Bounds::default(),
+            )
+            .unwrap(),
+        ),
     ))
 }
 

@@ -1,8 +1,9 @@
 //! No raw secret reaches the disk or the logs: the real binary (debug logging on, known
 //! secrets configured) receives every kind of corpus secret through every route that takes
 //! content — authorize (blocked, masked, pending approval), the five gates, results, and
-//! malformed bodies — then every file under its data directory and its log are searched for
-//! each raw value (and its JSON-escaped form).
+//! malformed bodies — then every file under its data directory, the audit log as exported
+//! (its blocks are deflated on disk) and the server's log are searched for each raw value (and
+//! its JSON-escaped form).
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
@@ -129,6 +130,18 @@ fn no_raw_secret_reaches_the_data_directory_or_the_logs() {
     let mut all = Vec::new();
     files(&set.dir.path().join("data"), &mut all);
     all.push(set.dir.path().join("serve.log"));
+    // Audit blocks are deflated on disk, so their bytes are searched as `audit export` reads
+    // them back.
+    let export = set.dir.path().join("audit.jsonl");
+    let out = toolgate()
+        .args(["audit", "export", "--data-dir"])
+        .arg(set.dir.path().join("data"))
+        .arg("--out")
+        .arg(&export)
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    all.push(export);
     let mut haystack = Vec::new();
     for f in &all {
         haystack.extend(std::fs::read(f).unwrap());
