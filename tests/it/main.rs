@@ -14,6 +14,7 @@ mod audit;
 mod auth;
 mod callgate;
 mod cli;
+mod connections;
 mod corpus;
 mod crash;
 mod decisions;

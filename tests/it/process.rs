@@ -91,6 +91,11 @@ pub fn start_with(set: &TempSet, extra: &str) -> Server {
 
 /// Like [`start_with`], with `env` set for the server.
 pub fn start_with_env(set: &TempSet, extra: &str, env: &[(&str, &str)]) -> Server {
+    start_wrapped(set, extra, env, &[])
+}
+
+/// Like [`start_with_env`], the binary run by `wrapper` (e.g. `prlimit --nofile=256 --`).
+pub fn start_wrapped(set: &TempSet, extra: &str, env: &[(&str, &str)], wrapper: &[&str]) -> Server {
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -105,7 +110,14 @@ pub fn start_with_env(set: &TempSet, extra: &str, env: &[(&str, &str)]) -> Serve
         ),
     )
     .unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+    let mut cmd = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut cmd = Command::new(program);
+            cmd.args(args).arg(env!("CARGO_BIN_EXE_toolgate"));
+            cmd
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_toolgate")),
+    };
     cmd.args(["serve", "--config"])
         .arg(&config)
         .env_remove("RUST_MIN_STACK")
