@@ -2,7 +2,8 @@
 //! whether it may run: allow, deny, or pending human approval, decided by Cedar policies.
 //!
 //! Architecture (one line per module; a request flows top to bottom):
-//! - [`api`]: axum router, handlers, and the one map from errors to HTTP status codes.
+//! - [`api`]: axum router, handlers, the one map from errors to HTTP status codes, and the
+//!   connections (accept loop, cap, head/body/idle deadlines, bounded shutdown).
 //! - [`auth`]: `Authorization: Bearer` → principal (hashed tokens file, JWT, dev mode).
 //! - [`admin`]: the kill switch (every call denied while it is on).
 //! - [`limits`]: token buckets per (principal, tool), per principal and global, before Cedar.

@@ -54,6 +54,10 @@ pub enum ApiError {
     },
     /// Body over the configured limit.
     PayloadTooLarge,
+    /// The body did not arrive within `[server] body_timeout_ms` of the request head.
+    BodyTimeout,
+    /// Every connection slot (`[server] max_connections`) holds a request in progress.
+    TooManyConnections,
     /// Body is not `application/json`.
     UnsupportedMediaType,
     /// Missing or invalid credential: a deny decided at the auth stage.
@@ -179,6 +183,8 @@ impl ApiError {
         match self {
             ApiError::BadRequest { code, .. } | ApiError::ApprovalConflict { code, .. } => code,
             ApiError::PayloadTooLarge => "body_too_large",
+            ApiError::BodyTimeout => "body_timeout",
+            ApiError::TooManyConnections => "too_many_connections",
             ApiError::UnsupportedMediaType => "unsupported_media_type",
             ApiError::Unauthenticated(_) => "unauthenticated",
             ApiError::NotFound => "not_found",
@@ -251,6 +257,7 @@ impl From<JsonRejection> for ApiError {
     fn from(rejection: JsonRejection) -> Self {
         match rejection {
             JsonRejection::MissingJsonContentType(_) => ApiError::UnsupportedMediaType,
+            r if super::serve::timed_out(&r) => ApiError::BodyTimeout,
             r if r.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge,
             JsonRejection::JsonSyntaxError(e) => ApiError::BadRequest {
                 code: "invalid_json",
@@ -324,6 +331,29 @@ impl IntoResponse for ApiError {
                 "the request body is larger than the configured limit",
                 "send smaller arguments; the limit is `max_body_bytes` in the config",
             ),
+            ApiError::BodyTimeout => {
+                let mut resp = plain(
+                    StatusCode::REQUEST_TIMEOUT,
+                    code,
+                    "the request body did not arrive in time",
+                    "send the whole body at once; the limit is `server.body_timeout_ms` in the config",
+                );
+                resp.headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                resp
+            }
+            ApiError::TooManyConnections => {
+                let mut resp = plain(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    code,
+                    "every connection slot holds a request in progress",
+                    "retry shortly; operators: the limit is `server.max_connections` in the config",
+                );
+                let h = resp.headers_mut();
+                h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+                h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                resp
+            }
             ApiError::UnsupportedMediaType => plain(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 code,

@@ -1,6 +1,6 @@
 //! The HTTP API: [`router`] builds the axum router from an [`AppState`], so tests drive it
 //! without a socket. Handlers live in `handlers`; `error` is the only place that picks status
-//! codes.
+//! codes; `serve` owns the connections (cap, timeouts, bounded shutdown).
 
 mod admin;
 mod approvals;
@@ -16,9 +16,11 @@ mod handlers;
 mod metrics;
 mod policies;
 mod results;
+mod serve;
 
 pub use body::{RawCall, RawExplain};
 pub use error::ApiError;
+pub use serve::{BodyTimedOut, RESERVED_FDS, fit_to_fd_limit, raise_fd_limit, serve};
 
 use std::sync::Arc;
 

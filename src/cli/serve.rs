@@ -13,7 +13,7 @@ use std::sync::Arc;
 use super::{Common, render, report_load_error};
 use crate::admin::Admin;
 use crate::anomaly::{Alerts, Monitor};
-use crate::api::{AppState, expire_due, expiry_timer, router};
+use crate::api::{AppState, expire_due, expiry_timer, fit_to_fd_limit, raise_fd_limit, router};
 use crate::approvals::{Approvals, Webhook, WebhookConfig, webhook_origin};
 use crate::audit::now_ms;
 use crate::audit::{Audit, Chain, Retention};
@@ -29,6 +29,8 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
     // First, so that every thread started below inherits the short slice.
     crate::sched::serving();
     let cfg = common.config()?;
+    // Before anything is opened: every connection is a descriptor, and the cap must fit.
+    let server = fit_to_fd_limit(cfg.server, raise_fd_limit());
     // Credentials first: a config without authentication stops before anything is opened.
     let auth = Authenticator::from_config(&cfg.auth).map_err(|e| anyhow::anyhow!(render(&e)))?;
     let stores = Stores::open_with_cache(&cfg.data_dir, cfg.store_cache_bytes)
@@ -184,7 +186,11 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
         let listener = tokio::net::TcpListener::bind(cfg.listen)
             .await
             .with_context(|| format!("cannot listen on {}", cfg.listen))?;
-        tracing::info!(addr = %cfg.listen, "toolgate listening");
+        tracing::info!(
+            addr = %cfg.listen,
+            max_connections = server.max_connections,
+            "toolgate listening"
+        );
         let watcher = Arc::new(PolicyWatcher::spawn_audited(
             store,
             cfg.reload,
@@ -220,9 +226,7 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
             .audit_retention
             .clone()
             .map(|rule| tokio::spawn(retain(audit.clone(), rule)));
-        axum::serve(listener, router(state))
-            .with_graceful_shutdown(shutdown())
-            .await?;
+        crate::api::serve(listener, router(state), server, shutdown()).await;
         drop(watcher);
         expiry.abort();
         grant_expiry.abort();

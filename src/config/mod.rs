@@ -4,6 +4,9 @@
 
 mod exec;
 mod gates;
+mod server;
+
+pub use server::ServerSettings;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -87,6 +90,8 @@ struct RawConfig {
     gates: gates::RawGates,
     #[serde(default)]
     exec: exec::RawExec,
+    #[serde(default)]
+    server: server::RawServer,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -246,6 +251,8 @@ pub struct Config {
     pub gate_rules: Vec<(Gate, GateRules)>,
     /// `[exec]`: running CLI-backed tools.
     pub exec: crate::exec::ExecSettings,
+    /// `[server]`: the connection cap and the connection timeouts.
+    pub server: ServerSettings,
 }
 
 /// The approver webhook, as configured (the secret is read when serving starts).
@@ -343,6 +350,7 @@ impl Config {
                 .map(|g| (g, GateRules::default_for(g)))
                 .collect(),
             exec: crate::exec::ExecSettings::default(),
+            server: ServerSettings::default(),
         })
     }
 
@@ -574,6 +582,7 @@ impl Config {
             exec.protected.extend(j.jwks_file.iter().cloned());
         }
         exec.protected.extend(known_secret_files);
+        let server = server::settings(&raw.server).map_err(|(m, h)| invalid(m, h))?;
         let anomaly = detector_config(raw.anomaly).map_err(|(m, h)| invalid(m, h))?;
         if raw.audit.retain_records == Some(0) || raw.audit.retain_days == Some(0) {
             return Err(invalid(
@@ -604,6 +613,7 @@ impl Config {
             redaction,
             gate_rules,
             exec,
+            server,
             listen,
             sources,
             max_body_bytes,
@@ -852,6 +862,23 @@ mod tests {
             Some(Path::new("/etc/toolgate/t.json"))
         );
         assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+    }
+
+    #[test]
+    fn server_keys_are_read_and_checked() {
+        let c = parse("[server]\nmax_connections = 10\nidle_timeout_ms = 250\n").unwrap();
+        assert_eq!(c.server.max_connections, 10);
+        assert_eq!(c.server.idle_timeout, Duration::from_millis(250));
+        assert_eq!(c.server.header_timeout, Duration::from_secs(10));
+        let e = parse("[server]\nbody_timeout_ms = 99\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`server.body_timeout_ms` = 99 is out of range"),
+            "{e}"
+        );
+        assert!(parse("[server]\nmax_connections = 0\n").is_err());
+        assert!(parse("[server]\nmax_conns = 10\n").is_err());
     }
 
     #[test]

@@ -15,6 +15,7 @@ mod auth;
 mod callgate;
 mod cedar_warnings;
 mod cli;
+mod connections;
 mod corpus;
 mod crash;
 mod decisions;

@@ -97,6 +97,21 @@ pub fn start_with_env(set: &TempSet, extra: &str, env: &[(&str, &str)]) -> Serve
 /// Like [`start_with_env`], with `reload` added to the `[reload]` table (watching and
 /// polling are off there: reloads come from SIGHUP).
 pub fn start_configured(set: &TempSet, extra: &str, reload: &str, env: &[(&str, &str)]) -> Server {
+    start_full(set, extra, reload, env, &[])
+}
+
+/// Like [`start_with_env`], the binary run by `wrapper` (e.g. `prlimit --nofile=256 --`).
+pub fn start_wrapped(set: &TempSet, extra: &str, env: &[(&str, &str)], wrapper: &[&str]) -> Server {
+    start_full(set, extra, "", env, wrapper)
+}
+
+fn start_full(
+    set: &TempSet,
+    extra: &str,
+    reload: &str,
+    env: &[(&str, &str)],
+    wrapper: &[&str],
+) -> Server {
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -111,7 +126,14 @@ pub fn start_configured(set: &TempSet, extra: &str, reload: &str, env: &[(&str, 
         ),
     )
     .unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+    let mut cmd = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut cmd = Command::new(program);
+            cmd.args(args).arg(env!("CARGO_BIN_EXE_toolgate"));
+            cmd
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_toolgate")),
+    };
     cmd.args(["serve", "--config"])
         .arg(&config)
         .env_remove("RUST_MIN_STACK")

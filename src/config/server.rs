@@ -1,0 +1,112 @@
+//! `[server]` → [`ServerSettings`]: how many connections are served at once and how long a
+//! connection may take to send a request head, a request body, or nothing at all between
+//! requests, and how long a shutdown waits for requests in flight. How connections are served
+//! is `crate::api::serve`'s business; this module only checks the numbers.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Default `[server] max_connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Default `[server] header_timeout_ms`.
+pub const DEFAULT_HEADER_TIMEOUT_MS: u64 = 10_000;
+/// Default `[server] body_timeout_ms`.
+pub const DEFAULT_BODY_TIMEOUT_MS: u64 = 30_000;
+/// Default `[server] idle_timeout_ms`.
+pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 60_000;
+/// Default `[server] shutdown_timeout_ms`.
+pub const DEFAULT_SHUTDOWN_TIMEOUT_MS: u64 = 10_000;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawServer {
+    max_connections: Option<usize>,
+    header_timeout_ms: Option<u64>,
+    body_timeout_ms: Option<u64>,
+    idle_timeout_ms: Option<u64>,
+    shutdown_timeout_ms: Option<u64>,
+}
+
+/// Validated `[server]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerSettings {
+    /// Connections served at once. Past it, a new connection takes the place of one that has
+    /// no request in progress, or is answered 503.
+    pub max_connections: usize,
+    /// From accepting a connection, or from the first byte after an idle spell, to the end of
+    /// the request head.
+    pub header_timeout: Duration,
+    /// From the end of the request head to the end of its body.
+    pub body_timeout: Duration,
+    /// Between the end of a response and the first byte of the next request.
+    pub idle_timeout: Duration,
+    /// From the shutdown signal to closing the connections still open.
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        ServerSettings {
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            header_timeout: Duration::from_millis(DEFAULT_HEADER_TIMEOUT_MS),
+            body_timeout: Duration::from_millis(DEFAULT_BODY_TIMEOUT_MS),
+            idle_timeout: Duration::from_millis(DEFAULT_IDLE_TIMEOUT_MS),
+            shutdown_timeout: Duration::from_millis(DEFAULT_SHUTDOWN_TIMEOUT_MS),
+        }
+    }
+}
+
+/// Checks `[server]`; an error names the key and its allowed range.
+pub(super) fn settings(raw: &RawServer) -> Result<ServerSettings, (String, &'static str)> {
+    let d = ServerSettings::default();
+    let max_connections = match raw.max_connections {
+        Some(n) if !(1..=1_000_000).contains(&n) => {
+            return Err((
+                format!("`server.max_connections` = {n} is out of range"),
+                "use a value from 1 to 1000000",
+            ));
+        }
+        Some(n) => n,
+        None => d.max_connections,
+    };
+    let ms = |key: &str, value: Option<u64>, default: Duration, max: u64| match value {
+        Some(v) if !(100..=max).contains(&v) => Err((
+            format!("`server.{key}` = {v} is out of range"),
+            if max == 600_000 {
+                "use a value from 100 to 600000 (milliseconds)"
+            } else {
+                "use a value from 100 to 3600000 (milliseconds)"
+            },
+        )),
+        Some(v) => Ok(Duration::from_millis(v)),
+        None => Ok(default),
+    };
+    Ok(ServerSettings {
+        max_connections,
+        header_timeout: ms(
+            "header_timeout_ms",
+            raw.header_timeout_ms,
+            d.header_timeout,
+            600_000,
+        )?,
+        body_timeout: ms(
+            "body_timeout_ms",
+            raw.body_timeout_ms,
+            d.body_timeout,
+            600_000,
+        )?,
+        idle_timeout: ms(
+            "idle_timeout_ms",
+            raw.idle_timeout_ms,
+            d.idle_timeout,
+            3_600_000,
+        )?,
+        shutdown_timeout: ms(
+            "shutdown_timeout_ms",
+            raw.shutdown_timeout_ms,
+            d.shutdown_timeout,
+            600_000,
+        )?,
+    })
+}
