@@ -324,10 +324,12 @@ fn sandbox(c: &mut Criterion) {
             .map(|p| root.join(p))
             .collect();
     let deny = toolgate::globs::SegmentGlobs::default();
+    let inodes = toolgate::exec::sandbox::inodes(&protected);
     let ex = Exclusions {
         paths: &protected,
         deny: &deny,
         exempt: &[],
+        inodes: &inodes,
     };
     let mut g = c.benchmark_group("sandbox");
     g.bench_function("plan_checkout_root", |b| {

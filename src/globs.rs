@@ -93,6 +93,13 @@ impl SegmentGlobs {
             if e.contains('\\') {
                 return Err(refuse(&e, "`\\` escapes are not supported in entries"));
             }
+            // Git's pathspec globs (the excludes of git tools) must read entries the same way.
+            if e.contains(['{', '}']) || e.contains("[!") || e.contains("[^") {
+                return Err(refuse(
+                    &e,
+                    "`{a,b}` and negated classes are not supported in entries (git tools could not exclude them alike); list each name",
+                ));
+            }
             if matches!(e.as_str(), "." | "..") {
                 return Err(refuse(&e, "`.` and `..` never appear in a normalized path"));
             }
@@ -256,7 +263,17 @@ mod tests {
 
     #[test]
     fn unusable_entries_are_refused() {
-        for bad in ["", "a/b", "**", "[abc", "x\\y", ".."] {
+        for bad in [
+            "",
+            "a/b",
+            "**",
+            "[abc",
+            "x\\y",
+            "..",
+            "*.{pem,key}",
+            "[!a]x",
+            "[^a]x",
+        ] {
             assert!(
                 SegmentGlobs::new([bad.to_owned()]).is_err(),
                 "{bad} accepted"

@@ -136,11 +136,10 @@ impl Jail {
     /// Keeps `paths` (the sidecar's data directory, lock directory, policies, schemas, config
     /// file) out of reach of every tool when they lie below the service root. Paths that do
     /// not exist yet are taken as written.
+    /// `paths` are absolute and canonical (see `exec::sandbox::canonical_set`, which also
+    /// keeps a link's own name beside its target).
     pub fn protect(&mut self, paths: &[PathBuf]) {
-        for p in paths {
-            let abs = p
-                .canonicalize()
-                .unwrap_or_else(|_| std::path::absolute(p).unwrap_or_else(|_| p.clone()));
+        for abs in paths {
             if let Ok(rel) = abs.strip_prefix(&self.service.path)
                 && let Some(rel) = rel.to_str()
             {

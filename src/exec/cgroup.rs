@@ -150,6 +150,11 @@ fn remove_tree(dir: &Path) {
     if let Ok(entries) = std::fs::read_dir(dir) {
         for e in entries.flatten() {
             if e.file_type().is_ok_and(|t| t.is_dir()) {
+                // A run of a sidecar that died may still have processes: end them first.
+                if std::fs::remove_dir(e.path()).is_err() {
+                    kill_members(&e.path());
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
                 let _ = std::fs::remove_dir(e.path());
             }
         }

@@ -60,6 +60,10 @@ pub struct Sandbox {
     pub read: Vec<PathBuf>,
     /// Read, write, create, remove.
     pub write: Vec<PathBuf>,
+    /// List only (the names in a directory, not their contents): directories that hold
+    /// something the program may not reach, so it can still walk past them.
+    #[serde(default)]
+    pub list: Vec<PathBuf>,
     /// Refuse TCP connect and bind (Landlock ABI 4+), beside the network namespace.
     #[serde(default)]
     pub no_tcp: bool,
@@ -187,17 +191,18 @@ fn supervise(spec: &LaunchSpec, out: &mut Outcome) -> Result<(), String> {
     } else {
         "host".to_owned()
     };
+    if out.network == "none" {
+        // No namespace: UDP (and TCP where Landlock is older than ABI 4) would be open.
+        return Err(
+            "cannot give the program a network namespace of its own (needs root or user namespaces); refused"
+                .to_owned(),
+        );
+    }
     out.landlock = match &spec.sandbox {
         Some(sb) => restrict(sb)?,
         None => "off".to_owned(),
     };
-    if spec.isolate_network
-        && out.network == "none"
-        && spec.sandbox.as_ref().is_some_and(|s| s.no_tcp)
-        && out.landlock == "full"
-    {
-        out.network = "landlock".to_owned();
-    }
+
     set_limits(&spec.rlimits)?;
     if spec.probe {
         return Ok(());
@@ -443,12 +448,20 @@ fn isolate_network() -> String {
 /// much the kernel enforced.
 fn restrict(sb: &Sandbox) -> Result<String, String> {
     use landlock::{
-        ABI, Access, AccessFs, AccessNet, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
-        Scope, path_beneath_rules,
+        ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, Ruleset,
+        RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
     };
     let abi = ABI::V6;
     let err = |e: landlock::RulesetError| format!("cannot set up the Landlock sandbox: {e}");
+    // Without ABI 3 a program could truncate a file it may only read (a policy, the tokens):
+    // on such a kernel there is no sandbox, and no run.
     let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::from_all(ABI::V3))
+        .map_err(|e| {
+            format!("this kernel's Landlock cannot refuse truncation (ABI 3, Linux 6.2): {e}")
+        })?
+        .set_compatibility(CompatLevel::BestEffort)
         .handle_access(AccessFs::from_all(abi))
         .map_err(err)?;
     if sb.no_tcp {
@@ -457,21 +470,57 @@ fn restrict(sb: &Sandbox) -> Result<String, String> {
             .handle_access(AccessNet::from_all(abi))
             .map_err(err)?;
     }
-    let status = ruleset
+    let mut created = ruleset
         .scope(Scope::from_all(abi))
         .map_err(err)?
         .create()
-        .map_err(err)?
-        .add_rules(path_beneath_rules(&sb.read, AccessFs::from_read(abi)))
-        .map_err(err)?
-        .add_rules(path_beneath_rules(&sb.write, AccessFs::from_all(abi)))
-        .map_err(err)?
-        .restrict_self()
         .map_err(err)?;
+    for (paths, access) in [
+        (&sb.read, AccessFs::from_read(abi)),
+        (&sb.write, AccessFs::from_all(abi)),
+        (&sb.list, AccessFs::ReadDir.into()),
+    ] {
+        for path in paths {
+            // A path that is gone, or became a link since the plan, grants nothing.
+            let Some((fd, is_file)) = open_rule(path) else {
+                continue;
+            };
+            let access = if is_file {
+                access & AccessFs::from_file(abi)
+            } else {
+                access
+            };
+            if access.is_empty() {
+                continue;
+            }
+            created = created
+                .add_rule(PathBeneath::new(fd, access))
+                .map_err(err)?;
+        }
+    }
+    let status = created.restrict_self().map_err(err)?;
     Ok(match status.ruleset {
         RulesetStatus::FullyEnforced => "full",
         RulesetStatus::PartiallyEnforced => "partial",
         RulesetStatus::NotEnforced => "none",
     }
     .to_owned())
+}
+
+/// Opens a planned path for a rule without following any symbolic link on the way (the
+/// plan never grants one; a link swapped in since would otherwise grant its target), and
+/// says whether it is a file rather than a directory.
+fn open_rule(path: &std::path::Path) -> Option<(std::os::fd::OwnedFd, bool)> {
+    use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
+    let fd = rustix::fs::openat2(
+        rustix::fs::CWD,
+        path,
+        OFlags::PATH | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS,
+    )
+    .ok()?;
+    let stat = rustix::fs::fstat(&fd).ok()?;
+    let is_file = FileType::from_raw_mode(stat.st_mode) != FileType::Directory;
+    Some((fd, is_file))
 }

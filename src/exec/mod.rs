@@ -149,7 +149,7 @@ pub struct Protections {
     /// Every process of a call is killed and reaped when it ends (subreaper launcher).
     pub no_orphans: bool,
     /// How programs are kept off the network unless their manifest declares it:
-    /// `namespace`, `landlock` (TCP refused) or `none`.
+    /// `namespace` (one per run; where none can be made, runs are refused).
     pub network: String,
     /// The user programs run as (`uid:gid`), when the sidecar is root.
     pub run_as: Option<String>,
@@ -206,7 +206,10 @@ pub struct Execution {
 pub struct Runner {
     settings: ExecSettings,
     jail: Jail,
+    /// `/proc/self/fd/N` of `launcher_file`.
     launcher: PathBuf,
+    /// The launcher binary, opened at start and kept open for `launcher` to name.
+    _launcher_file: std::fs::File,
     scratch: PathBuf,
     cgroups: Option<cgroup::Cgroups>,
     protections: Protections,
@@ -236,13 +239,32 @@ impl Runner {
             ))
         })?;
         static RUNNERS: AtomicU64 = AtomicU64::new(0);
+        // A fresh name nobody could have made in advance (create_dir fails if it exists).
         let scratch = std::env::temp_dir().join(format!(
-            "toolgate-exec-{}-{}",
+            "toolgate-exec-{}-{}-{}",
             std::process::id(),
-            RUNNERS.fetch_add(1, Ordering::Relaxed)
+            RUNNERS.fetch_add(1, Ordering::Relaxed),
+            uuid::Uuid::new_v4().simple()
         ));
-        std::fs::create_dir_all(&scratch)
+        std::fs::create_dir(&scratch)
+            .and_then(|()| {
+                use std::os::unix::fs::PermissionsExt;
+                // Runs' users may pass through to their own directories, not list others.
+                std::fs::set_permissions(&scratch, std::fs::Permissions::from_mode(0o711))
+            })
             .map_err(|e| ExecError::Setup(format!("cannot create `{}`: {e}", scratch.display())))?;
+        // The launcher runs unconfined: it is executed through a descriptor opened now, so
+        // replacing the file later changes nothing, and the file joins the protected set.
+        let launcher_file = std::fs::File::open(&launcher).map_err(|e| {
+            ExecError::Setup(format!(
+                "cannot open the launcher `{}`: {e}",
+                launcher.display()
+            ))
+        })?;
+        let launcher_fd = PathBuf::from(format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&launcher_file)
+        ));
         let lock_dir = settings
             .lock_dir
             .clone()
@@ -258,13 +280,21 @@ impl Runner {
                 lock_dir.display()
             ))
         })?;
-        jail.protect(std::slice::from_ref(&lock_dir));
-        jail.protect(&settings.protected);
         let mut protected = settings.protected.clone();
         protected.push(lock_dir.clone());
+        protected.push(launcher.clone());
         let protected = sandbox::canonical_set(&protected);
+        jail.protect(&protected);
+        if let Some(p) = protected.iter().find(|p| jail.root().starts_with(p)) {
+            return Err(ExecError::Setup(format!(
+                "the service root `{}` lies in the protected set (`{}`): tools would reach the sidecar's own files",
+                jail.root().display(),
+                p.display()
+            )));
+        }
         let mut excluded = protected.clone();
-        excluded.extend(sandbox::SYSTEM_SECRETS.iter().map(PathBuf::from));
+        let secrets: Vec<PathBuf> = sandbox::SYSTEM_SECRETS.iter().map(PathBuf::from).collect();
+        excluded.extend(sandbox::canonical_set(&secrets));
         let run_as = rustix::process::geteuid()
             .is_root()
             .then(|| settings.run_as.unwrap_or(NOBODY));
@@ -292,7 +322,8 @@ impl Runner {
             run_as,
             settings,
             jail,
-            launcher,
+            launcher: launcher_fd,
+            _launcher_file: launcher_file,
             scratch,
             cgroups,
             seq: AtomicU64::new(0),
@@ -454,48 +485,50 @@ impl Runner {
             return Ok(None);
         }
         let root = self.jail.root().to_path_buf();
-        let below = |rel: &String| -> Result<PathBuf, ExecError> {
-            let p = if rel == "." {
-                root.clone()
-            } else {
-                root.join(rel)
-            };
-            // A declared path reached through a link elsewhere is granted nothing.
-            Ok(match p.canonicalize() {
-                Ok(c) if c.starts_with(&root) => c,
-                _ => p,
-            })
-        };
-        let writes: Vec<PathBuf> = access.writes.iter().map(below).collect::<Result<_, _>>()?;
-        let mut exempt: Vec<PathBuf> = access.reads.iter().map(below).collect::<Result<_, _>>()?;
-        exempt.extend(writes.iter().cloned());
+        let declared = |rel: &String| declared(&root, rel);
+        // `reads` alone exempts from the deny list; `writes` are walked like the root.
+        let exempt: Vec<PathBuf> = access.reads.iter().filter_map(declared).collect();
+        let writes: Vec<PathBuf> = access.writes.iter().filter_map(declared).collect();
         let excluded = self.excluded.clone();
         let deny = self.jail.deny().clone();
         let shared: Vec<PathBuf> = self.jail.shared().map(Path::to_path_buf).collect();
         let read_paths = self.settings.read_paths.clone();
         let write_paths = self.settings.write_paths.clone();
         let cgroup = self.cgroups.as_ref().map(|c| c.base().to_path_buf());
-        let no_tcp = !access.network;
+        let network = access.network;
+        let run_as = self.run_as;
         tokio::task::spawn_blocking(move || {
+            // A declared directory that is not there yet is made, for the run's user.
+            for dir in &writes {
+                if std::fs::symlink_metadata(dir).is_err()
+                    && std::fs::create_dir(dir).is_ok()
+                    && let Some(who) = run_as
+                {
+                    let _ = std::os::unix::fs::chown(dir, Some(who.uid), Some(who.gid));
+                }
+            }
+            let inodes = sandbox::inodes(&excluded);
             let ex = sandbox::Exclusions {
                 paths: &excluded,
                 deny: &deny,
                 exempt: &exempt,
+                inodes: &inodes,
             };
             let mut read = sandbox::Plan::default();
             for dir in sandbox::SYSTEM_READ.iter().chain(&sandbox::DEVICES) {
                 read.add(Path::new(dir), &ex, false)?;
+            }
+            if network {
+                // Name resolution: `/etc/resolv.conf` often links below `/run`.
+                if let Ok(conf) = Path::new("/etc/resolv.conf").canonicalize() {
+                    read.add(&conf, &ex, false)?;
+                }
             }
             for dir in &read_paths {
                 read.add(dir, &ex, false)?;
             }
             for dir in shared.iter().chain(std::iter::once(&root)) {
                 read.add(dir, &ex, true)?;
-            }
-            for dir in &exempt {
-                if !read.grants.iter().any(|g| dir.starts_with(g)) {
-                    read.add(dir, &ex, true)?;
-                }
             }
             if let Some(cg) = cgroup {
                 read.add(&cg, &ex, false)?;
@@ -506,15 +539,13 @@ impl Runner {
                 write.add(dir, &ex, false)?;
             }
             for dir in &writes {
-                // Only below the root: a declared path that resolves elsewhere is not granted.
-                if dir.starts_with(&root) {
-                    write.add(dir, &ex, true)?;
-                }
+                write.add(dir, &ex, true)?;
             }
             Ok::<_, sandbox::PlanError>(Some(Sandbox {
                 read: read.grants,
                 write: write.grants,
-                no_tcp,
+                list: read.split,
+                no_tcp: !network,
             }))
         })
         .await
@@ -607,6 +638,17 @@ impl Runner {
             Keep::Tail => (0, max),
             Keep::Both => (max / 2, max - max / 2),
         };
+        if ex.git.is_some() {
+            // `.git` could be anything (an empty directory makes git compare plain files):
+            // git itself must agree that this is a work tree.
+            let argv = vec!["rev-parse".to_owned(), "--is-inside-work-tree".to_owned()];
+            let ran = self.attempt(&job, argv, 10_000, (64, 0), cancel).await?;
+            let yes = ran.outcome.as_ref().and_then(|o| o.exit_code) == Some(0)
+                && ran.stdout.parts().0.starts_with(b"true");
+            if !yes {
+                return Err(ExecError::NotAWorkTree);
+            }
+        }
         for (name, value) in &job.revisions {
             let argv = vec![
                 "rev-parse".to_owned(),
@@ -635,8 +677,14 @@ impl Runner {
                     .retry
                     .backoff_ms
                     .saturating_mul(1 << (attempt - 1).min(10));
-                tokio::time::sleep(Duration::from_millis(wait)).await;
-                continue;
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(wait)) => {}
+                    // Hung up during the backoff: no further attempt.
+                    () = cancel.cancelled() => {}
+                }
+                if !cancel.is_cancelled() {
+                    continue;
+                }
             }
             return Ok(Execution {
                 stdout: output::assemble(&ran.stdout, &ex.truncate),
@@ -754,6 +802,21 @@ impl Runner {
             }
         }
         env
+    }
+}
+
+/// `rel` (a manifest's `sandbox` entry) below `root`, if it is reached without a link: its
+/// canonical form must be itself, or, when it does not exist yet, its parent's must be.
+/// Anything else is granted nothing.
+fn declared(root: &Path, rel: &String) -> Option<PathBuf> {
+    if rel == "." {
+        return None;
+    }
+    let p = root.join(rel);
+    let exact = |q: &Path| q.canonicalize().is_ok_and(|c| c == q);
+    match std::fs::symlink_metadata(&p) {
+        Ok(_) => exact(&p).then_some(p),
+        Err(_) => p.parent().is_some_and(exact).then_some(p),
     }
 }
 

@@ -118,7 +118,9 @@ pub async fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
-        .kill_on_drop(true)
+        // Never killed on drop: a SIGKILLed launcher cannot clean up. Dropping its pipe
+        // (with this future) is what tells it to stop, and it then ends the run itself.
+        .kill_on_drop(false)
         .spawn()
         .map_err(|source| RunError::Launcher {
             path: launcher.display().to_string(),

@@ -81,6 +81,9 @@ pub struct Exclusions<'a> {
     pub deny: &'a SegmentGlobs,
     /// Absolute paths below a root granted whole although deny-listed (the tool's `reads`).
     pub exempt: &'a [PathBuf],
+    /// Inode numbers of the protected files: another name of one (a hard link) is not
+    /// granted either.
+    pub inodes: &'a std::collections::HashSet<u64>,
 }
 
 /// The paths to grant.
@@ -88,6 +91,9 @@ pub struct Exclusions<'a> {
 pub struct Plan {
     /// Entries to grant, each with everything beneath it.
     pub grants: Vec<PathBuf>,
+    /// Directories that were split: their names may be listed, nothing more, so a program
+    /// can still walk past what it may not reach.
+    pub split: Vec<PathBuf>,
     /// Entries looked at.
     pub walked: usize,
 }
@@ -131,10 +137,14 @@ impl Plan {
         if !walk_all && !holds_excluded(dir, ex.paths) {
             return Ok(true);
         }
-        let entries = std::fs::read_dir(dir).map_err(|e| PlanError::Io {
-            path: dir.display().to_string(),
-            message: e.to_string(),
-        })?;
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            // Unreadable here (permissions): granted nothing, so nothing unseen is granted.
+            return Ok(false);
+        };
+        // Only excluded and exempt paths inside this directory can match its entries (the
+        // directory itself is neither): looked up once here, not per entry.
+        let near: Vec<&PathBuf> = ex.paths.iter().filter(|p| p.starts_with(dir)).collect();
+        let near_exempt: Vec<&PathBuf> = ex.exempt.iter().filter(|p| p.starts_with(dir)).collect();
         let mut whole = true;
         let mut granted = Vec::new();
         for entry in entries {
@@ -148,17 +158,25 @@ impl Plan {
             }
             let path = entry.path();
             let name = entry.file_name();
-            let denied = walk_all
-                && name.to_str().is_none_or(|n| ex.deny.matches(n))
-                && !ex.exempt.iter().any(|e| e == &path || path.starts_with(e));
-            if denied || excluded(&path, ex.paths) {
-                whole = false;
-                continue;
-            }
             let Ok(kind) = entry.file_type() else {
                 whole = false;
                 continue;
             };
+            if !kind.is_dir()
+                && ex
+                    .inodes
+                    .contains(&std::os::unix::fs::DirEntryExt::ino(&entry))
+            {
+                whole = false;
+                continue;
+            }
+            let denied = walk_all
+                && name.to_str().is_none_or(|n| ex.deny.matches(n))
+                && !near_exempt.iter().any(|e| **e == path);
+            if denied || near.iter().any(|p| **p == path) {
+                whole = false;
+                continue;
+            }
             if kind.is_symlink() {
                 // Not granted: whatever it points to is granted (or not) where it lies.
                 continue;
@@ -177,6 +195,7 @@ impl Plan {
         }
         if !whole {
             out.extend(granted);
+            self.split.push(dir.to_path_buf());
         }
         Ok(whole)
     }
@@ -190,6 +209,32 @@ fn excluded(path: &Path, paths: &[PathBuf]) -> bool {
 /// Whether an excluded path lies strictly beneath `dir`, or is `dir` itself.
 fn holds_excluded(dir: &Path, paths: &[PathBuf]) -> bool {
     paths.iter().any(|p| p.starts_with(dir))
+}
+
+/// The inode numbers of the regular files in `paths` and below them (at most `MAX_ENTRIES`
+/// looked at), so that another name of one is never granted.
+pub fn inodes(paths: &[PathBuf]) -> std::collections::HashSet<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = std::collections::HashSet::new();
+    let mut stack: Vec<PathBuf> = paths.to_vec();
+    let mut seen = 0usize;
+    while let Some(p) = stack.pop() {
+        seen += 1;
+        if seen > MAX_ENTRIES {
+            break;
+        }
+        let Ok(meta) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        if meta.is_dir() {
+            if let Ok(rd) = std::fs::read_dir(&p) {
+                stack.extend(rd.flatten().map(|e| e.path()));
+            }
+        } else if meta.is_file() {
+            out.insert(meta.ino());
+        }
+    }
+    out
 }
 
 /// The absolute, canonical form of each path (as written, made absolute, where it does not
@@ -247,10 +292,12 @@ mod tests {
         let protected = vec![root.join("a/c")];
         let deny = SegmentGlobs::default();
         let exempt = vec![root.join("node_modules")];
+        let inodes = std::collections::HashSet::new();
         let ex = Exclusions {
             paths: &protected,
             deny: &deny,
             exempt: &exempt,
+            inodes: &inodes,
         };
         let mut plan = Plan::default();
         plan.add(&root, &ex, true).unwrap();

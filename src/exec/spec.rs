@@ -461,13 +461,15 @@ fn compile_access(raw: RawAccess) -> Result<Access, CompileError> {
     let paths = |key: &str, list: Vec<String>| -> Result<Vec<String>, CompileError> {
         list.into_iter()
             .map(|p| {
-                crate::tools::normalize_path(&p).map_err(|e| {
-                    (
-                        format!("`executor.sandbox.{key}` entry `{p}`: {e}"),
-                        "paths relative to the service root, e.g. `target` or `node_modules`"
-                            .to_owned(),
-                    )
-                })
+                let help = || "paths below the service root, e.g. `target` or `node_modules` (never the root itself)".to_owned();
+                match crate::tools::normalize_path(&p) {
+                    Ok(n) if n == "." => Err((
+                        format!("`executor.sandbox.{key}` entry `{p}` names the whole service root"),
+                        help(),
+                    )),
+                    Ok(n) => Ok(n),
+                    Err(e) => Err((format!("`executor.sandbox.{key}` entry `{p}`: {e}"), help())),
+                }
             })
             .collect()
     };

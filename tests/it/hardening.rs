@@ -52,18 +52,22 @@ fn add_tools(set: &TempSet, tools: &[Value]) {
 }
 
 /// Each probe: a label and a shell command; the program prints `YES:label` or `NO:label`.
-const PROBES: [(&str, &str); 17] = [
+const PROBES: [(&str, &str); 18] = [
     ("read_plain", "cat notes.txt"),
     ("write_declared", "echo x > out/result.txt"),
+    ("list_root", "ls ."),
     ("read_policy", "cat policies/roles.cedar"),
-    ("list_policies", "ls policies"),
+    (
+        "write_via_declared_link",
+        "echo 'permit (principal, action, resource);' > linkout/zz-evil.cedar",
+    ),
+    ("read_hard_link", "cat innocent.txt"),
     (
         "write_policy",
         "echo 'permit (principal, action, resource);' > policies/zz-evil.cedar",
     ),
     ("read_schema", "cat schemas/toolgate.cedarschema"),
     ("read_config", "cat toolgate.toml"),
-    ("list_data", "ls data"),
     ("read_tokens", "cat TOKENS"),
     ("read_env", "cat .env"),
     ("read_key", "cat keys/ID_RSA.pem"),
@@ -112,7 +116,7 @@ fn programs_reach_only_what_their_manifest_declares() {
                 "probe",
                 json!({}),
                 json!({"program": "sh", "argv": ["-c", script],
-                       "sandbox": {"writes": ["out"]}}),
+                       "sandbox": {"writes": ["out", "linkout"]}}),
             ),
             manifest(
                 "probe_net",
@@ -128,6 +132,11 @@ fn programs_reach_only_what_their_manifest_declares() {
         "[exec]\nroot = \".\"\nprograms = [\"sh\", \"bash\", \"git\", \"printf\", \"npm\"]\ngrace_ms = 300\n",
     );
     std::fs::write(root.join("port.txt"), server.port.to_string()).unwrap();
+    // A declared writable path that is a link into the protected set, and another name (a
+    // hard link) of a protected file.
+    std::os::unix::fs::symlink(set.policies(), root.join("linkout")).unwrap();
+    std::fs::write(root.join("data/secret.txt"), "SECRET").unwrap();
+    std::fs::hard_link(root.join("data/secret.txt"), root.join("innocent.txt")).unwrap();
     let before: Vec<_> = std::fs::read_dir(set.policies())
         .unwrap()
         .map(|e| e.unwrap().file_name())
@@ -144,7 +153,7 @@ fn programs_reach_only_what_their_manifest_declares() {
     assert_eq!(s, 200, "{v}");
     let out = v["data"].as_str().unwrap_or_default().to_owned();
     for (label, _) in PROBES {
-        let expected = if matches!(label, "read_plain" | "write_declared") {
+        let expected = if matches!(label, "read_plain" | "write_declared" | "list_root") {
             format!("YES:{label}")
         } else {
             format!("NO:{label}")
@@ -298,7 +307,9 @@ async fn git_tools_stay_in_the_work_tree_and_off_deny_listed_files() {
 
     // Outside a work tree git would compare plain files (no-index): refused, whatever the
     // root holds, also when a repository lies above the root.
-    for plain in [t.path().join("plain"), root.join("conf")] {
+    let empty_git = t.path().join("empty-git");
+    std::fs::create_dir_all(empty_git.join(".git")).unwrap();
+    for plain in [t.path().join("plain"), root.join("conf"), empty_git] {
         std::fs::create_dir_all(&plain).unwrap();
         std::fs::write(plain.join("a.txt"), "a").unwrap();
         let app = shipped_rig(&plain).await;
