@@ -213,6 +213,21 @@ fn supervise(spec: &LaunchSpec, out: &mut Outcome) -> Result<(), String> {
         // std drops the supplementary groups when root changes user.
         command.uid(who.uid).gid(who.gid);
     }
+    if spec.sandbox.is_some() {
+        // The program gets a Landlock layer of its own that scopes signals and abstract
+        // sockets: the launcher then lies outside the program's domain, so the program can
+        // neither signal, nor ptrace, nor read `/proc` of its launcher, even as the same
+        // user (which would end the deadline and the cleanup).
+        #[allow(unsafe_code)]
+        // SAFETY: the launcher is single-threaded (`exec-child` is dispatched before anything
+        // starts a thread), so the forked child may allocate; the hook only builds a ruleset
+        // and makes Landlock's syscalls, and reports failure as an error (no run then).
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+                scope_layer().map_err(std::io::Error::other)
+            });
+        }
+    }
     let child = command
         .args(&spec.argv)
         .env_clear()
@@ -505,6 +520,31 @@ fn restrict(sb: &Sandbox) -> Result<String, String> {
         RulesetStatus::NotEnforced => "none",
     }
     .to_owned())
+}
+
+/// A Landlock layer that handles no file access, only the signal and abstract-socket scopes
+/// (ABI 6; a kernel without them gets nothing, as it does for the launcher's own layer).
+fn scope_layer() -> Result<(), String> {
+    use landlock::{ABI, Access, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope};
+    let abi = ABI::V6;
+    let err = |e: landlock::RulesetError| format!("cannot scope the program: {e}");
+    // Handling `Refer` and granting it everywhere changes no file access (the launcher's
+    // layer still decides) but gives older ABIs a ruleset they accept.
+    Ruleset::default()
+        .handle_access(AccessFs::Refer)
+        .map_err(err)?
+        .scope(Scope::from_all(abi))
+        .map_err(err)?
+        .create()
+        .map_err(err)?
+        .add_rule(landlock::PathBeneath::new(
+            landlock::PathFd::new("/").map_err(|e| format!("cannot scope the program: {e}"))?,
+            AccessFs::Refer,
+        ))
+        .map_err(err)?
+        .restrict_self()
+        .map_err(err)?;
+    Ok(())
 }
 
 /// Opens a planned path for a rule without following any symbolic link on the way (the

@@ -570,3 +570,54 @@ async fn the_protected_set_holds_every_file_the_config_names() {
         "{v}"
     );
 }
+
+/// The launcher as the sidecar starts it, with no other user to hide behind (`run_as`
+/// unset): the program it starts cannot kill it, so the deadline and the cleanup hold.
+#[test]
+fn a_program_cannot_signal_its_launcher() {
+    use std::io::Read as _;
+    let spec = json!({
+        "nonce": "n0nce",
+        "program": "/bin/sh",
+        "argv": ["-c", "kill -9 $PPID && echo KILLED || echo REFUSED"],
+        "cwd": "/tmp",
+        "env": [["PATH", "/usr/bin:/bin"]],
+        "timeout_ms": 5000,
+        "grace_ms": 200,
+        "rlimits": {"cpu_secs": 5, "address_space_bytes": 4_294_967_296u64,
+                    "file_size_bytes": 1_048_576, "processes": u64::MAX, "open_files": 256},
+        "sandbox": {"read": ["/usr", "/lib", "/lib64", "/etc", "/tmp", "/proc"], "write": ["/dev/null"]},
+        "cgroup": null,
+        "run_as": null,
+        "isolate_network": false,
+    });
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .arg("exec-child")
+        .env_clear()
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{spec}").unwrap();
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    drop(stdin);
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(out.trim(), "REFUSED", "stderr: {err}");
+    assert!(status.success(), "the launcher survived: {status:?} {err}");
+    assert!(err.contains("n0nce {"), "the launcher reported: {err}");
+}
