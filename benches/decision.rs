@@ -330,12 +330,25 @@ fn sandbox(c: &mut Criterion) {
         deny: &deny,
         exempt: &[],
         inodes: &inodes,
+        cache: None,
+    };
+    let cache = toolgate::exec::sandbox::DirCache::default();
+    let cached = Exclusions {
+        cache: Some(&cache),
+        ..ex
     };
     let mut g = c.benchmark_group("sandbox");
     g.bench_function("plan_checkout_root", |b| {
         b.iter(|| {
             let mut plan = Plan::default();
             plan.add(&root, &ex, true).unwrap();
+            plan.grants.len()
+        })
+    });
+    g.bench_function("plan_checkout_root_cached", |b| {
+        b.iter(|| {
+            let mut plan = Plan::default();
+            plan.add(&root, &cached, true).unwrap();
             plan.grants.len()
         })
     });

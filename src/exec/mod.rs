@@ -217,6 +217,8 @@ pub struct Runner {
     excluded: Vec<PathBuf>,
     /// Who programs run as (set when the sidecar is root).
     run_as: Option<RunAs>,
+    /// Directory listings below the roots, kept between plans.
+    dir_cache: Arc<sandbox::DirCache>,
     slots: Arc<tokio::sync::Semaphore>,
     seq: AtomicU64,
     locks: crate::files::Locks,
@@ -320,6 +322,7 @@ impl Runner {
             },
             excluded,
             run_as,
+            dir_cache: Arc::default(),
             settings,
             jail,
             launcher: launcher_fd,
@@ -497,6 +500,7 @@ impl Runner {
         let cgroup = self.cgroups.as_ref().map(|c| c.base().to_path_buf());
         let network = access.network;
         let run_as = self.run_as;
+        let cache = Arc::clone(&self.dir_cache);
         tokio::task::spawn_blocking(move || {
             // A declared directory that is not there yet is made, for the run's user.
             for dir in &writes {
@@ -513,6 +517,7 @@ impl Runner {
                 deny: &deny,
                 exempt: &exempt,
                 inodes: &inodes,
+                cache: Some(&cache),
             };
             let mut read = sandbox::Plan::default();
             for dir in sandbox::SYSTEM_READ.iter().chain(&sandbox::DEVICES) {

@@ -84,6 +84,8 @@ pub struct Exclusions<'a> {
     /// Inode numbers of the protected files: another name of one (a hard link) is not
     /// granted either.
     pub inodes: &'a std::collections::HashSet<u64>,
+    /// Listings kept from earlier plans (`None`: list every directory).
+    pub cache: Option<&'a DirCache>,
 }
 
 /// The paths to grant.
@@ -137,7 +139,7 @@ impl Plan {
         if !walk_all && !holds_excluded(dir, ex.paths) {
             return Ok(true);
         }
-        let Ok(entries) = std::fs::read_dir(dir) else {
+        let Some(listing) = list(dir, ex) else {
             // Unreadable here (permissions): granted nothing, so nothing unseen is granted.
             return Ok(false);
         };
@@ -147,50 +149,34 @@ impl Plan {
         let near_exempt: Vec<&PathBuf> = ex.exempt.iter().filter(|p| p.starts_with(dir)).collect();
         let mut whole = true;
         let mut granted = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(|e| PlanError::Io {
-                path: dir.display().to_string(),
-                message: e.to_string(),
-            })?;
+        for entry in &listing.entries {
             self.walked += 1;
             if self.walked > MAX_ENTRIES {
                 return Err(PlanError::TooLarge(dir.display().to_string()));
             }
-            let path = entry.path();
-            let name = entry.file_name();
-            let Ok(kind) = entry.file_type() else {
-                whole = false;
-                continue;
-            };
-            if !kind.is_dir()
-                && ex
-                    .inodes
-                    .contains(&std::os::unix::fs::DirEntryExt::ino(&entry))
-            {
+            let path = dir.join(&entry.name);
+            if entry.kind != Kind::Dir && ex.inodes.contains(&entry.ino) {
                 whole = false;
                 continue;
             }
-            let denied = walk_all
-                && name.to_str().is_none_or(|n| ex.deny.matches(n))
-                && !near_exempt.iter().any(|e| **e == path);
-            if denied || near.iter().any(|p| **p == path) {
+            let denied = walk_all && entry.denied && !near_exempt.iter().any(|e| **e == path);
+            if denied || entry.kind == Kind::Unknown || near.iter().any(|p| **p == path) {
                 whole = false;
                 continue;
             }
-            if kind.is_symlink() {
+            match entry.kind {
                 // Not granted: whatever it points to is granted (or not) where it lies.
-                continue;
-            }
-            if kind.is_dir() {
-                let mut below = Vec::new();
-                if self.cover(&path, ex, walk_all, &mut below)? {
-                    granted.push(path);
-                } else {
-                    whole = false;
-                    granted.extend(below);
+                Kind::Link | Kind::Unknown => {}
+                Kind::Dir => {
+                    let mut below = Vec::new();
+                    if self.cover(&path, ex, walk_all, &mut below)? {
+                        granted.push(path);
+                    } else {
+                        whole = false;
+                        granted.extend(below);
+                    }
                 }
-            } else {
-                granted.push(path);
+                Kind::Other => granted.push(path),
             }
         }
         if !whole {
@@ -199,6 +185,108 @@ impl Plan {
         }
         Ok(whole)
     }
+}
+
+/// What a directory held when it was listed.
+#[derive(Debug)]
+struct Listing {
+    entries: Vec<Entry>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    name: std::ffi::OsString,
+    kind: Kind,
+    ino: u64,
+    /// The name matches the deny list (or is not UTF-8).
+    denied: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Dir,
+    Link,
+    /// A file, device, FIFO or socket: granted as itself.
+    Other,
+    /// Its type could not be read: granted nothing.
+    Unknown,
+}
+
+/// Listings of directories below the roots, kept between runs: a directory whose inode and
+/// change times are those of its listing is not read again. Its entries cannot have changed
+/// then (creating, removing or renaming an entry updates them). A directory changed within
+/// the last two seconds is listed afresh every time, so a change within the clock's
+/// granularity is never missed.
+#[derive(Debug, Default)]
+pub struct DirCache {
+    map: std::sync::Mutex<std::collections::HashMap<PathBuf, (Stamp, std::sync::Arc<Listing>)>>,
+}
+
+/// A directory's identity and change times, nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+}
+
+/// Listings kept at most (beyond, the cache starts over).
+const MAX_CACHED_DIRS: usize = 100_000;
+
+fn stamp(meta: &std::fs::Metadata) -> Stamp {
+    use std::os::unix::fs::MetadataExt;
+    Stamp {
+        dev: meta.dev(),
+        ino: meta.ino(),
+        mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+        ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+    }
+}
+
+/// The entries of `dir`, from the cache when it still holds them; `None`: unreadable.
+fn list(dir: &Path, ex: &Exclusions) -> Option<std::sync::Arc<Listing>> {
+    let meta = std::fs::symlink_metadata(dir).ok()?;
+    let now = stamp(&meta);
+    if let Some(cache) = ex.cache
+        && let Ok(map) = cache.map.lock()
+        && let Some((seen, listing)) = map.get(dir)
+        && *seen == now
+    {
+        return Some(std::sync::Arc::clone(listing));
+    }
+    let mut entries = Vec::new();
+    for entry in std::fs::read_dir(dir).ok()? {
+        let entry = entry.ok()?;
+        let name = entry.file_name();
+        let kind = match entry.file_type() {
+            Ok(t) if t.is_symlink() => Kind::Link,
+            Ok(t) if t.is_dir() => Kind::Dir,
+            Ok(_) => Kind::Other,
+            Err(_) => Kind::Unknown,
+        };
+        entries.push(Entry {
+            denied: name.to_str().is_none_or(|n| ex.deny.matches(n)),
+            ino: std::os::unix::fs::DirEntryExt::ino(&entry),
+            kind,
+            name,
+        });
+    }
+    let listing = std::sync::Arc::new(Listing { entries });
+    let settled = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i128::try_from(d.as_nanos()).unwrap_or(i128::MAX))
+        .is_ok_and(|t| t - now.mtime_ns.max(now.ctime_ns) > 2_000_000_000);
+    if settled
+        && let Some(cache) = ex.cache
+        && let Ok(mut map) = cache.map.lock()
+    {
+        if map.len() >= MAX_CACHED_DIRS {
+            map.clear();
+        }
+        map.insert(dir.to_path_buf(), (now, std::sync::Arc::clone(&listing)));
+    }
+    Some(listing)
 }
 
 /// Whether `path` is an excluded path or lies beneath one.
@@ -272,6 +360,36 @@ mod tests {
     use super::*;
 
     #[test]
+    fn cached_listings_never_hide_a_change() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::write(root.join("a/b/x.txt"), "x").unwrap();
+        let deny = SegmentGlobs::default();
+        let inodes = std::collections::HashSet::new();
+        let cache = DirCache::default();
+        let ex = Exclusions {
+            paths: &[],
+            deny: &deny,
+            exempt: &[],
+            inodes: &inodes,
+            cache: Some(&cache),
+        };
+        let plan = |ex: &Exclusions| {
+            let mut p = Plan::default();
+            p.add(&root, ex, true).unwrap();
+            p.grants
+        };
+        // Settled (older than the clock's granularity allowance): listed once, then kept.
+        std::thread::sleep(std::time::Duration::from_millis(2100));
+        assert_eq!(plan(&ex), [root.clone()]);
+        assert_eq!(cache.map.lock().unwrap().len(), 3);
+        // A secret appears deep down: its directory changed, so it is listed again.
+        std::fs::write(root.join("a/b/.env"), "S").unwrap();
+        assert_eq!(plan(&ex), [root.join("a/b/x.txt")]);
+    }
+
+    #[test]
     fn excluded_entries_split_their_ancestors_only() {
         let t = tempfile::tempdir().unwrap();
         let root = t.path().canonicalize().unwrap();
@@ -298,6 +416,7 @@ mod tests {
             deny: &deny,
             exempt: &exempt,
             inodes: &inodes,
+            cache: None,
         };
         let mut plan = Plan::default();
         plan.add(&root, &ex, true).unwrap();
