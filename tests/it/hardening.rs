@@ -248,35 +248,38 @@ fn git_repo(root: &Path) {
     git(&["commit", "-q", "-m", "two"]);
 }
 
-async fn shipped_rig(root: &Path) -> axum::Router {
+/// The real binary serving the shipped tools over `root`.
+fn serve_over(root: &Path) -> (TempSet, Server) {
     let set = TempSet::new();
-    let mut sources = set.sources();
-    sources.programs = shipped_programs();
-    let snap = load(&sources).expect("shipped set loads").snapshot;
-    let settings = ExecSettings {
-        root: Some(root.to_path_buf()),
-        programs: sources.programs.clone(),
-        grace_ms: 300,
-        ..ExecSettings::default()
-    };
-    let runner = Runner::start(settings, env!("CARGO_BIN_EXE_toolgate").into())
-        .await
-        .unwrap();
-    assert_eq!(runner.protections().error, None);
-    let state = AppState::new(snap, demo_auth(), 64 * 1024)
-        .unwrap()
-        .with_exec(runner);
-    router(state)
+    let server = start_with(
+        &set,
+        &format!(
+            "[exec]\nroot = \"{}\"\nprograms = [\"git\", \"printf\", \"npm\"]\ngrace_ms = 300\n",
+            root.display()
+        ),
+    );
+    (set, server)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn git_tools_stay_in_the_work_tree_and_off_deny_listed_files() {
+fn run_tool(server: &Server, tool: &str, args: Value) -> (u16, Value) {
+    exchange(
+        server.port,
+        "POST",
+        "/v1/execute",
+        Some(DEV),
+        Some(&json!({"tool": tool, "args": args})),
+    )
+    .unwrap()
+}
+
+#[test]
+fn git_tools_stay_in_the_work_tree_and_off_deny_listed_files() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path().join("repo");
     std::fs::create_dir(&root).unwrap();
     std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     git_repo(&root);
-    let app = shipped_rig(&root).await;
+    let (_set, server) = serve_over(&root);
 
     // The change to readme.md is shown; the tracked secrets are not, in any case of name.
     for args in [
@@ -284,39 +287,50 @@ async fn git_tools_stay_in_the_work_tree_and_off_deny_listed_files() {
         json!({"rev": "HEAD~1", "path": "."}),
         json!({"rev": "HEAD~1", "path": "conf"}),
     ] {
-        let (s, v) = execute(&app, DEV, "git_diff", args.clone()).await;
-        assert_eq!(s, StatusCode::OK, "{args}: {v}");
+        let (s, v) = run_tool(&server, "git_diff", args.clone());
+        assert_eq!(s, 200, "{args}: {v}");
         let text = v["data"].as_str().unwrap_or_default();
         assert!(!text.contains("s3cret"), "{args}: {text}");
         if args.get("path").is_none() {
             assert!(text.contains("hello again"), "{args}: {v}");
         }
     }
-    let (s, v) = execute(&app, DEV, "git_log", json!({"rev": "HEAD"})).await;
-    assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, v) = run_tool(&server, "git_log", json!({"rev": "HEAD"}));
+    assert_eq!(s, 200, "{v}");
     assert!(
         v["data"].as_str().unwrap_or_default().contains(" two"),
         "{v}"
     );
+    // An untracked file at the top is seen (the root is split around `.git`, not hidden).
+    std::fs::write(root.join("new.txt"), "n").unwrap();
+    let (s, v) = run_tool(&server, "git_status", json!({}));
+    assert_eq!(s, 200, "{v}");
+    assert!(
+        v["data"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("?? new.txt"),
+        "{v}"
+    );
     // A revision that is not a commit (the empty tree, a file, garbage) is refused.
     for rev in ["4b825dc642cb6eb9a060e54bf8d69288fbee4904", "nope", "HEAD~9"] {
-        let (s, v) = execute(&app, DEV, "git_diff", json!({"rev": rev})).await;
-        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{rev}: {v}");
+        let (s, v) = run_tool(&server, "git_diff", json!({"rev": rev}));
+        assert_eq!(s, 422, "{rev}: {v}");
         assert_eq!(v["error"]["code"], "invalid_revision", "{rev}: {v}");
     }
 
     // Outside a work tree git would compare plain files (no-index): refused, whatever the
-    // root holds, also when a repository lies above the root.
+    // root holds, also when a repository lies above the root or `.git` is empty.
     let empty_git = t.path().join("empty-git");
     std::fs::create_dir_all(empty_git.join(".git")).unwrap();
     for plain in [t.path().join("plain"), root.join("conf"), empty_git] {
         std::fs::create_dir_all(&plain).unwrap();
         std::fs::write(plain.join("a.txt"), "a").unwrap();
-        let app = shipped_rig(&plain).await;
-        let (s, v) = execute(&app, DEV, "git_diff", json!({"path": "a.txt"})).await;
-        assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+        let (_set, server) = serve_over(&plain);
+        let (s, v) = run_tool(&server, "git_diff", json!({"path": "a.txt"}));
+        assert_eq!(s, 503, "{v}");
         assert_eq!(v["error"]["code"], "not_a_work_tree", "{v}");
-        let (_, v) = execute(&app, DEV, "git_status", json!({})).await;
+        let (_, v) = run_tool(&server, "git_status", json!({}));
         assert_eq!(v["error"]["code"], "not_a_work_tree", "{v}");
     }
 }
