@@ -382,7 +382,7 @@ mod tests {
         };
         // Settled (older than the clock's granularity allowance): listed once, then kept.
         std::thread::sleep(std::time::Duration::from_millis(2100));
-        assert_eq!(plan(&ex), [root.clone()]);
+        assert_eq!(plan(&ex), std::slice::from_ref(&root));
         assert_eq!(cache.map.lock().unwrap().len(), 3);
         // A secret appears deep down: its directory changed, so it is listed again.
         std::fs::write(root.join("a/b/.env"), "S").unwrap();
