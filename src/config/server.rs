@@ -1,7 +1,7 @@
 //! `[server]` → [`ServerSettings`]: how many connections are served at once and how long a
 //! connection may take to send a request head, a request body, or nothing at all between
 //! requests, and how long a shutdown waits for requests in flight. How connections are served
-//! is `crate::api::serve`'s business; this module only checks the numbers.
+//! is the HTTP front end's business (`api::serve`); this module only checks the numbers.
 
 use std::time::Duration;
 
