@@ -128,6 +128,33 @@ impl SegmentGlobs {
     }
 }
 
+/// What a path relative to the service root may not name: a deny-listed segment, or the
+/// sidecar's own files below the root (the protected set). One check for the jail, the file
+/// tools and the decision (`context.paths.<arg>.denied`), so they cannot disagree.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PathGuard {
+    /// The deny list.
+    pub deny: SegmentGlobs,
+    /// Protected paths below the root, relative to it (`/`-separated, no `.`).
+    pub own: Vec<String>,
+}
+
+impl PathGuard {
+    /// Why `path` (normalized, relative to the root) is refused: the protected path it is
+    /// in, or its first deny-listed segment.
+    pub fn refuses(&self, path: &str) -> Option<String> {
+        if let Some(own) = self.own.iter().find(|o| {
+            path == o.as_str()
+                || path
+                    .strip_prefix(o.as_str())
+                    .is_some_and(|rest| rest.starts_with('/'))
+        }) {
+            return Some(format!("{own}: toolgate's own files"));
+        }
+        self.deny.first_match(path).map(str::to_owned)
+    }
+}
+
 /// Globs over whole names (tool names): `*`, `?`, `[abc]`, `{a,b}`; case-sensitive.
 #[derive(Debug, Clone)]
 pub struct NameGlobs {

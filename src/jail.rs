@@ -25,7 +25,7 @@ use rustix::fs::{Mode, OFlags, ResolveFlags};
 use crate::tools::{PathError, normalize_path};
 
 pub use crate::globs::DEFAULT_DENY;
-use crate::globs::SegmentGlobs;
+use crate::globs::{PathGuard, SegmentGlobs};
 
 /// Why a path was refused. Messages name the path as asked, never file contents.
 #[derive(Debug, thiserror::Error)]
@@ -107,10 +107,8 @@ pub struct OpenedDir {
 pub struct Jail {
     service: Root,
     shared: Vec<Root>,
-    deny: SegmentGlobs,
-    /// The sidecar's own files below the service root (data, locks, policies, config), as
-    /// paths relative to it: never reachable through a tool.
-    own: Vec<String>,
+    /// The deny list and the sidecar's own files below the service root.
+    guard: PathGuard,
 }
 
 impl Jail {
@@ -128,8 +126,10 @@ impl Jail {
                 .iter()
                 .map(|(name, path)| open_root(name, path, false))
                 .collect::<std::io::Result<_>>()?,
-            deny: deny.clone(),
-            own: Vec::new(),
+            guard: PathGuard {
+                deny: deny.clone(),
+                own: Vec::new(),
+            },
         })
     }
 
@@ -145,7 +145,7 @@ impl Jail {
             {
                 // The root itself cannot be protected without switching the tools off.
                 if !rel.is_empty() {
-                    self.own.push(rel.to_owned());
+                    self.guard.own.push(rel.to_owned());
                 }
             }
         }
@@ -161,15 +161,7 @@ impl Jail {
 
     /// The first deny-listed segment of `path`, if any, or the sidecar's own file it is in.
     fn denied(&self, path: &str) -> Option<String> {
-        if let Some(own) = self.own.iter().find(|o| {
-            path == o.as_str()
-                || path
-                    .strip_prefix(o.as_str())
-                    .is_some_and(|rest| rest.starts_with('/'))
-        }) {
-            return Some(format!("{own}: toolgate's own files"));
-        }
-        self.deny.first_match(path).map(str::to_owned)
+        self.guard.refuses(path)
     }
 
     /// Opens an existing regular file for reading.
@@ -342,12 +334,12 @@ impl Jail {
 
     /// The deny list.
     pub fn deny(&self) -> &SegmentGlobs {
-        &self.deny
+        &self.guard.deny
     }
 
     /// The sidecar's own files below the service root, relative to it.
     pub fn own(&self) -> &[String] {
-        &self.own
+        &self.guard.own
     }
 
     /// The service root's canonical path.

@@ -398,7 +398,7 @@ impl CallArgs {
     fn of(
         tool: &Tool,
         args: &Value,
-        deny: &crate::globs::SegmentGlobs,
+        deny: &crate::globs::PathGuard,
     ) -> Result<CallArgs, crate::tools::ArgError> {
         Ok(CallArgs {
             args: tool.args_to_cedar(args)?,

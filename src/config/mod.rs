@@ -552,7 +552,6 @@ impl Config {
         let mut exec =
             exec::settings(raw.exec, base, &data_dir).map_err(|(m, h)| invalid(m, &h))?;
         sources.programs = exec.programs.clone();
-        sources.deny = std::sync::Arc::new(exec.deny.clone());
         // The sidecar's own files stay out of every tool's reach (the protected set; the
         // data and lock directories are in it already): policies, schemas, this config, and
         // every credential, key and secret file it names.
@@ -582,6 +581,7 @@ impl Config {
             exec.protected.extend(j.jwks_file.iter().cloned());
         }
         exec.protected.extend(known_secret_files);
+        sources.deny = std::sync::Arc::new(path_guard(&exec));
         let server = server::settings(&raw.server).map_err(|(m, h)| invalid(m, h))?;
         let anomaly = detector_config(raw.anomaly).map_err(|(m, h)| invalid(m, h))?;
         if raw.audit.retain_records == Some(0) || raw.audit.retain_days == Some(0) {
@@ -802,6 +802,29 @@ fn detector_config(raw: RawAnomaly) -> Result<Option<DetectorConfig>, (String, &
         }
     }
     Ok(Some(c))
+}
+
+/// What decisions refuse as `context.paths.<arg>.denied`: the deny list, and the protected
+/// set below the service root (as the jail computes it at start), so a policy denies what
+/// execution would refuse.
+fn path_guard(exec: &crate::exec::ExecSettings) -> crate::globs::PathGuard {
+    let mut own = Vec::new();
+    if let Some(root) = exec.root.as_ref().and_then(|r| r.canonicalize().ok()) {
+        let mut protected = exec.protected.clone();
+        protected.extend(exec.lock_dir.iter().cloned());
+        for p in crate::exec::sandbox::canonical_set(&protected) {
+            if let Ok(rel) = p.strip_prefix(&root)
+                && let Some(rel) = rel.to_str()
+                && !rel.is_empty()
+            {
+                own.push(rel.to_owned());
+            }
+        }
+    }
+    crate::globs::PathGuard {
+        deny: exec.deny.clone(),
+        own,
+    }
 }
 
 fn default_sources(base: &Path) -> Sources {

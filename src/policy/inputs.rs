@@ -44,7 +44,7 @@ pub struct Inputs {
     /// The allowlist of executables manifests are checked against.
     pub programs: crate::exec::Programs,
     /// The deny list path facts are matched against.
-    pub deny: std::sync::Arc<crate::globs::SegmentGlobs>,
+    pub deny: std::sync::Arc<crate::globs::PathGuard>,
 }
 
 /// Reads every input once.

@@ -35,7 +35,7 @@ pub struct Sources {
     pub programs: crate::exec::Programs,
     /// The deny list (`[exec] deny`): policies see whether a path matches it
     /// (`context.paths.<arg>.denied`), with the matcher execution uses.
-    pub deny: std::sync::Arc<crate::globs::SegmentGlobs>,
+    pub deny: std::sync::Arc<crate::globs::PathGuard>,
 }
 
 impl Sources {

@@ -62,7 +62,7 @@ pub struct Snapshot {
     /// Cedar's authorizer (stateless; kept here so nothing is built per request).
     pub authorizer: Authorizer,
     /// The deny list behind `context.paths.<arg>.denied` (the one execution applies).
-    pub deny: std::sync::Arc<crate::globs::SegmentGlobs>,
+    pub deny: std::sync::Arc<crate::globs::PathGuard>,
 }
 
 impl Snapshot {

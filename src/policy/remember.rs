@@ -81,7 +81,7 @@ impl StoredSet {
     pub fn into_inputs(
         self,
         programs: crate::exec::Programs,
-        deny: std::sync::Arc<crate::globs::SegmentGlobs>,
+        deny: std::sync::Arc<crate::globs::PathGuard>,
     ) -> Inputs {
         let mut inputs = Inputs {
             manifests: Vec::new(),

@@ -36,7 +36,8 @@ type Approval = {
 // Facts about a normalized path argument, in `context.paths.<argument>`:
 // `a/b/c.txt` has segments {\"a\", \"b\", \"c.txt\"}, name \"c.txt\", ext \"txt\".
 // `denied` is true when a segment matches the sidecar's deny list (`[exec] deny`, matched
-// case-insensitively, the same matcher execution applies).
+// case-insensitively) or the path lies in its own files below the service root: the same
+// check execution applies.
 type PathFacts = {
   segments: Set<String>,
   name: String,

@@ -139,12 +139,13 @@ impl Tool {
     }
 
     /// The `context.paths` record: facts about each path argument present in the (normalized)
-    /// `args`, or `None` for a tool without path arguments. `denied` says whether a segment
-    /// matches `deny`, the deny list execution applies (case-insensitive globs).
+    /// `args`, or `None` for a tool without path arguments. `denied` says whether `guard`
+    /// refuses the path: a segment on the deny list execution applies (case-insensitive
+    /// globs), or the sidecar's own files below the root.
     pub fn paths_to_cedar(
         &self,
         args: &Value,
-        deny: &crate::globs::SegmentGlobs,
+        guard: &crate::globs::PathGuard,
     ) -> Result<Option<RestrictedExpression>, ArgError> {
         if self.path_args.is_empty() {
             return Ok(None);
@@ -154,7 +155,7 @@ impl Tool {
             let Some(path) = args.get(name).and_then(Value::as_str) else {
                 continue;
             };
-            let denied = deny.first_match(path).is_some();
+            let denied = guard.refuses(path).is_some();
             let f = path_facts(path);
             let segments = RestrictedExpression::new_set(
                 f.segments.into_iter().map(RestrictedExpression::new_string),

@@ -182,6 +182,24 @@ fn programs_reach_only_what_their_manifest_declares() {
         "x\n"
     );
 
+    // The decision agrees with execution on the sidecar's own files below the root.
+    for (path, expected) in [
+        ("policies/roles.cedar", "deny"),
+        ("toolgate.toml", "deny"),
+        ("data/secret.txt", "deny"),
+        ("notes.txt", "allow"),
+    ] {
+        let (_, v) = exchange(
+            server.port,
+            "POST",
+            "/v1/authorize",
+            Some(DEV),
+            Some(&json!({"tool": "read_file", "args": {"path": path}})),
+        )
+        .unwrap();
+        assert_eq!(v["decision"], expected, "{path}: {v}");
+    }
+
     // A tool that declares the network has it (the control for the probe above).
     let (s, v) = exchange(
         server.port,
