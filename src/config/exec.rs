@@ -19,6 +19,7 @@ pub(super) struct RawExec {
     programs: Option<Vec<String>>,
     grace_ms: Option<u64>,
     landlock: Option<bool>,
+    network_namespace: Option<bool>,
     cgroup: Option<bool>,
     #[serde(default)]
     read_paths: Vec<PathBuf>,
@@ -142,6 +143,7 @@ pub(super) fn settings(
         grace_ms: raw.grace_ms.unwrap_or(d.grace_ms),
         limits,
         landlock: raw.landlock.unwrap_or(d.landlock),
+        network_namespace: raw.network_namespace.unwrap_or(d.network_namespace),
         cgroup: raw.cgroup.unwrap_or(d.cgroup),
         read_paths: raw.read_paths.into_iter().map(|p| base.join(p)).collect(),
         write_paths: raw.write_paths.into_iter().map(|p| base.join(p)).collect(),

@@ -136,8 +136,8 @@ pub struct Outcome {
     pub max_rss_bytes: u64,
     /// `full`, `partial` or `none`: how much of the Landlock sandbox the kernel enforced.
     pub landlock: String,
-    /// `namespace` (a network namespace of its own), `landlock` (TCP refused by Landlock
-    /// only), `host` (the manifest declares the network) or `none` (not isolated).
+    /// `namespace` (a network namespace of its own) or `host` (the manifest declares the
+    /// network, or `[exec] network_namespace = false`).
     pub network: String,
     /// The program could not be started, or the launcher failed: why.
     pub error: Option<String>,
@@ -194,7 +194,7 @@ fn supervise(spec: &LaunchSpec, out: &mut Outcome) -> Result<(), String> {
     if out.network == "none" {
         // No namespace: UDP (and TCP where Landlock is older than ABI 4) would be open.
         return Err(
-            "cannot give the program a network namespace of its own (needs root or user namespaces); refused"
+            "cannot give the program a network namespace of its own (needs root or user namespaces); refused (`[exec] network_namespace = false` runs programs on the host's network, TCP still refused by Landlock)"
                 .to_owned(),
         );
     }

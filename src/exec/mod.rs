@@ -80,6 +80,10 @@ pub struct ExecSettings {
     pub limits: DefaultLimits,
     /// Restrict file system access with Landlock where the kernel has it.
     pub landlock: bool,
+    /// Give each program a network namespace of its own unless its manifest declares the
+    /// network (`false`: every program keeps the host's network; for containers that allow
+    /// no namespaces).
+    pub network_namespace: bool,
     /// Use a pids cgroup per call where one can be made.
     pub cgroup: bool,
     /// Further directories tools may read, and write.
@@ -114,6 +118,7 @@ impl Default for ExecSettings {
             grace_ms: 2000,
             limits: DefaultLimits::default(),
             landlock: true,
+            network_namespace: true,
             cgroup: true,
             read_paths: Vec::new(),
             write_paths: Vec::new(),
@@ -418,7 +423,7 @@ impl Runner {
             sandbox,
             cgroup: None,
             run_as: self.run_as,
-            isolate_network: true,
+            isolate_network: self.settings.network_namespace,
             probe: true,
         };
         match run::run(&self.launcher, &spec, 0, 0, std::future::pending::<()>()).await {
@@ -749,7 +754,7 @@ impl Runner {
             sandbox,
             cgroup: cg.clone(),
             run_as: self.run_as,
-            isolate_network: !ex.access.network,
+            isolate_network: !ex.access.network && self.settings.network_namespace,
             probe: false,
         };
         let ran = run::run(&self.launcher, &spec, head, tail, cancel.cancelled()).await;

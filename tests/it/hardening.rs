@@ -653,3 +653,42 @@ fn a_program_cannot_signal_its_launcher() {
     assert!(status.success(), "the launcher survived: {status:?} {err}");
     assert!(err.contains("n0nce {"), "the launcher reported: {err}");
 }
+
+/// Without network namespaces (`[exec] network_namespace = false`, for containers that
+/// allow none), a program that does not declare the network still cannot open TCP.
+#[test]
+fn without_a_namespace_landlock_still_refuses_tcp() {
+    let set = TempSet::new();
+    let root = set.dir.path();
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    add_tools(
+        &set,
+        &[manifest(
+            "dial",
+            json!({}),
+            json!({"program": "bash", "argv": ["-c",
+                "exec 3<>/dev/tcp/127.0.0.1/$(cat port.txt) && echo CONNECTED || echo REFUSED"]}),
+        )],
+    );
+    let server = start_with(
+        &set,
+        "[exec]\nroot = \".\"\nprograms = [\"bash\", \"git\", \"printf\", \"npm\"]\nnetwork_namespace = false\n",
+    );
+    std::fs::write(root.join("port.txt"), server.port.to_string()).unwrap();
+    let (_, ready) = exchange(server.port, "GET", "/readyz", None, None).unwrap();
+    assert_eq!(ready["execution"]["network"], "host", "{ready}");
+    let (s, v) = exchange(
+        server.port,
+        "POST",
+        "/v1/execute",
+        Some(DEV),
+        Some(&json!({"tool": "dial", "args": {}})),
+    )
+    .unwrap();
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(
+        v["data"].as_str().unwrap_or_default().trim(),
+        "REFUSED",
+        "{v}"
+    );
+}
