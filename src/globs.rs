@@ -140,6 +140,20 @@ pub struct PathGuard {
 }
 
 impl PathGuard {
+    /// Adds the `protected` paths (absolute, canonical) that lie below `root` (canonical),
+    /// as paths relative to it. The root itself is never added: that would switch the tools
+    /// off, and the runner refuses such a root at start instead.
+    pub fn protect_below(&mut self, root: &std::path::Path, protected: &[std::path::PathBuf]) {
+        for p in protected {
+            if let Ok(rel) = p.strip_prefix(root)
+                && let Some(rel) = rel.to_str()
+                && !rel.is_empty()
+            {
+                self.own.push(rel.to_owned());
+            }
+        }
+    }
+
     /// Why `path` (normalized, relative to the root) is refused: the protected path it is
     /// in, or its first deny-listed segment.
     pub fn refuses(&self, path: &str) -> Option<String> {

@@ -139,16 +139,7 @@ impl Jail {
     /// `paths` are absolute and canonical (see `exec::sandbox::canonical_set`, which also
     /// keeps a link's own name beside its target).
     pub fn protect(&mut self, paths: &[PathBuf]) {
-        for abs in paths {
-            if let Ok(rel) = abs.strip_prefix(&self.service.path)
-                && let Some(rel) = rel.to_str()
-            {
-                // The root itself cannot be protected without switching the tools off.
-                if !rel.is_empty() {
-                    self.guard.own.push(rel.to_owned());
-                }
-            }
-        }
+        self.guard.protect_below(&self.service.path, paths);
     }
     /// The root a normalized path belongs to, and the path inside it.
     fn root_for<'a>(&self, clean: &'a str) -> (&Root, &'a str) {

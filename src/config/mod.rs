@@ -808,23 +808,16 @@ fn detector_config(raw: RawAnomaly) -> Result<Option<DetectorConfig>, (String, &
 /// set below the service root (as the jail computes it at start), so a policy denies what
 /// execution would refuse.
 fn path_guard(exec: &crate::exec::ExecSettings) -> crate::globs::PathGuard {
-    let mut own = Vec::new();
+    let mut guard = crate::globs::PathGuard {
+        deny: exec.deny.clone(),
+        own: Vec::new(),
+    };
     if let Some(root) = exec.root.as_ref().and_then(|r| r.canonicalize().ok()) {
         let mut protected = exec.protected.clone();
         protected.extend(exec.lock_dir.iter().cloned());
-        for p in crate::exec::sandbox::canonical_set(&protected) {
-            if let Ok(rel) = p.strip_prefix(&root)
-                && let Some(rel) = rel.to_str()
-                && !rel.is_empty()
-            {
-                own.push(rel.to_owned());
-            }
-        }
+        guard.protect_below(&root, &crate::exec::sandbox::canonical_set(&protected));
     }
-    crate::globs::PathGuard {
-        deny: exec.deny.clone(),
-        own,
-    }
+    guard
 }
 
 fn default_sources(base: &Path) -> Sources {

@@ -418,28 +418,30 @@ mod tests {
             inodes: &inodes,
             cache: None,
         };
-        let mut plan = Plan::default();
-        plan.add(&root, &ex, true).unwrap();
-        let mut got: Vec<String> = plan
-            .grants
-            .iter()
-            .map(|p| p.strip_prefix(&root).unwrap().display().to_string())
-            .collect();
-        got.sort();
-        assert_eq!(got, ["a/b/keep.txt", "d", "node_modules", "top.txt"]);
+        // The grants of a plan over the root, relative to it, sorted.
+        let granted = |walk_all: bool| {
+            let mut plan = Plan::default();
+            plan.add(&root, &ex, walk_all).unwrap();
+            let mut got: Vec<String> = plan
+                .grants
+                .iter()
+                .map(|p| p.strip_prefix(&root).unwrap().display().to_string())
+                .collect();
+            got.sort();
+            got
+        };
+        assert_eq!(
+            granted(true),
+            ["a/b/keep.txt", "d", "node_modules", "top.txt"]
+        );
         // `e` holds `.git`: split, and `.git` left out.
         let mut plan = Plan::default();
         plan.add(&root.join("e"), &ex, true).unwrap();
         assert!(plan.grants.is_empty(), "{:?}", plan.grants);
         // Without walking, only the way to an excluded path is split.
-        let mut plan = Plan::default();
-        plan.add(&root, &ex, false).unwrap();
-        let mut got: Vec<String> = plan
-            .grants
-            .iter()
-            .map(|p| p.strip_prefix(&root).unwrap().display().to_string())
-            .collect();
-        got.sort();
-        assert_eq!(got, [".env", "a/b", "d", "e", "node_modules", "top.txt"]);
+        assert_eq!(
+            granted(false),
+            [".env", "a/b", "d", "e", "node_modules", "top.txt"]
+        );
     }
 }

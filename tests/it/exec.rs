@@ -85,19 +85,6 @@ async fn run(app: &Router, tool: &str, args: Value) -> (StatusCode, Value) {
     execute(app, DEV, tool, args).await
 }
 
-/// Processes whose command line holds `marker`.
-fn survivors(marker: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        if let Ok(cmd) = std::fs::read(e.path().join("cmdline"))
-            && String::from_utf8_lossy(&cmd).contains(marker)
-        {
-            found.push(e.file_name().to_string_lossy().into_owned());
-        }
-    }
-    found
-}
-
 fn sh(name: &str, script: &str, extra: Value) -> Value {
     tool(
         name,

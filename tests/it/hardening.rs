@@ -142,14 +142,7 @@ fn programs_reach_only_what_their_manifest_declares() {
         .map(|e| e.unwrap().file_name())
         .collect();
 
-    let (s, v) = exchange(
-        server.port,
-        "POST",
-        "/v1/execute",
-        Some(DEV),
-        Some(&json!({"tool": "probe", "args": {}})),
-    )
-    .unwrap();
+    let (s, v) = run_tool(&server, "probe", json!({}));
     assert_eq!(s, 200, "{v}");
     let out = v["data"].as_str().unwrap_or_default().to_owned();
     for (label, _) in PROBES {
@@ -201,14 +194,7 @@ fn programs_reach_only_what_their_manifest_declares() {
     }
 
     // A tool that declares the network has it (the control for the probe above).
-    let (s, v) = exchange(
-        server.port,
-        "POST",
-        "/v1/execute",
-        Some(DEV),
-        Some(&json!({"tool": "probe_net", "args": {}})),
-    )
-    .unwrap();
+    let (s, v) = run_tool(&server, "probe_net", json!({}));
     assert_eq!(s, 200, "{v}");
     assert!(
         v["data"].as_str().unwrap_or_default().contains("CONNECTED"),
@@ -398,19 +384,6 @@ fn a_cancelled_run_leaves_no_process_behind() {
     // The server still serves runs afterwards.
     let (s, v) = exchange(server.port, "GET", "/healthz", None, None).unwrap();
     assert_eq!(s, 200, "{v}");
-}
-
-/// Processes whose command line holds `marker`.
-fn survivors(marker: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        if let Ok(cmd) = std::fs::read(e.path().join("cmdline"))
-            && String::from_utf8_lossy(&cmd).contains(marker)
-        {
-            found.push(e.file_name().to_string_lossy().into_owned());
-        }
-    }
-    found
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -677,14 +650,7 @@ fn without_a_namespace_landlock_still_refuses_tcp() {
     std::fs::write(root.join("port.txt"), server.port.to_string()).unwrap();
     let (_, ready) = exchange(server.port, "GET", "/readyz", None, None).unwrap();
     assert_eq!(ready["execution"]["network"], "host", "{ready}");
-    let (s, v) = exchange(
-        server.port,
-        "POST",
-        "/v1/execute",
-        Some(DEV),
-        Some(&json!({"tool": "dial", "args": {}})),
-    )
-    .unwrap();
+    let (s, v) = run_tool(&server, "dial", json!({}));
     assert_eq!(s, 200, "{v}");
     assert_eq!(
         v["data"].as_str().unwrap_or_default().trim(),

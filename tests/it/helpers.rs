@@ -363,3 +363,16 @@ pub const PO_RUNS_TESTS: &str = "\n@id(\"po-run-tests\")\npermit (principal in R
 
 /// A policy that does not validate (`context.nope`), to append to a policy file.
 pub const BROKEN_POLICY: &str = "\nforbid (principal, action, resource) when { context.nope };\n";
+
+/// Processes whose command line holds `marker` (runs that outlived their call).
+pub fn survivors(marker: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline"))
+            && String::from_utf8_lossy(&cmd).contains(marker)
+        {
+            found.push(e.file_name().to_string_lossy().into_owned());
+        }
+    }
+    found
+}
