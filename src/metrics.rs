@@ -326,6 +326,10 @@ const HELP: [(&str, &str); 20] = [
         "toolgate_kill_switch_on",
         "1 while the kill switch denies every call.",
     ),
+    (
+        "toolgate_audit_store_failing",
+        "1 while audit records cannot be stored (every decision is denied, 503); it returns to 0 by itself once the store recovers.",
+    ),
 ];
 
 #[cfg(test)]

@@ -1,6 +1,11 @@
 //! The data directory: one sled database holding the audit log, the approvals, the kill
-//! switch, the last good policy set and the grants, opened once and handed out only as the
-//! store traits (no sled type leaves this module).
+//! switch, the last good policy set and the grants, behind the audit write-ahead ledger
+//! (`ledger/wal`, applied again at open where sled lacks it); opened once and handed out only
+//! as the store traits (no sled type leaves this module).
+//!
+//! Every change to approvals, grants, the kill switch, quarantine and the remembered policy
+//! set is written through the audit writer ([`crate::audit::Audit::commit`]) as an effect of
+//! the record that attests it; the stores here read.
 //!
 //! sled keeps a page cache of its own, 1 GiB unless told otherwise; every directory opened
 //! here gets a configured one ([`DEFAULT_CACHE_BYTES`], `[audit] cache_mb`), so the sidecar's
@@ -20,6 +25,11 @@ use crate::policy::{GoodSets, SledGoodSets};
 /// saw RSS climb past 600 MB). The working set is the newest audit blocks and index keys,
 /// the approvals and the grants; older blocks are read back only by queries and `verify`.
 pub const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Free space the store leaves on the data directory's disk unless `[audit] reserve_mb` says
+/// otherwise: 32 MiB. Below it nothing is written (every decision is denied, 503) until space
+/// returns; sled never meets a full disk, which it cannot recover from while open.
+pub const DEFAULT_RESERVE_BYTES: u64 = 32 * 1024 * 1024;
 
 /// The stores of one data directory.
 pub struct Stores {
@@ -52,6 +62,16 @@ impl Stores {
     /// Opens (creating if needed) the data directory `dir` with a page cache of
     /// `cache_bytes`. Only one process may hold it.
     pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<Stores, StoreError> {
+        Self::open_configured(dir, cache_bytes, DEFAULT_RESERVE_BYTES)
+    }
+
+    /// Opens (creating if needed) the data directory `dir` with a page cache of
+    /// `cache_bytes`, keeping `reserve_bytes` free on its disk. Only one process may hold it.
+    pub fn open_configured(
+        dir: &Path,
+        cache_bytes: u64,
+        reserve_bytes: u64,
+    ) -> Result<Stores, StoreError> {
         std::fs::create_dir_all(dir).map_err(|e| {
             StoreError(format!(
                 "cannot create data directory {}: {e}",
@@ -65,7 +85,8 @@ impl Stores {
                 dir.display()
             ))
         })?;
-        Self::from_db(db, config.cache_capacity)
+        let audit = SledAudit::with_ledger(db.clone(), dir, reserve_bytes)?;
+        Self::from_parts(db, audit, config.cache_capacity)
     }
 
     /// Opens an existing data directory (for offline tools: a missing one is an error, not a
@@ -86,7 +107,8 @@ impl Stores {
         let db = config
             .open()
             .map_err(|e| StoreError(format!("cannot open a temporary store: {e}")))?;
-        Self::from_db(db, config.cache_capacity)
+        let audit = SledAudit::new(db.clone())?;
+        Self::from_parts(db, audit, config.cache_capacity)
     }
 
     /// The page cache the directory was opened with, in bytes.
@@ -94,14 +116,14 @@ impl Stores {
         self.cache_bytes
     }
 
-    fn from_db(db: sled::Db, cache_bytes: u64) -> Result<Stores, StoreError> {
+    fn from_parts(db: sled::Db, audit: SledAudit, cache_bytes: u64) -> Result<Stores, StoreError> {
         Ok(Stores {
             cache_bytes,
             approvals: Arc::new(SledApprovals::new(&db)?),
             admin: Arc::new(SledAdmin::new(&db)?),
             policies: Arc::new(SledGoodSets::new(&db)?),
             grants: Arc::new(SledGrants::new(&db)?),
-            audit: Arc::new(SledAudit::new(db)?),
+            audit: Arc::new(audit),
         })
     }
 }

@@ -5,6 +5,10 @@
 //!
 //! The decision path reads one atomic flag. The [`Quarantine`] list lives here too: it is
 //! stored the same way and changed through the same kind of Cedar-authorized route.
+//!
+//! Nothing here writes the store: a change is stored as an effect of the audit record that
+//! attests it ([`kill_switch_effect`], [`quarantine_effect`], committed with
+//! [`crate::audit::Audit::commit`]), and only then put in force here.
 
 mod quarantine;
 
@@ -15,7 +19,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
-use crate::audit::StoreError;
+use crate::audit::{Effect, StoreError};
 
 /// The switch as last set through the API.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,28 +37,41 @@ pub struct KillSwitch {
     pub at_ms: u64,
 }
 
-/// Where the switch is kept.
+/// Where the switch and the quarantine list are kept (read; see the module doc for writes).
 pub trait AdminStore: Send + Sync {
     /// The stored switch, if it was ever set.
     fn load_kill_switch(&self) -> Result<Option<KillSwitch>, StoreError>;
-    /// Stores the switch durably.
-    fn save_kill_switch(&self, switch: &KillSwitch) -> Result<(), StoreError>;
     /// Every stored quarantine entry.
     fn load_quarantined(&self) -> Result<Vec<Quarantined>, StoreError>;
-    /// Stores a quarantine entry durably.
-    fn save_quarantined(&self, entry: &Quarantined) -> Result<(), StoreError>;
-    /// Removes `principal`'s quarantine entry durably.
-    fn remove_quarantined(&self, principal: &str) -> Result<(), StoreError>;
 }
 
-/// The sled implementation (tree `admin`, flushed on every write).
+/// The sled implementation (tree [`TREE`]).
 pub(crate) struct SledAdmin {
     tree: sled::Tree,
 }
 
+/// The sled tree of the switch and the quarantine list.
+const TREE: &str = "admin";
 const KILL_SWITCH_KEY: &[u8] = b"kill_switch";
 /// Quarantine entries are keyed `quarantine/<principal>`.
 const QUARANTINE_PREFIX: &str = "quarantine/";
+
+/// The effect that stores `switch`.
+pub fn kill_switch_effect(switch: &KillSwitch) -> Result<Effect, StoreError> {
+    Effect::put_json(TREE, KILL_SWITCH_KEY, switch)
+}
+
+/// The effect that stores `principal`'s quarantine `entry`, or removes it (`None`).
+pub fn quarantine_effect(
+    principal: &str,
+    entry: Option<&Quarantined>,
+) -> Result<Effect, StoreError> {
+    let key = format!("{QUARANTINE_PREFIX}{principal}").into_bytes();
+    match entry {
+        Some(e) => Effect::put_json(TREE, key, e),
+        None => Ok(Effect::remove(TREE, key)),
+    }
+}
 
 fn store_err(e: impl std::fmt::Display) -> StoreError {
     StoreError(e.to_string())
@@ -62,7 +79,7 @@ fn store_err(e: impl std::fmt::Display) -> StoreError {
 
 impl SledAdmin {
     pub(crate) fn new(db: &sled::Db) -> Result<Self, StoreError> {
-        let tree = db.open_tree("admin").map_err(store_err)?;
+        let tree = db.open_tree(TREE).map_err(store_err)?;
         Ok(SledAdmin { tree })
     }
 }
@@ -79,15 +96,6 @@ impl AdminStore for SledAdmin {
             .transpose()
     }
 
-    fn save_kill_switch(&self, switch: &KillSwitch) -> Result<(), StoreError> {
-        let bytes = serde_json::to_vec(switch).map_err(store_err)?;
-        self.tree
-            .insert(KILL_SWITCH_KEY, bytes)
-            .map_err(store_err)?;
-        self.tree.flush().map_err(store_err)?;
-        Ok(())
-    }
-
     fn load_quarantined(&self) -> Result<Vec<Quarantined>, StoreError> {
         self.tree
             .scan_prefix(QUARANTINE_PREFIX)
@@ -98,28 +106,6 @@ impl AdminStore for SledAdmin {
                 })
             })
             .collect()
-    }
-
-    fn save_quarantined(&self, entry: &Quarantined) -> Result<(), StoreError> {
-        let bytes = serde_json::to_vec(entry).map_err(store_err)?;
-        let key = format!("{QUARANTINE_PREFIX}{}", entry.principal);
-        self.tree.insert(key, bytes).map_err(store_err)?;
-        self.tree.flush().map_err(store_err)?;
-        Ok(())
-    }
-
-    fn remove_quarantined(&self, principal: &str) -> Result<(), StoreError> {
-        let key = format!("{QUARANTINE_PREFIX}{principal}");
-        let old = self.tree.remove(key.as_bytes()).map_err(store_err)?;
-        if let Err(e) = self.tree.flush() {
-            // The caller is told the release failed, so it must not surface after a restart.
-            if let Some(old) = old {
-                let _ = self.tree.insert(key.as_bytes(), old);
-                let _ = self.tree.flush();
-            }
-            return Err(store_err(e));
-        }
-        Ok(())
     }
 }
 
@@ -136,8 +122,9 @@ pub enum SwitchError {
 
 /// The live switch.
 pub struct Admin {
-    store: Option<Arc<dyn AdminStore>>,
     forced: Option<String>,
+    /// Held by a human's change from its check until it is in force.
+    changing: Arc<tokio::sync::Mutex<()>>,
     on: AtomicBool,
     current: Mutex<KillSwitch>,
     quarantine: Quarantine,
@@ -166,7 +153,7 @@ impl Admin {
         };
         Ok(Admin {
             on: AtomicBool::new(current.on || forced.is_some()),
-            store,
+            changing: Arc::default(),
             forced,
             current: Mutex::new(current),
             quarantine,
@@ -176,7 +163,7 @@ impl Admin {
     /// A switch kept in memory only (tests, `toolgate authorize`), off.
     pub fn unstored() -> Admin {
         Admin {
-            store: None,
+            changing: Arc::default(),
             forced: None,
             on: AtomicBool::new(false),
             current: Mutex::new(KillSwitch::default()),
@@ -209,15 +196,18 @@ impl Admin {
         self.forced.as_deref()
     }
 
-    /// Sets the switch: stored first (durably), then in force.
+    /// Serializes human changes (kill switch, quarantine): held from the check through the
+    /// commit until the change is in force, so changes take force in the order recorded.
+    pub async fn changing(&self) -> tokio::sync::OwnedMutexGuard<()> {
+        self.changing.clone().lock_owned().await
+    }
+
+    /// Puts `next` in force (stored already, with its record).
     pub fn set_kill_switch(&self, next: KillSwitch) -> Result<(), SwitchError> {
         if let (false, Some(by)) = (next.on, &self.forced) {
             return Err(SwitchError::Forced(by.clone()));
         }
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(store) = &self.store {
-            store.save_kill_switch(&next)?;
-        }
         self.on
             .store(next.on || self.forced.is_some(), Ordering::Release);
         *current = next;

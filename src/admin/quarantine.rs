@@ -2,9 +2,9 @@
 //!
 //! A principal enters quarantine when an anomaly signal of a configured kind is raised for it
 //! (`[anomaly] quarantine_on`), or when a human the policies allow puts it there by hand. Only
-//! a human the policies allow releases it (`Action::"quarantine"` with `on: false`). Entries are
-//! stored (sled tree `admin`, flushed) before they take effect, so a quarantine survives a
-//! restart; a release is stored before it takes effect too.
+//! a human the policies allow releases it (`Action::"quarantine"` with `on: false`). A human's
+//! change is stored with its audit record before it takes effect here; an anomaly's takes
+//! effect at once (it only denies more) and is stored with its record right after.
 //!
 //! The decision path reads an immutable map through one `ArcSwap` load: no lock.
 
@@ -37,7 +37,6 @@ type Map = HashMap<String, Arc<Quarantined>>;
 
 /// The live quarantine list.
 pub struct Quarantine {
-    store: Option<Arc<dyn AdminStore>>,
     live: ArcSwap<Map>,
     /// Serializes changes: store, then swap.
     write: Mutex<()>,
@@ -60,7 +59,6 @@ impl Quarantine {
             .map(|q| (q.principal.clone(), Arc::new(q)))
             .collect();
         Ok(Quarantine {
-            store: Some(store),
             live: ArcSwap::from_pointee(map),
             write: Mutex::new(()),
         })
@@ -69,7 +67,6 @@ impl Quarantine {
     /// An empty list kept in memory only.
     pub(super) fn unstored() -> Quarantine {
         Quarantine {
-            store: None,
             live: ArcSwap::from_pointee(Map::new()),
             write: Mutex::new(()),
         }
@@ -101,40 +98,30 @@ impl Quarantine {
         all
     }
 
-    /// Quarantines `entry.principal`: stored durably, then in force. `Ok(false)` when it was
-    /// already quarantined (the first entry is kept). If the store fails, the quarantine is
-    /// still in force in memory (fail closed) and the error says it will not survive a restart.
-    pub fn enter(&self, entry: Quarantined) -> Result<bool, StoreError> {
+    /// Puts `entry.principal` in quarantine (in force; storing it is the caller's commit).
+    /// `false` when it was already quarantined (the first entry is kept).
+    pub fn enter(&self, entry: Quarantined) -> bool {
         let _guard = self.write.lock().unwrap_or_else(PoisonError::into_inner);
         let current = self.live.load_full();
         if current.contains_key(&entry.principal) {
-            return Ok(false);
+            return false;
         }
-        let stored = match &self.store {
-            Some(store) => store.save_quarantined(&entry),
-            None => Ok(()),
-        };
         let mut next = (*current).clone();
         next.insert(entry.principal.clone(), Arc::new(entry));
         self.live.store(Arc::new(next));
-        stored.map(|()| true)
+        true
     }
 
-    /// Releases `principal`: removed from the store durably, then from force. `Ok(None)` when
-    /// it was not quarantined.
-    pub fn release(&self, principal: &str) -> Result<Option<Quarantined>, StoreError> {
+    /// Releases `principal` (stored already, with its record). `None` when it was not
+    /// quarantined.
+    pub fn release(&self, principal: &str) -> Option<Quarantined> {
         let _guard = self.write.lock().unwrap_or_else(PoisonError::into_inner);
         let current = self.live.load_full();
-        let Some(entry) = current.get(principal).cloned() else {
-            return Ok(None);
-        };
-        if let Some(store) = &self.store {
-            store.remove_quarantined(principal)?;
-        }
+        let entry = current.get(principal).cloned()?;
         let mut next = (*current).clone();
         next.remove(principal);
         self.live.store(Arc::new(next));
-        Ok(Some((*entry).clone()))
+        Some((*entry).clone())
     }
 }
 
@@ -156,14 +143,14 @@ mod tests {
     fn enter_once_release_once() {
         let q = Quarantine::unstored();
         assert!(q.get("Agent::\"a\"").is_none());
-        assert!(q.enter(entry("Agent::\"a\"", 2)).unwrap());
-        assert!(!q.enter(entry("Agent::\"a\"", 3)).unwrap());
-        assert!(q.enter(entry("Agent::\"b\"", 1)).unwrap());
+        assert!(q.enter(entry("Agent::\"a\"", 2)));
+        assert!(!q.enter(entry("Agent::\"a\"", 3)));
+        assert!(q.enter(entry("Agent::\"b\"", 1)));
         assert_eq!(q.get("Agent::\"a\"").unwrap().at_ms, 2);
         let listed: Vec<_> = q.list().into_iter().map(|e| e.principal).collect();
         assert_eq!(listed, ["Agent::\"b\"", "Agent::\"a\""]);
-        assert_eq!(q.release("Agent::\"a\"").unwrap().unwrap().at_ms, 2);
-        assert!(q.release("Agent::\"a\"").unwrap().is_none());
+        assert_eq!(q.release("Agent::\"a\"").unwrap().at_ms, 2);
+        assert!(q.release("Agent::\"a\"").is_none());
         assert!(q.get("Agent::\"a\"").is_none());
         assert!(q.get("Agent::\"b\"").is_some());
     }

@@ -336,14 +336,9 @@ fn quarantine(raised: &Raised, alerts: &Alerts) -> bool {
         reason: raised.detail.clone(),
         at_ms: now_ms(),
     };
-    let (entered, note) = match admin.quarantine().enter(entry) {
-        Ok(entered) => (entered, String::new()),
-        Err(e) => {
-            tracing::error!(error = %e, principal = raised.principal, "quarantine not stored; in force until restart");
-            (true, format!("; not stored, in force until restart: {e}"))
-        }
-    };
-    if !entered {
+    // In force at once (it only denies more), then stored with its record.
+    let effect = crate::admin::quarantine_effect(&entry.principal, Some(&entry));
+    if !admin.quarantine().enter(entry) {
         return false;
     }
     tracing::warn!(
@@ -352,7 +347,7 @@ fn quarantine(raised: &Raised, alerts: &Alerts) -> bool {
         "principal quarantined"
     );
     if let Some(audit) = &alerts.audit {
-        audit.record_detached(Entry {
+        let record = Entry {
             kind: EntryKind::Admin,
             id: uuid::Uuid::now_v7().to_string(),
             at_ms: now_ms(),
@@ -360,9 +355,13 @@ fn quarantine(raised: &Raised, alerts: &Alerts) -> bool {
             decision: "quarantined".to_owned(),
             stage: Some("anomaly".to_owned()),
             reasons: vec![raised.kind.as_str().to_owned()],
-            detail: Some(format!("{}{note}", raised.detail)),
+            detail: Some(raised.detail.clone()),
             ..Entry::default()
-        });
+        };
+        let stored = effect.and_then(|effect| audit.commit_blocking(vec![record], vec![effect]));
+        if let Err(e) = stored {
+            tracing::error!(error = %e, principal = raised.principal, "quarantine not stored; in force until restart");
+        }
     }
     true
 }

@@ -125,30 +125,37 @@ pub async fn set_kill_switch(
             .map_err(record_failed)?;
         return Err(ApiError::KillSwitchForced(forced_by.to_owned()));
     }
-    // Recorded first: a change that took effect is never missing from the log.
-    state
-        .audit
-        .record(entry(word, allowed))
-        .await
-        .map_err(record_failed)?;
     let next = KillSwitch {
         on: body.on,
         by: Some(by.clone()),
         reason: reason.clone(),
         at_ms: now_ms(),
     };
-    if let Err(e) = state.admin.set_kill_switch(next) {
-        state
+    let effect = crate::admin::kill_switch_effect(&next).map_err(|e| {
+        tracing::error!(error = %e, "kill switch not encoded");
+        ApiError::StoreUnavailable
+    })?;
+    let recorded = entry(word, allowed);
+    // Stored with its record, then in force, in a task of its own (a client hanging up cannot
+    // leave it stored but not in force); changes take force in the order recorded.
+    let task_state = state.clone();
+    tokio::spawn(async move {
+        let _serial = task_state.admin.changing().await;
+        task_state
             .audit
-            .record_detached(entry("kill_switch_failed", vec![e.to_string()]));
-        return Err(match e {
+            .commit(vec![recorded], vec![effect])
+            .await
+            .map_err(not_recorded("kill switch"))?;
+        task_state.admin.set_kill_switch(next).map_err(|e| match e {
             SwitchError::Forced(by) => ApiError::KillSwitchForced(by),
             SwitchError::Store(e) => {
                 tracing::error!(error = %e, "kill switch not stored");
                 ApiError::StoreUnavailable
             }
-        });
-    }
+        })
+    })
+    .await
+    .map_err(|_| ApiError::StoreUnavailable)??;
     tracing::warn!(on = body.on, by, "kill switch flipped");
     Ok(Json(view(&state)))
 }
@@ -249,49 +256,51 @@ pub async fn set_quarantine(
         }
         return Err(ApiError::NotQuarantined(target_id));
     }
-    // Recorded first: a change that took effect is never missing from the log.
     let word = if body.on {
         "quarantine_on"
     } else {
         "quarantine_released"
     };
-    state
-        .audit
-        .record(entry(word, allowed))
-        .await
-        .map_err(record_failed)?;
-    // The store flushes to disk: off the async workers.
-    let admin = state.admin.clone();
-    let (on, target, who_id, why) = (body.on, target_id.clone(), by.clone(), reason.clone());
-    let changed = tokio::task::spawn_blocking(move || {
-        let quarantine = admin.quarantine();
-        if on {
-            quarantine
-                .enter(Quarantined {
-                    principal: target,
-                    cause: "manual".to_owned(),
-                    by: who_id,
-                    reason: why.unwrap_or_default(),
-                    at_ms: now_ms(),
-                })
-                .map(|_| false)
-        } else {
-            quarantine.release(&target).map(|r| r.is_some())
+    let entered = body.on.then(|| Quarantined {
+        principal: target_id.clone(),
+        cause: "manual".to_owned(),
+        by: by.clone(),
+        reason: reason.clone().unwrap_or_default(),
+        at_ms: now_ms(),
+    });
+    let effect = crate::admin::quarantine_effect(&target_id, entered.as_ref()).map_err(|e| {
+        tracing::error!(error = %e, "quarantine entry not encoded");
+        ApiError::StoreUnavailable
+    })?;
+    let recorded = entry(word, allowed);
+    // Stored with its record, then in force, in a task of its own (a client hanging up cannot
+    // leave it stored but not in force).
+    let task_state = state.clone();
+    let target = target_id.clone();
+    tokio::spawn(async move {
+        let _serial = task_state.admin.changing().await;
+        task_state
+            .audit
+            .commit(vec![recorded], vec![effect])
+            .await
+            .map_err(not_recorded("quarantine"))?;
+        let quarantine = task_state.admin.quarantine();
+        match entered {
+            Some(q) => {
+                quarantine.enter(q);
+            }
+            None => {
+                if quarantine.release(&target).is_some() {
+                    // Released: its history must not raise the same signal again at its
+                    // next call.
+                    task_state.monitor.forget(&target);
+                }
+            }
         }
+        Ok::<(), ApiError>(())
     })
     .await
-    .unwrap_or_else(|e| Err(crate::audit::StoreError(format!("store task failed: {e}"))));
-    if let Ok(true) = changed {
-        // Released: its history must not raise the same signal again at its next call.
-        state.monitor.forget(&target_id);
-    }
-    if let Err(e) = changed {
-        tracing::error!(error = %e, agent = target_id, on = body.on, "quarantine change not stored");
-        state
-            .audit
-            .record_detached(entry("quarantine_failed", vec![e.to_string()]));
-        return Err(ApiError::StoreUnavailable);
-    }
+    .map_err(|_| ApiError::StoreUnavailable)??;
     tracing::warn!(on = body.on, by, agent = target_id, "quarantine changed");
     Ok(Json(quarantine_view(&state)))
 }

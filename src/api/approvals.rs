@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::handlers::{authenticate, human, word};
 use super::{ApiError, AppState};
-use crate::approvals::{Approval, ApprovalError, Full, OpenError, Scope, Status};
+use crate::approvals::{Approval, ApprovalError, Full, Open, OpenError, Planned, Scope, Status};
 use crate::audit::{Entry, EntryKind, now_ms};
 use crate::authz::{self, Advice, Call, Outcome, Principal, PrincipalKind, Stage, Verdict};
 use crate::policy::Snapshot;
@@ -38,17 +38,19 @@ fn refused(e: ApprovalError) -> ApiError {
     }
 }
 
-/// A verdict after the approval rules: the final verdict, the approval id to report, and,
-/// when a bound on pending approvals refused to open one, which bound (the verdict is then a
-/// deny at stage `approval_limit`, answered 429 once recorded).
+/// A verdict after the approval rules: the final verdict, the approval id to report, the
+/// approval change to commit with the decision's record (a new pending approval, or one
+/// used), and, when a bound on pending approvals refused to open one, which bound (the verdict
+/// is then a deny at stage `approval_limit`, answered 429 once recorded).
 pub(super) struct Settled {
     pub verdict: Verdict,
     pub approval_id: Option<String>,
+    pub planned: Option<Planned>,
     pub full: Option<Full>,
 }
 
 /// Applies the approval rules to a fresh verdict.
-pub(super) fn settle(
+pub(super) async fn settle(
     state: &AppState,
     snap: &Snapshot,
     who: &Principal,
@@ -60,6 +62,7 @@ pub(super) fn settle(
     let settled = |verdict, approval_id| Settled {
         verdict,
         approval_id,
+        planned: None,
         full: None,
     };
     if verdict.decision != Outcome::PendingApproval {
@@ -73,13 +76,20 @@ pub(super) fn settle(
         return match state
             .approvals
             .transition(&id, |a| a.redeemed(&principal, &call.tool, digest, now))
+            .await
         {
+            // Used only once the allow is recorded, with the change: until then, the lock
+            // keeps a second redemption waiting.
             Ok(used) => {
                 let mut v = verdict;
                 v.decision = Outcome::Allow;
                 v.stage = Stage::Approval;
                 v.errors.clear();
-                Ok(settled(v, Some(used.id)))
+                Ok(Settled {
+                    approval_id: Some(used.approval.id.clone()),
+                    planned: Some(used),
+                    ..settled(v, None)
+                })
             }
             Err(ApprovalError::Refused(r)) => Ok(settled(
                 Verdict::deny(
@@ -119,7 +129,13 @@ pub(super) fn settle(
     };
     // An approval already open for this exact call is reused (and needs no new place).
     match state.approvals.open(new) {
-        Ok(approval) => Ok(settled(verdict, Some(approval.id))),
+        Ok(Open::Reused(approval)) => Ok(settled(verdict, Some(approval.id))),
+        // Stored with the pending decision's record: no approval without its decision.
+        Ok(Open::New(planned)) => Ok(Settled {
+            approval_id: Some(planned.approval.id.clone()),
+            planned: Some(planned),
+            ..settled(verdict, None)
+        }),
         Err(OpenError::Full(full)) => Ok(Settled {
             verdict: Verdict::deny(
                 Stage::ApprovalLimit,
@@ -138,6 +154,7 @@ pub(super) fn settle(
                 ),
             ),
             approval_id: None,
+            planned: None,
             full: Some(full),
         }),
         Err(OpenError::Store(e)) => Err(store_failed(&e)),
@@ -311,10 +328,12 @@ async fn decide(
     }
     let approver = who.uid.to_string();
     let now = now_ms();
-    let decided = state
+    let planned = state
         .approvals
         .transition(&id, |a| a.decided(&approver, approve, reason.clone(), now))
+        .await
         .map_err(refused)?;
+    let decided = planned.approval.clone();
     let entry = Entry {
         principal: Some(approver),
         reasons: eligible.reasons,
@@ -327,7 +346,25 @@ async fn decide(
         )),
         ..approval_entry(&decided, now, word(&decided.status))
     };
-    super::handlers::record_or_refuse(&state, entry, "approval decision").await?;
+    // The decision takes effect with its record, in a task of its own: a client that hangs
+    // up cannot leave it stored but not in force.
+    let task_state = state.clone();
+    tokio::spawn(async move {
+        let effect = planned.effect.clone();
+        match task_state.audit.commit(vec![entry], vec![effect]).await {
+            Ok(_) => {
+                task_state.approvals.done(planned);
+                Ok(())
+            }
+            Err(e) => {
+                task_state.approvals.abandon(planned);
+                tracing::error!(error = %e, "approval decision not recorded; nothing changed");
+                Err(ApiError::StoreUnavailable)
+            }
+        }
+    })
+    .await
+    .map_err(|_| ApiError::StoreUnavailable)??;
     Ok(Json(view(&decided, now)))
 }
 
@@ -354,19 +391,69 @@ fn approval_entry(a: &Approval, at_ms: u64, event: String) -> Entry {
     }
 }
 
-/// Marks overdue approvals expired and records each as denied by timeout. Run periodically.
+/// Marks overdue approvals expired (each recorded as denied by timeout, with the change), and
+/// removes approvals ended longer ago than the retention (recorded as one `approvals_removed`
+/// entry). Run periodically; a pass that cannot be recorded changes nothing and is tried again.
 pub async fn expire_due(state: &AppState) {
     let now = now_ms();
-    match state.approvals.expire_due(now) {
-        Ok(expired) => {
-            for a in expired {
-                state.audit.record_detached(Entry {
-                    principal: Some(a.principal.clone()),
-                    reasons: vec!["approval_timeout".to_owned()],
-                    ..approval_entry(&a, now, "expired".to_owned())
-                });
+    loop {
+        match state.approvals.expiry(now).await {
+            Ok(None) => break,
+            Ok(Some(pass)) => {
+                let entries = pass
+                    .approvals
+                    .iter()
+                    .map(|a| Entry {
+                        principal: Some(a.principal.clone()),
+                        reasons: vec!["approval_timeout".to_owned()],
+                        ..approval_entry(a, now, "expired".to_owned())
+                    })
+                    .collect();
+                match state.audit.commit(entries, pass.effects.clone()).await {
+                    Ok(_) => state.approvals.passed(pass),
+                    Err(e) => {
+                        tracing::error!(error = %e, "approvals not expired: the change could not be recorded");
+                        return;
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "could not expire approvals");
+                return;
             }
         }
-        Err(e) => tracing::error!(error = %e, "could not expire approvals"),
+    }
+    loop {
+        match state.approvals.sweep(now).await {
+            Ok(None) => break,
+            Ok(Some(pass)) => {
+                let ids: Vec<&str> = pass.approvals.iter().map(|a| a.id.as_str()).collect();
+                let entry = Entry {
+                    kind: EntryKind::Admin,
+                    id: uuid::Uuid::now_v7().to_string(),
+                    at_ms: now,
+                    stage: Some("approval".to_owned()),
+                    decision: "approvals_removed".to_owned(),
+                    reasons: vec!["retention".to_owned()],
+                    detail: Some(format!(
+                        "{} ended approvals removed: {}",
+                        ids.len(),
+                        ids.join(" ")
+                    )),
+                    ..Entry::default()
+                };
+                match state.audit.commit(vec![entry], pass.effects.clone()).await {
+                    Ok(_) => state.approvals.passed(pass),
+                    Err(e) => {
+                        tracing::error!(error = %e, "ended approvals not removed: the change could not be recorded");
+                        return;
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "could not remove ended approvals");
+                return;
+            }
+        }
     }
 }

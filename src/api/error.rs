@@ -203,6 +203,7 @@ impl ApiError {
             ApiError::Held(crate::policy::HoldError::OtherRevision { .. }) => {
                 "held_revision_mismatch"
             }
+            ApiError::Held(crate::policy::HoldError::NotRecorded(_)) => "store_unavailable",
             ApiError::Grant(e) => match e {
                 crate::grants::GrantError::BadEntity { .. } => "invalid_entity",
                 crate::grants::GrantError::Link(_) => "grant_not_linkable",
@@ -433,6 +434,7 @@ impl IntoResponse for ApiError {
                 match e {
                     crate::policy::HoldError::NothingHeld => StatusCode::NOT_FOUND,
                     crate::policy::HoldError::OtherRevision { .. } => StatusCode::CONFLICT,
+                    crate::policy::HoldError::NotRecorded(_) => StatusCode::SERVICE_UNAVAILABLE,
                 },
                 code,
                 &e.to_string(),

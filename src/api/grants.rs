@@ -214,7 +214,7 @@ pub async fn create(
         decided,
         // A grant that cannot link is refused before anything is recorded as granted.
         grants.check(&grant).map_err(ApiError::Grant),
-        async move { grants.create(grant).await },
+        move |record| async move { grants.create(grant, record).await },
     )
     .await?;
     Ok((StatusCode::CREATED, Json(listed)))
@@ -235,16 +235,19 @@ struct Verbs {
 }
 
 /// Every grant change has one shape: Cedar's refusal is recorded and answered 403; `ready`
-/// may refuse the change before anything is recorded as done; an allowed change is recorded,
-/// then run to its end in a spawned task (a client hanging up cannot stop it halfway), and a
-/// failure is recorded too.
-async fn decided_change<T: Send + 'static>(
+/// may refuse the change before anything is recorded as done; an allowed change is run to its
+/// end in a spawned task (a client hanging up cannot stop it halfway), storing its record
+/// together with the change; a failure for another reason is recorded too.
+async fn decided_change<T: Send + 'static, F>(
     state: &AppState,
     verbs: Verbs,
     decided: Result<Vec<String>, Advice>,
     ready: Result<(), ApiError>,
-    change: impl Future<Output = Result<T, GrantError>> + Send + 'static,
-) -> Result<T, ApiError> {
+    change: impl FnOnce(Entry) -> F + Send + 'static,
+) -> Result<T, ApiError>
+where
+    F: Future<Output = Result<T, GrantError>> + Send + 'static,
+{
     let Verbs {
         who,
         revision,
@@ -273,12 +276,13 @@ async fn decided_change<T: Send + 'static>(
     let audit = state.audit.clone();
     let task = tokio::spawn(async move {
         let e = entry(&who, &revision, done, policies, detail);
-        audit.record(e).await.map_err(not_recorded)?;
-        match change.await {
+        match change(e).await {
             Ok(changed) => {
                 tracing::info!(grant = id, by = %who.uid, "{done}");
                 Ok(changed)
             }
+            // The record and the change go together: neither is stored.
+            Err(GrantError::Store(e)) => Err(not_recorded(e)),
             Err(err) => {
                 let detail = format!("{id} {not}: {err}");
                 let e = entry(&who, &revision, failed, Vec::new(), detail);
@@ -354,7 +358,7 @@ pub async fn revoke(
         },
         decided,
         Ok(()),
-        async move { grants.revoke(&id).await },
+        move |record| async move { grants.revoke(&id, record).await },
     )
     .await?;
     Ok(Json(json!({ "revoked": gone.id, "grant": gone })))
@@ -378,24 +382,21 @@ pub async fn forget_ended(state: &AppState, grants: &Grants, ended: &[Grant], no
         return;
     }
     let revision = state.policy.current().revision.clone();
-    let mut recorded = Vec::with_capacity(ended.len());
-    for g in ended {
-        match state
-            .audit
-            .record(grant_expired_entry(g, now, &revision))
-            .await
-        {
+    for chunk in ended.chunks(crate::audit::MAX_COMMIT) {
+        let records = chunk
+            .iter()
+            .map(|g| grant_expired_entry(g, now, &revision))
+            .collect();
+        match grants.forget(chunk, records).await {
             Ok(()) => {
-                tracing::info!(grant = g.id, "grant expired");
-                recorded.push(g.clone());
+                for g in chunk {
+                    tracing::info!(grant = g.id, "grant expired");
+                }
             }
             Err(e) => {
-                tracing::error!(grant = g.id, error = %e, "grant expiry not recorded; it stays stored (and unlinked)")
+                tracing::error!(error = %e, "grant expiry not recorded; the grants stay stored (and unlinked) and end again at the next start")
             }
         }
-    }
-    if let Err(e) = grants.forget(&recorded).await {
-        tracing::error!(error = %e, "expired grants not removed from the store; they are removed at the next start");
     }
 }
 

@@ -152,6 +152,7 @@ pub(super) async fn decide(
     let approvals::Settled {
         verdict,
         approval_id: approval,
+        planned,
         full,
     } = approvals::settle(
         state,
@@ -161,7 +162,8 @@ pub(super) async fn decide(
         approval_id,
         gated.verdict,
         &decision_id,
-    )?;
+    )
+    .await?;
     state
         .monitor
         .observe(&principal_id, &call.tool, verdict.decision, verdict.stage);
@@ -188,7 +190,10 @@ pub(super) async fn decide(
         .as_ref()
         .map(super::error::quota_headers)
         .unwrap_or_default();
-    let body = commit(state, body, entry, started).await?;
+    let body = match planned {
+        None => commit(state, body, entry, started).await?,
+        Some(planned) => commit_with(state, body, entry, started, planned).await?,
+    };
     if let Some(full) = full {
         // Recorded like every deny; answered 429, as a rate limit is.
         return Err(ApiError::TooManyPendingApprovals {
@@ -229,6 +234,48 @@ async fn commit(
     let writing = std::time::Instant::now();
     let recorded = state.audit.record(entry).await;
     state.metrics.audit_write(writing.elapsed());
+    counted(state, body, recorded, started)
+}
+
+/// [`commit`] for a decision that changes an approval (opens one, or uses one): the change is
+/// stored with the record, in a task of its own so that a client hanging up cannot leave it
+/// stored but not in force. If the record fails, the approval is as it was: an approved call
+/// denied this way can be sent again.
+async fn commit_with(
+    state: &AppState,
+    body: DecisionBody,
+    entry: Entry,
+    started: std::time::Instant,
+    planned: crate::approvals::Planned,
+) -> Result<DecisionBody, ApiError> {
+    let task_state = state.clone();
+    let effect = planned.effect.clone();
+    let writing = std::time::Instant::now();
+    let recorded = tokio::spawn(async move {
+        let recorded = task_state.audit.commit(vec![entry], vec![effect]).await;
+        match &recorded {
+            Ok(_) => task_state.approvals.done(planned),
+            Err(_) => task_state.approvals.abandon(planned),
+        }
+        recorded.map(|_| ())
+    })
+    .await
+    .unwrap_or_else(|e| {
+        Err(crate::audit::StoreError(format!(
+            "the commit task failed: {e}"
+        )))
+    });
+    state.metrics.audit_write(writing.elapsed());
+    counted(state, body, recorded, started)
+}
+
+/// Counts the answer in the metrics, by what the record's write did.
+fn counted(
+    state: &AppState,
+    body: DecisionBody,
+    recorded: Result<(), crate::audit::StoreError>,
+    started: std::time::Instant,
+) -> Result<DecisionBody, ApiError> {
     let (outcome, stage) = match &recorded {
         Ok(()) => (body.decision, body.stage),
         Err(_) => (crate::authz::Outcome::Deny, Stage::Audit),

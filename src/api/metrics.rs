@@ -101,6 +101,11 @@ pub async fn render(State(state): State<AppState>) -> impl IntoResponse {
         &[],
         f64::from(u8::from(state.admin.kill_switch_on())),
     );
+    m.set_gauge(
+        "toolgate_audit_store_failing",
+        &[],
+        flag(state.audit.failure().is_some()),
+    );
     let mut out = m.render();
     // The revision label changes on every reload, so this family is written here rather than
     // kept in the recorder, where each past revision would stay as a series.

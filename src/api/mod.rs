@@ -129,14 +129,22 @@ impl AppState {
         max_body_bytes: usize,
     ) -> Result<Self, StoreError> {
         let stores = Stores::temporary()?;
-        let audit = Audit::start(stores.audit, Chain::plain(), Durability::Group)?;
-        let (grants, _) =
-            crate::grants::Grants::start(stores.grants, policy.clone(), crate::audit::now_ms())?;
+        let audit = Arc::new(Audit::start(
+            stores.audit,
+            Chain::plain(),
+            Durability::Group,
+        )?);
+        let (grants, _) = crate::grants::Grants::start(
+            stores.grants,
+            audit.clone(),
+            policy.clone(),
+            crate::audit::now_ms(),
+        )?;
         Ok(AppState::with_services(
             policy,
             auth,
             max_body_bytes,
-            Arc::new(audit),
+            audit,
             Arc::new(Approvals::new(
                 stores.approvals,
                 Ttl::default(),

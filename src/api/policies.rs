@@ -73,45 +73,28 @@ pub async fn approve_held(
                 "{} approved by {by}, replacing {}; diff: {summary}",
                 held.revision, snap.revision
             );
-            state
-                .audit
-                .record(entry(
-                    &by,
-                    &held.revision,
-                    "applied",
-                    policies.clone(),
-                    detail,
-                ))
-                .await
-                .map_err(not_recorded)?;
+            let record = entry(&by, &held.revision, "applied", policies.clone(), detail);
             // Let go of the live snapshot before the swap, which waits for requests still
             // holding it (up to 5 s) before freeing it.
-            let live = snap.revision.clone();
             drop(snap);
+            // Recorded with the remembered set, then live, under the reload lock (no edit
+            // comes in between), off the async threads.
             let store = state.policy.clone();
+            let audit = state.audit.clone();
             let revision = held.revision.clone();
-            let swapped = tokio::task::spawn_blocking(move || store.approve_held(&revision))
-                .await
-                .map_err(|_| ApiError::StoreUnavailable)?;
+            let swapped = tokio::task::spawn_blocking(move || {
+                store.approve_held_with(&revision, |effects| {
+                    audit.commit_blocking(vec![record], effects).map(|_| ())
+                })
+            })
+            .await
+            .map_err(|_| ApiError::StoreUnavailable)?;
             let (from, to, review) = match swapped {
                 Ok(done) => done,
-                Err(e) => {
-                    // A newer edit replaced the held change between the check and the swap:
-                    // the record above did not happen; say so in the log too.
-                    let detail = format!("{} not activated: {e}", held.revision);
-                    state
-                        .audit
-                        .record(entry(
-                            &by,
-                            &live,
-                            "held_approval_failed",
-                            Vec::new(),
-                            detail,
-                        ))
-                        .await
-                        .map_err(not_recorded)?;
-                    return Err(ApiError::Held(e));
-                }
+                Err(crate::policy::HoldError::NotRecorded(e)) => return Err(not_recorded(e)),
+                // A newer edit replaced the held change after the check: nothing was recorded
+                // as applied.
+                Err(e) => return Err(ApiError::Held(e)),
             };
             tracing::info!(from, to, by, "held policy change approved and live");
             Ok(Json(json!({

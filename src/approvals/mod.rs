@@ -1,6 +1,15 @@
 //! Human approvals: the state machine (pending → approved → used, or denied, or expired), the
-//! [`ApprovalStore`] trait with its sled implementation, and [`Approvals`], which applies every
-//! transition with compare-and-swap so an approval is used at most once.
+//! [`ApprovalStore`] trait with its sled implementation, and [`Approvals`], which plans every
+//! change under a per-approval lock so an approval is used at most once.
+//!
+//! Nothing here writes the store. A change is [`Planned`]: the new approval and the store
+//! effect; the caller commits the effect with the audit record that attests it
+//! ([`crate::audit::Audit::commit`]), then reports it [`Approvals::done`] (or
+//! [`Approvals::abandon`]). So no approval is opened, decided, used or expired without its
+//! record, and the lock held by the plan keeps a second change out until the first is stored.
+//!
+//! Ended approvals (denied, expired, used) are removed from the store after
+//! `[approvals] retain_secs` ([`Approvals::sweep`]); the audit log keeps their history.
 //!
 //! An approval is bound to (principal, tool, SHA-256 of the canonical arguments). Whether a
 //! human may approve is not decided here: the API asks Cedar (`Action::"approve"`).
@@ -17,11 +26,12 @@ pub use store::ApprovalStore;
 pub(crate) use store::SledApprovals;
 pub use webhook::{Webhook, WebhookConfig, WebhookStats, sign, webhook_origin};
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
-use crate::audit::StoreError;
+use crate::audit::{Effect, StoreError};
 use pending::Waiting;
 
 /// Where an approval stands.
@@ -135,6 +145,22 @@ fn word(s: Status) -> &'static str {
 }
 
 impl Approval {
+    /// When it ended (decided against, used or expired), if it has: the time retention
+    /// counts from.
+    pub fn ended_ms(&self) -> Option<u64> {
+        match self.status {
+            Status::Denied => Some(self.decided_ms.unwrap_or(self.created_ms)),
+            Status::Used => Some(self.used_ms.unwrap_or(self.expires_ms)),
+            Status::Expired => Some(self.expires_ms),
+            Status::Pending | Status::Approved => None,
+        }
+    }
+
+    /// The store effect that saves it.
+    pub fn effect(&self) -> Result<Effect, StoreError> {
+        Effect::put_json(store::TREE, self.id.as_bytes(), self)
+    }
+
     /// The status at `now_ms`: pending or approved past expiry is expired.
     pub fn status_at(&self, now_ms: u64) -> Status {
         match self.status {
@@ -250,16 +276,116 @@ pub enum OpenError {
     Store(#[from] StoreError),
 }
 
+/// Lock shards: a change to one approval holds one shard from its plan until it is stored.
+const SHARDS: usize = 64;
+
+/// Default `[approvals] retain_secs`: ended approvals are kept a day, then removed.
+pub const RETAIN_SECS: u64 = 86_400;
+
+/// Most approvals one expiry or retention pass commits at once (one audit batch).
+const PASS: usize = 512;
+
+/// A planned change: the approval as it will be, the store effect that saves it, and the lock
+/// that keeps other changes to it out until the plan is [`Approvals::done`] or
+/// [`Approvals::abandon`]ed.
+pub struct Planned {
+    /// The approval after the change.
+    pub approval: Approval,
+    /// What to commit with the record.
+    pub effect: Effect,
+    /// A new approval (a place in the pending bounds is held for it).
+    opened: bool,
+    _lock: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl std::fmt::Debug for Planned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Planned")
+            .field("approval", &self.approval.id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`Approvals::open`] found: an approval already open for the call, or a new one to
+/// commit.
+#[derive(Debug)]
+pub enum Open {
+    /// Pending already, for exactly this call.
+    Reused(Approval),
+    /// New: commit its effect with the decision record.
+    New(Planned),
+}
+
+/// A pass of the expiry or retention sweep: the approvals it changes or removes, the
+/// effects, and the locks it holds.
+pub struct Pass {
+    /// Expired (by the expiry pass) or removed (by retention).
+    pub approvals: Vec<Approval>,
+    /// What to commit with the records.
+    pub effects: Vec<Effect>,
+    removed: bool,
+    _locks: Vec<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl std::fmt::Debug for Pass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pass")
+            .field("approvals", &self.approvals.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The approvals not yet ended, by expiry, and the ended ones, by end: what the expiry and
+/// retention passes read instead of the whole store.
+#[derive(Debug, Default)]
+struct Timeline {
+    live: BTreeSet<(u64, String)>,
+    ended: BTreeSet<(u64, String)>,
+}
+
+impl Timeline {
+    fn of(all: &[Approval]) -> Timeline {
+        let mut t = Timeline::default();
+        for a in all {
+            t.put(None, a);
+        }
+        t
+    }
+
+    fn put(&mut self, before: Option<&Approval>, a: &Approval) {
+        if let Some(b) = before {
+            self.forget(b);
+        }
+        match a.ended_ms() {
+            Some(end) => self.ended.insert((end, a.id.clone())),
+            None => self.live.insert((a.expires_ms, a.id.clone())),
+        };
+    }
+
+    fn forget(&mut self, a: &Approval) {
+        self.live.remove(&(a.expires_ms, a.id.clone()));
+        if let Some(end) = a.ended_ms() {
+            self.ended.remove(&(end, a.id.clone()));
+        }
+    }
+}
+
 /// The approval queue: store plus change notifications for long-polls.
 pub struct Approvals {
     store: Arc<dyn ApprovalStore>,
     changed: tokio::sync::watch::Sender<u64>,
     /// Lifetimes.
     pub ttl: Ttl,
+    /// How long ended approvals stay stored, in ms.
+    retain_ms: u64,
     /// How many may wait at once.
     bounds: Bounds,
     /// The pending ones, mirrored from the store (never held across a store write).
     waiting: Mutex<Waiting>,
+    /// Expiry and end times.
+    timeline: Mutex<Timeline>,
+    /// Per-approval locks, by shard.
+    locks: Vec<Arc<tokio::sync::Mutex<()>>>,
     /// Where new pending approvals are announced, if anywhere.
     webhook: Option<Webhook>,
 }
@@ -270,6 +396,16 @@ impl std::fmt::Debug for Approvals {
     }
 }
 
+/// The lock shard of approval `id` (FNV-1a: stable, and ids are server-made UUIDs).
+fn shard(id: &str) -> usize {
+    let mut x: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in id.bytes() {
+        x ^= u64::from(b);
+        x = x.wrapping_mul(0x0100_0000_01b3);
+    }
+    (x % SHARDS as u64) as usize
+}
+
 impl Approvals {
     /// A queue over `store`, counting the approvals it holds that are still pending.
     pub fn new(
@@ -277,15 +413,29 @@ impl Approvals {
         ttl: Ttl,
         bounds: Bounds,
     ) -> Result<Self, StoreError> {
-        let waiting = Waiting::of(store.all()?, crate::audit::now_ms());
+        let all = store.all()?;
+        let timeline = Timeline::of(&all);
+        let waiting = Waiting::of(all, crate::audit::now_ms());
         Ok(Approvals {
             store,
             changed: tokio::sync::watch::channel(0).0,
             ttl,
+            retain_ms: RETAIN_SECS * 1000,
             bounds,
             waiting: Mutex::new(waiting),
+            timeline: Mutex::new(timeline),
+            locks: (0..SHARDS)
+                .map(|_| Arc::new(tokio::sync::Mutex::new(())))
+                .collect(),
             webhook: None,
         })
+    }
+
+    /// Keeps ended approvals `secs` seconds before removing them.
+    #[must_use]
+    pub fn with_retention(mut self, secs: u64) -> Self {
+        self.retain_ms = secs.saturating_mul(1000);
+        self
     }
 
     /// The bounds on pending approvals.
@@ -302,6 +452,19 @@ impl Approvals {
         self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    fn timeline(&self) -> std::sync::MutexGuard<'_, Timeline> {
+        self.timeline.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    async fn lock(&self, id: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let l = self
+            .locks
+            .get(shard(id))
+            .cloned()
+            .unwrap_or_else(|| Arc::new(tokio::sync::Mutex::new(())));
+        l.lock_owned().await
+    }
+
     /// Announces every new pending approval to `webhook`.
     #[must_use]
     pub fn with_webhook(mut self, webhook: Webhook) -> Self {
@@ -315,32 +478,30 @@ impl Approvals {
     }
 
     /// The pending approval for exactly `new`'s call (principal, tool, arguments) if one is
-    /// open; otherwise stores `new` (pending) and announces it, without waiting. Refused,
-    /// storing nothing, when the requester or everyone together has as many pending as the
-    /// bounds allow. Expired, decided and used approvals do not count.
-    pub fn open(&self, new: Approval) -> Result<Approval, OpenError> {
+    /// open; otherwise a plan to store `new` (pending), holding its place in the bounds.
+    /// Refused, storing nothing, when the requester or everyone together has as many pending
+    /// as the bounds allow. Expired, decided and used approvals do not count.
+    pub fn open(&self, new: Approval) -> Result<Open, OpenError> {
         if let Some(open) = self
             .waiting()
             .reuse_or_reserve(&new, self.bounds, new.created_ms)?
         {
-            return Ok(open);
+            return Ok(Open::Reused(open));
         }
-        // The place is taken before the (slow, flushed) write, so concurrent calls cannot
-        // overshoot a bound, and given back if the write fails.
-        if let Err(e) = self.store.insert(&new) {
-            self.waiting().remove(&new.id);
-            return Err(e.into());
+        // The place is taken before the (slow, flushed) commit, so concurrent calls cannot
+        // overshoot a bound; [`Approvals::abandon`] gives it back.
+        match new.effect() {
+            Ok(effect) => Ok(Open::New(Planned {
+                approval: new,
+                effect,
+                opened: true,
+                _lock: None,
+            })),
+            Err(e) => {
+                self.waiting().remove(&new.id);
+                Err(e.into())
+            }
         }
-        self.notify();
-        if let Some(hook) = &self.webhook {
-            hook.send(serde_json::json!({
-                "event": "approval.pending",
-                "approval": &new,
-                "approve": format!("/v1/approvals/{}/approve", new.id),
-                "deny": format!("/v1/approvals/{}/deny", new.id),
-            }));
-        }
-        Ok(new)
     }
 
     /// The approval with `id`.
@@ -356,47 +517,186 @@ impl Approvals {
         Ok(all)
     }
 
-    /// Applies `change` to the approval `id` atomically: retried if it changed meanwhile.
-    pub fn transition(
+    /// Plans `change` to the approval `id`, holding its lock until the plan is done or
+    /// abandoned: nothing else changes it meanwhile.
+    pub async fn transition(
         &self,
         id: &str,
         change: impl Fn(&Approval) -> Result<Approval, Refusal>,
-    ) -> Result<Approval, ApprovalError> {
-        for _ in 0..16 {
-            let current = self.store.get(id)?.ok_or(Refusal::NotFound)?;
-            let next = change(&current)?;
-            if self.store.swap(&current, &next)? {
-                if next.status != Status::Pending {
-                    self.waiting().remove(id);
-                }
-                self.notify();
-                return Ok(next);
-            }
-        }
-        Err(StoreError("approval changed too often to update".to_owned()).into())
+    ) -> Result<Planned, ApprovalError> {
+        let lock = self.lock(id).await;
+        let current = self.store.get(id)?.ok_or(Refusal::NotFound)?;
+        let next = change(&current)?;
+        Ok(Planned {
+            effect: next.effect()?,
+            approval: next,
+            opened: false,
+            _lock: Some(lock),
+        })
     }
 
-    /// Marks approvals past their expiry as expired; returns them (to record).
-    pub fn expire_due(&self, now_ms: u64) -> Result<Vec<Approval>, StoreError> {
-        let mut expired = Vec::new();
-        for a in self.store.all()? {
-            if matches!(a.status, Status::Pending | Status::Approved)
-                && a.status_at(now_ms) == Status::Expired
-            {
-                let next = Approval {
+    /// The plan's effect is stored (with its record): the change is in force. Announces a
+    /// new approval.
+    pub fn done(&self, planned: Planned) {
+        let a = &planned.approval;
+        if a.status != Status::Pending {
+            self.waiting().remove(&a.id);
+        }
+        let before = if planned.opened {
+            None
+        } else {
+            // The approval as it was, for the timeline: same id, only status times differ.
+            Some(Approval {
+                status: Status::Pending,
+                decided_ms: None,
+                used_ms: None,
+                ..a.clone()
+            })
+        };
+        {
+            let mut t = self.timeline();
+            if let Some(b) = &before {
+                t.live.remove(&(b.expires_ms, b.id.clone()));
+            }
+            t.put(None, a);
+        }
+        self.notify();
+        if planned.opened
+            && let Some(hook) = &self.webhook
+        {
+            hook.send(serde_json::json!({
+                "event": "approval.pending",
+                "approval": a,
+                "approve": format!("/v1/approvals/{}/approve", a.id),
+                "deny": format!("/v1/approvals/{}/deny", a.id),
+            }));
+        }
+    }
+
+    /// The plan's commit failed: nothing changed. A new approval's place is given back.
+    pub fn abandon(&self, planned: Planned) {
+        if planned.opened {
+            self.waiting().remove(&planned.approval.id);
+        }
+    }
+
+    /// Plans the expiry of approvals past their expiry at `now_ms` (at most a pass's worth):
+    /// each as it will be stored, with its effect. `None` when none is due.
+    pub async fn expiry(&self, now_ms: u64) -> Result<Option<Pass>, StoreError> {
+        let due: Vec<String> = {
+            let t = self.timeline();
+            t.live
+                .iter()
+                .take_while(|(expires, _)| *expires <= now_ms)
+                .take(PASS)
+                .map(|(_, id)| id.clone())
+                .collect()
+        };
+        self.pass(due, false, |a| {
+            (matches!(a.status, Status::Pending | Status::Approved)
+                && a.status_at(now_ms) == Status::Expired)
+                .then(|| Approval {
                     status: Status::Expired,
                     ..a.clone()
-                };
-                if self.store.swap(&a, &next)? {
-                    self.waiting().remove(&next.id);
-                    expired.push(next);
+                })
+        })
+        .await
+    }
+
+    /// Plans the removal of approvals that ended more than the retention ago (at most a
+    /// pass's worth). `None` when none is due.
+    pub async fn sweep(&self, now_ms: u64) -> Result<Option<Pass>, StoreError> {
+        let cutoff = now_ms.saturating_sub(self.retain_ms);
+        let due: Vec<String> = {
+            let t = self.timeline();
+            t.ended
+                .iter()
+                .take_while(|(end, _)| *end < cutoff)
+                .take(PASS)
+                .map(|(_, id)| id.clone())
+                .collect()
+        };
+        self.pass(due, true, |a| {
+            a.ended_ms().is_some_and(|e| e < cutoff).then(|| a.clone())
+        })
+        .await
+    }
+
+    async fn pass(
+        &self,
+        mut due: Vec<String>,
+        removed: bool,
+        change: impl Fn(&Approval) -> Option<Approval>,
+    ) -> Result<Option<Pass>, StoreError> {
+        if due.is_empty() {
+            return Ok(None);
+        }
+        // Shards locked in order: a pass is the only holder of more than one.
+        let mut shards: Vec<usize> = due.iter().map(|id| shard(id)).collect();
+        shards.sort_unstable();
+        shards.dedup();
+        let mut locks = Vec::with_capacity(shards.len());
+        for s in shards {
+            if let Some(l) = self.locks.get(s) {
+                locks.push(l.clone().lock_owned().await);
+            }
+        }
+        due.sort_unstable();
+        let mut approvals = Vec::new();
+        let mut effects = Vec::new();
+        // (id, as stored) of those changed meanwhile: the timeline is brought up to date.
+        let mut stale: Vec<(String, Option<Approval>)> = Vec::new();
+        for id in due {
+            let current = self.store.get(&id)?;
+            match current.as_ref().and_then(&change) {
+                Some(next) => {
+                    effects.push(if removed {
+                        Effect::remove(store::TREE, next.id.as_bytes())
+                    } else {
+                        next.effect()?
+                    });
+                    approvals.push(next);
+                }
+                None => stale.push((id, current)),
+            }
+        }
+        if !stale.is_empty() {
+            let mut t = self.timeline();
+            for (id, current) in &stale {
+                t.live.retain(|(_, i)| i != id);
+                t.ended.retain(|(_, i)| i != id);
+                if let Some(a) = current {
+                    t.put(None, a);
                 }
             }
         }
-        if !expired.is_empty() {
-            self.notify();
+        if approvals.is_empty() {
+            return Ok(None);
         }
-        Ok(expired)
+        Ok(Some(Pass {
+            approvals,
+            effects,
+            removed,
+            _locks: locks,
+        }))
+    }
+
+    /// The pass's effects are stored (with their records).
+    pub fn passed(&self, pass: Pass) {
+        {
+            let mut w = self.waiting();
+            let mut t = self.timeline();
+            for a in &pass.approvals {
+                w.remove(&a.id);
+                if pass.removed {
+                    t.forget(a);
+                } else {
+                    t.live.remove(&(a.expires_ms, a.id.clone()));
+                    t.put(None, a);
+                }
+            }
+        }
+        self.notify();
     }
 
     /// A receiver that sees every later change (subscribe before reading, then wait).

@@ -1,12 +1,15 @@
 //! The audit trail: every decision, approval event and policy reload as a hash-chained
-//! [`Record`], stored behind the [`AuditStore`] trait (sled inside), written by one
-//! group-commit writer ([`Audit`]), and checked by [`verify()`].
+//! [`Record`], stored behind the [`AuditStore`] trait (a write-ahead ledger file, then sled),
+//! written by one group-commit writer ([`Audit`]) together with the state changes
+//! ([`Effect`]s) the records attest, and checked by [`verify()`].
 
+mod ledger;
 mod record;
 mod store;
 mod verify;
 mod writer;
 
+pub use ledger::Effect;
 pub use record::{
     Chain, Checkpoint, Entry, EntryKind, GENESIS, Operator, Record, args_digest, args_preview,
     canonical_json, hmac_sha256_hex, now_ms, redacted_preview, unix_ms,
@@ -14,4 +17,4 @@ pub use record::{
 pub(crate) use store::SledAudit;
 pub use store::{AuditStore, Query, StoreError, Stored};
 pub use verify::{Verdict as ChainVerdict, verify, verify_through};
-pub use writer::{Audit, Durability, Head, Pruned, Retention};
+pub use writer::{Audit, Durability, Head, MAX_COMMIT, Pruned, Retention};

@@ -15,10 +15,11 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::ledger::{self, Effect, Frame, Ledger};
 use super::record::{Checkpoint, Entry, Record};
 
 /// A storage failure. The message says what failed; the sidecar denies while it lasts.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("audit store: {0}")]
 pub struct StoreError(pub String);
 
@@ -53,11 +54,22 @@ pub struct Query {
     pub limit: usize,
 }
 
-/// Durable, append-only storage of audit records.
+/// Durable, append-only storage of audit records, and of the state changes they carry.
 pub trait AuditStore: Send + Sync {
-    /// Appends `batch` (consecutive records) atomically and, when `durable`, waits until it is
-    /// on disk.
-    fn append(&self, batch: &[Record], durable: bool) -> Result<(), StoreError>;
+    /// Appends `batch` (consecutive records) and applies `effects`, atomically: the records
+    /// and the state changes are stored together or not at all. When `durable`, returns once
+    /// they are on disk (`fdatasync`).
+    fn append(&self, batch: &[Record], effects: &[Effect], durable: bool)
+    -> Result<(), StoreError>;
+    /// Applies `effects` with no record (the audit log is off: benchmarks only).
+    fn apply(&self, effects: &[Effect]) -> Result<(), StoreError>;
+    /// Makes everything appended durable (an orderly stop).
+    fn sync(&self) -> Result<(), StoreError>;
+    /// Keeps (`Some`) or clears (`None`) the note of an outage in progress, outside the log
+    /// (which cannot be written then), so that it survives a restart.
+    fn note_outage(&self, text: Option<&str>) -> Result<(), StoreError>;
+    /// The note of an outage that a stop interrupted, if any.
+    fn outage(&self) -> Option<String>;
     /// The newest record.
     fn last(&self) -> Result<Option<Record>, StoreError>;
     /// Stored records in key order, from the first storage unit (sled: block) whose key is at
@@ -170,11 +182,20 @@ impl Query {
     }
 }
 
-/// The sled implementation.
+/// The sled implementation, behind the write-ahead [`Ledger`] when it has a directory.
 pub(crate) struct SledAudit {
     tree: sled::Tree,
     db: sled::Db,
+    /// The ledger and the outage note; none for a temporary store.
+    ledger: Option<std::sync::Mutex<Ledger>>,
+    /// Free bytes the store leaves on its file system: below this a batch is refused before
+    /// anything is written, so that neither the ledger nor sled ever meets a full disk (sled
+    /// 0.34 cannot go on after a failed write until it is reopened).
+    reserve: u64,
 }
+
+/// Once the ledger holds this much, sled is made durable and the ledger emptied.
+const LEDGER_LIMIT: u64 = 32 * 1024 * 1024;
 
 /// One decoded block: its first sequence number and its records in order.
 struct Block {
@@ -218,9 +239,145 @@ impl Block {
 }
 
 impl SledAudit {
+    /// A store with no ledger: nothing it holds survives a crash (temporary stores).
     pub(crate) fn new(db: sled::Db) -> Result<Self, StoreError> {
         let tree = db.open_tree("audit").map_err(StoreError::from_sled)?;
-        Ok(SledAudit { tree, db })
+        Ok(SledAudit {
+            tree,
+            db,
+            ledger: None,
+            reserve: 0,
+        })
+    }
+
+    /// The store of data directory `dir`: opens its ledger and applies the frames sled lacks
+    /// (a crash came between the ledger's `fdatasync` and sled's own flush), then empties it.
+    pub(crate) fn with_ledger(
+        db: sled::Db,
+        dir: &std::path::Path,
+        reserve: u64,
+    ) -> Result<Self, StoreError> {
+        let mut store = SledAudit::new(db)?;
+        store.reserve = reserve;
+        let (mut ledger, frames) = Ledger::open(dir)?;
+        let mut head = store.last()?.map_or(0, |r| r.seq);
+        if let Some(cp) = store.checkpoint()? {
+            head = head.max(cp.seq);
+        }
+        let mut replayed = 0usize;
+        for frame in frames {
+            if frame.last <= head {
+                continue;
+            }
+            if frame.first != head + 1 {
+                tracing::error!(
+                    expected = head + 1,
+                    found = frame.first,
+                    "the ledger does not continue the stored log; applying it anyway (verify will show the gap)"
+                );
+            }
+            let Frame {
+                first,
+                last,
+                block,
+                effects,
+            } = frame;
+            let records: Vec<Record> = Block::decode(&log_key(first), &block)
+                .records
+                .into_iter()
+                .collect::<Result<_, _>>()
+                .map_err(|e| {
+                    StoreError(format!(
+                        "a ledger frame holds a record that does not parse: {e}"
+                    ))
+                })?;
+            store.commit(first, block, &records, &effects)?;
+            head = last;
+            replayed += 1;
+        }
+        if replayed > 0 {
+            tracing::warn!(
+                batches = replayed,
+                head,
+                "applied batches from the ledger that the store lacked (a crash before its flush)"
+            );
+        }
+        if ledger.len() > 0 {
+            store.db.flush().map_err(StoreError::from_sled)?;
+            ledger.sync_filesystem()?;
+            ledger.truncate(0)?;
+        }
+        store.ledger = Some(std::sync::Mutex::new(ledger));
+        Ok(store)
+    }
+
+    /// Stores one block (with its index entries) and applies `effects`, in one sled
+    /// transaction when there are effects.
+    fn commit(
+        &self,
+        first: u64,
+        block: Vec<u8>,
+        batch: &[Record],
+        effects: &[Effect],
+    ) -> Result<(), StoreError> {
+        let mut b = sled::Batch::default();
+        b.insert(&log_key(first), block);
+        for ((field, value), offsets) in postings(batch) {
+            let mut k = index_prefix(field, value);
+            k.extend_from_slice(&first.to_be_bytes());
+            b.insert(k, offsets);
+        }
+        if effects.is_empty() {
+            return self.tree.apply_batch(b).map_err(StoreError::from_sled);
+        }
+        self.transact(Some(&b), effects)
+    }
+
+    /// Applies `batch` to the audit tree (if any) and `effects` to their trees, atomically.
+    fn transact(&self, batch: Option<&sled::Batch>, effects: &[Effect]) -> Result<(), StoreError> {
+        use sled::Transactional;
+        let mut names: Vec<&str> = effects.iter().map(|e| e.tree.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        let mut trees = vec![self.tree.clone()];
+        for name in &names {
+            trees.push(self.db.open_tree(name).map_err(StoreError::from_sled)?);
+        }
+        let slot = |name: &str| names.binary_search(&name).map(|i| i + 1).unwrap_or(0);
+        trees
+            .as_slice()
+            .transaction(|txs| {
+                if let (Some(b), Some(audit)) = (batch, txs.first()) {
+                    audit.apply_batch(b)?;
+                }
+                for e in effects {
+                    let Some(tx) = txs.get(slot(&e.tree)) else {
+                        continue;
+                    };
+                    match &e.value {
+                        Some(v) => {
+                            tx.insert(e.key.as_slice(), v.as_slice())?;
+                        }
+                        None => {
+                            tx.remove(e.key.as_slice())?;
+                        }
+                    }
+                }
+                Ok::<(), sled::transaction::ConflictableTransactionError<()>>(())
+            })
+            .map_err(|e| StoreError(format!("state change not applied: {e:?}")))
+    }
+
+    /// Refuses a write that would leave less than the reserve free.
+    fn check_space(&self, ledger: &Ledger) -> Result<(), StoreError> {
+        match ledger.free_bytes() {
+            Some(free) if free < self.reserve => Err(StoreError(format!(
+                "the data directory's disk has {} MiB free, under the {} MiB the store keeps in reserve; nothing was written (free some space: writing resumes by itself)",
+                free / (1024 * 1024),
+                self.reserve / (1024 * 1024)
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// The block holding position `seq`, if any.
@@ -271,9 +428,15 @@ fn postings(batch: &[Record]) -> BTreeMap<(&'static str, &str), Vec<u8>> {
 }
 
 impl AuditStore for SledAudit {
-    fn append(&self, batch: &[Record], durable: bool) -> Result<(), StoreError> {
-        let Some(first) = batch.first().map(|r| r.seq) else {
-            return Ok(());
+    fn append(
+        &self,
+        batch: &[Record],
+        effects: &[Effect],
+        durable: bool,
+    ) -> Result<(), StoreError> {
+        let (Some(first), Some(last)) = (batch.first().map(|r| r.seq), batch.last().map(|r| r.seq))
+        else {
+            return self.apply(effects);
         };
         if batch.len() > MAX_BLOCK {
             return Err(StoreError(format!(
@@ -281,18 +444,83 @@ impl AuditStore for SledAudit {
                 batch.len()
             )));
         }
-        let mut b = sled::Batch::default();
-        b.insert(&log_key(first), encode_block(batch)?);
-        for ((field, value), offsets) in postings(batch) {
-            let mut k = index_prefix(field, value);
-            k.extend_from_slice(&first.to_be_bytes());
-            b.insert(k, offsets);
+        let block = encode_block(batch)?;
+        let Some(ledger) = &self.ledger else {
+            self.commit(first, block, batch, effects)?;
+            if durable {
+                self.db.flush().map_err(StoreError::from_sled)?;
+            }
+            return Ok(());
+        };
+        let mut ledger = ledger
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.check_space(&ledger)?;
+        let mark = ledger.len();
+        ledger.append(&ledger::encode(first, last, &block, effects)?)?;
+        fail::fail_point!("ledger-appended", !effects.is_empty(), |_| {
+            std::process::abort()
+        });
+        if durable && let Err(e) = ledger.sync() {
+            let _ = ledger.truncate(mark);
+            return Err(e);
         }
-        self.tree.apply_batch(b).map_err(StoreError::from_sled)?;
-        if durable {
-            self.db.flush().map_err(StoreError::from_sled)?;
+        fail::fail_point!("ledger-synced", !effects.is_empty(), |_| {
+            std::process::abort()
+        });
+        if let Err(e) = self.commit(first, block, batch, effects) {
+            // Not in the store, so not in the ledger either: nothing happened.
+            let _ = ledger.truncate(mark);
+            return Err(e);
+        }
+        if ledger.len() > LEDGER_LIMIT {
+            // sled durable past the ledger (its flush, then the file system's), then empty it.
+            let emptied = self
+                .db
+                .flush()
+                .map_err(StoreError::from_sled)
+                .and_then(|_| ledger.sync_filesystem())
+                .and_then(|()| ledger.truncate(0));
+            if let Err(e) = emptied {
+                tracing::warn!(error = %e, "the ledger could not be emptied; it is kept and tried again");
+            }
         }
         Ok(())
+    }
+
+    fn apply(&self, effects: &[Effect]) -> Result<(), StoreError> {
+        if effects.is_empty() {
+            return Ok(());
+        }
+        self.transact(None, effects)
+    }
+
+    fn sync(&self) -> Result<(), StoreError> {
+        match &self.ledger {
+            Some(ledger) => ledger
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .sync(),
+            None => self.db.flush().map(|_| ()).map_err(StoreError::from_sled),
+        }
+    }
+
+    fn note_outage(&self, text: Option<&str>) -> Result<(), StoreError> {
+        match &self.ledger {
+            Some(ledger) => ledger
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .note_outage(text),
+            None => Ok(()),
+        }
+    }
+
+    fn outage(&self) -> Option<String> {
+        self.ledger.as_ref().and_then(|l| {
+            l.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .outage()
+        })
     }
 
     fn last(&self) -> Result<Option<Record>, StoreError> {
@@ -455,6 +683,13 @@ impl AuditStore for SledAudit {
         b.insert(CHECKPOINT, bytes);
         self.tree.apply_batch(b).map_err(StoreError::from_sled)?;
         self.db.flush().map_err(StoreError::from_sled)?;
+        if let Some(ledger) = &self.ledger {
+            // sled's flush stops at the page cache: the file system's makes the cut durable.
+            ledger
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .sync_filesystem()?;
+        }
         Ok(removed)
     }
 
@@ -502,7 +737,7 @@ mod tests {
         let mut k = index_prefix("principal", "Agent::\"a\"");
         k.extend_from_slice(&1u64.to_be_bytes());
         store.tree.insert(k, 0u16.to_be_bytes().to_vec()).unwrap();
-        store.append(&[r2.clone(), r3.clone()], true).unwrap();
+        store.append(&[r2.clone(), r3.clone()], &[], true).unwrap();
         let stored = store.tree.get(log_key(2)).unwrap().unwrap();
         assert_eq!(stored.first(), Some(&DEFLATED));
 
@@ -532,7 +767,7 @@ mod tests {
         let store = SledAudit::new(db).unwrap();
         let chain = Chain::plain();
         let r1 = chain.seal(GENESIS, 1, entry(1));
-        store.append(&[r1], true).unwrap();
+        store.append(&[r1], &[], true).unwrap();
         store
             .tree
             .insert(log_key(1), vec![DEFLATED, 0xff, 0x00, 0x12])

@@ -2,14 +2,23 @@
 //! commit. Every entry queued while a flush runs goes into the next batch, and one flush
 //! acknowledges the whole batch, so durability costs one fsync per batch, not per decision.
 //!
+//! A job may carry state changes ([`Effect`]s): they are stored with its records, in the same
+//! ledger frame and sled transaction, and the batch is made durable whatever the mode. So a
+//! change (an approval decided or used, a grant, the kill switch, a quarantine) never exists
+//! without its record, and a record never attests a change that did not happen.
+//!
 //! Fail closed: when a batch cannot be stored, every entry in it gets an error (the caller
 //! denies and answers without claiming a record), the writer reports unhealthy, and the chain
-//! head is re-read from the store before the next batch.
+//! head is re-read from the store before the next batch. While it fails, the writer tries again
+//! with backoff even when no request comes, and the first batch that is stored opens with an
+//! `audit_failure` note of what the log lacks. The note is kept outside the log while the
+//! outage lasts, so a restart in the middle of it still writes the note.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use super::ledger::Effect;
 use super::record::{Chain, Checkpoint, Entry, EntryKind, GENESIS, now_ms};
 use super::store::{AuditStore, StoreError};
 use super::verify::Verdict as ChainVerdict;
@@ -69,8 +78,32 @@ pub struct Head {
 }
 
 type Ack = tokio::sync::oneshot::Sender<Result<u64, StoreError>>;
-/// An entry queued for the writer, with whom to tell when it is stored.
-type Job = (Entry, Option<Ack>);
+
+/// Entries queued for the writer together (stored in one block), the state changes they
+/// carry, and whom to tell when they are stored.
+struct Job {
+    entries: Vec<Entry>,
+    effects: Vec<Effect>,
+    ack: Option<Ack>,
+}
+
+impl Job {
+    fn one(entry: Entry, ack: Option<Ack>) -> Job {
+        Job {
+            entries: vec![entry],
+            effects: Vec::new(),
+            ack,
+        }
+    }
+}
+
+/// Most entries one [`Audit::commit`] may carry (they go into one block).
+pub const MAX_COMMIT: usize = 1024;
+
+/// First wait before the writer tries a failing store again on its own; doubled up to
+/// [`RETRY_MAX`].
+const RETRY_MIN: std::time::Duration = std::time::Duration::from_millis(100);
+const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(2);
 
 struct Shared {
     head: Head,
@@ -130,7 +163,10 @@ impl Audit {
                 durable: durability == Durability::Group,
                 shared: shared.clone(),
                 gauges: gauges.clone(),
-                unrecorded: std::cell::Cell::new((0, 0, 0)),
+                outage: std::cell::RefCell::new(store.outage().map(|before| Outage {
+                    before_restart: Some(before),
+                    ..Outage::default()
+                })),
             };
             Some(
                 std::thread::Builder::new()
@@ -160,36 +196,92 @@ impl Audit {
                 if !self.gauges.failing.load(Ordering::Relaxed)
                     && self.gauges.queued.load(Ordering::Relaxed) < MAX_UNACKED =>
             {
-                return self.send(entry, None);
+                return self.send(Job::one(entry, None));
             }
             Durability::Group | Durability::Buffered => {}
         }
         let (ack, done) = tokio::sync::oneshot::channel();
-        self.send(entry, Some(ack))?;
+        self.send(Job::one(entry, Some(ack)))?;
         done.await
             .map_err(|_| StoreError("the audit writer stopped".to_owned()))?
             .map(|_| ())
     }
 
+    /// Records `entries` and applies `effects` (state changes they attest) together: both
+    /// are stored, durably whatever the mode, before this returns, or neither is. Returns the
+    /// last entry's sequence number (0 when the log is off: the effects are applied alone).
+    pub async fn commit(
+        &self,
+        entries: Vec<Entry>,
+        effects: Vec<Effect>,
+    ) -> Result<u64, StoreError> {
+        let done = self.queue_commit(entries, effects)?;
+        match done {
+            None => Ok(0),
+            Some(done) => done
+                .await
+                .map_err(|_| StoreError("the audit writer stopped".to_owned()))?,
+        }
+    }
+
+    /// [`Audit::commit`] for threads that are not async.
+    pub fn commit_blocking(
+        &self,
+        entries: Vec<Entry>,
+        effects: Vec<Effect>,
+    ) -> Result<u64, StoreError> {
+        match self.queue_commit(entries, effects)? {
+            None => Ok(0),
+            Some(done) => done
+                .blocking_recv()
+                .map_err(|_| StoreError("the audit writer stopped".to_owned()))?,
+        }
+    }
+
+    fn queue_commit(
+        &self,
+        entries: Vec<Entry>,
+        effects: Vec<Effect>,
+    ) -> Result<Option<tokio::sync::oneshot::Receiver<Result<u64, StoreError>>>, StoreError> {
+        if entries.len() > MAX_COMMIT {
+            return Err(StoreError(format!(
+                "{} entries in one commit; at most {MAX_COMMIT}",
+                entries.len()
+            )));
+        }
+        if self.durability == Durability::Off {
+            self.store.apply(&effects)?;
+            return Ok(None);
+        }
+        let (ack, done) = tokio::sync::oneshot::channel();
+        self.send(Job {
+            entries,
+            effects,
+            ack: Some(ack),
+        })?;
+        Ok(Some(done))
+    }
+
     /// Appends `entry` without waiting (reload and expiry events, recorded from threads that
     /// must not block on disk). A failure shows in [`Audit::failure`].
     pub fn record_detached(&self, entry: Entry) {
-        if let Err(e) = self.send(entry, None) {
+        if let Err(e) = self.send(Job::one(entry, None)) {
             tracing::error!(error = %e, "audit entry not queued");
         }
     }
 
-    fn send(&self, entry: Entry, ack: Option<Ack>) -> Result<(), StoreError> {
+    fn send(&self, job: Job) -> Result<(), StoreError> {
         if self.durability == Durability::Off {
             return Ok(());
         }
-        self.gauges.queued.fetch_add(1, Ordering::Relaxed);
+        let n = job.entries.len();
         let guard = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
         let tx = guard
             .as_ref()
             .ok_or_else(|| StoreError("the audit writer stopped".to_owned()))?;
-        tx.send((entry, ack)).map_err(|_| {
-            self.gauges.queued.fetch_sub(1, Ordering::Relaxed);
+        self.gauges.queued.fetch_add(n, Ordering::Relaxed);
+        tx.send(job).map_err(|_| {
+            self.gauges.queued.fetch_sub(n, Ordering::Relaxed);
             StoreError("the audit writer stopped".to_owned())
         })
     }
@@ -272,7 +364,7 @@ impl Audit {
             ..Entry::default()
         };
         let (ack, done) = tokio::sync::oneshot::channel();
-        self.send(entry, Some(ack))?;
+        self.send(Job::one(entry, Some(ack)))?;
         done.blocking_recv()
             .map_err(|_| StoreError("the audit writer stopped".to_owned()))??;
         let removed = self.store.cut(&checkpoint)?;
@@ -331,6 +423,39 @@ fn current_head(store: &dyn AuditStore) -> Result<Head, StoreError> {
     })
 }
 
+/// What the log lacks since the store started failing.
+#[derive(Debug, Clone, Default)]
+struct Outage {
+    /// When the first failure came (unix ms).
+    since_ms: u64,
+    /// Batches that failed, entries in them, and of those the buffered ones answered anyway.
+    batches: u64,
+    entries: u64,
+    answered: u64,
+    /// The note of an outage a stop cut short, kept across the restart.
+    before_restart: Option<String>,
+}
+
+impl Outage {
+    fn text(&self) -> String {
+        let mut text = String::new();
+        if let Some(before) = &self.before_restart {
+            text.push_str(before);
+            text.push_str("; the sidecar was stopped during that outage");
+        }
+        if self.batches > 0 {
+            if !text.is_empty() {
+                text.push_str("; then, ");
+            }
+            text.push_str(&format!(
+                "from unix ms {}: {} batches ({} entries) failed to store; {} buffered entries were answered and are not in the log; entries of a batch whose write failed late may be in the log although their callers were denied",
+                self.since_ms, self.batches, self.entries, self.answered
+            ));
+        }
+        text
+    }
+}
+
 /// The writer thread's state.
 struct Writer {
     store: Arc<dyn AuditStore>,
@@ -338,54 +463,91 @@ struct Writer {
     durable: bool,
     shared: Arc<Mutex<Shared>>,
     gauges: Arc<Gauges>,
-    /// Failures not yet written down: (batches, entries, of which acknowledged unstored).
-    unrecorded: std::cell::Cell<(u64, u64, u64)>,
+    /// Failures not yet written down.
+    outage: std::cell::RefCell<Option<Outage>>,
 }
 
 impl Writer {
     fn run(&self, rx: &Receiver<Job>) {
-        while let Ok(first) = rx.recv() {
-            if !self.durable {
-                std::thread::sleep(LINGER);
-            }
-            let mut queued = vec![first];
-            while queued.len() < MAX_BATCH {
-                match rx.try_recv() {
-                    Ok(next) => queued.push(next),
+        use std::sync::mpsc::RecvTimeoutError;
+        let mut retry = RETRY_MIN;
+        loop {
+            // While a note is owed, wake up to try the store again even if nobody writes.
+            let first = if self.outage.borrow().is_some() {
+                match rx.recv_timeout(retry) {
+                    Ok(job) => Some(job),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
+            } else {
+                match rx.recv() {
+                    Ok(job) => Some(job),
                     Err(_) => break,
                 }
+            };
+            let mut queued = Vec::new();
+            let mut entries = 0;
+            if let Some(first) = first {
+                if !self.durable && first.effects.is_empty() {
+                    std::thread::sleep(LINGER);
+                }
+                entries += first.entries.len();
+                queued.push(first);
+                while entries < MAX_BATCH {
+                    match rx.try_recv() {
+                        Ok(next) => {
+                            entries += next.entries.len();
+                            queued.push(next);
+                        }
+                        Err(_) => break,
+                    }
+                }
+                self.gauges.queued.fetch_sub(entries, Ordering::Relaxed);
             }
-            self.gauges
-                .queued
-                .fetch_sub(queued.len(), Ordering::Relaxed);
             self.write(queued);
+            retry = if self.outage.borrow().is_some() {
+                (retry * 2).min(RETRY_MAX)
+            } else {
+                RETRY_MIN
+            };
+        }
+        // An orderly stop: what buffered mode acknowledged is made durable too.
+        if let Err(e) = self.store.sync() {
+            tracing::error!(error = %e, "the audit log could not be made durable at stop");
         }
     }
 
-    /// Numbers, chains and stores one batch, then answers everyone waiting on it.
-    fn write(&self, mut queued: Vec<Job>) {
+    /// Numbers, chains and stores one batch (with the note of a past failure, if one is
+    /// owed, first), then answers everyone waiting on it.
+    fn write(&self, queued: Vec<Job>) {
         let store = self.store.as_ref();
-        // After a failure, the first stored record says what the log may lack: buffered
-        // entries answered but never stored, and (when a flush failed after the write) records
-        // that were stored although their callers were told deny.
-        let (batches, entries, answered) = self.unrecorded.get();
-        if batches > 0 {
-            queued.insert(
-                0,
-                (
-                    Entry {
-                        kind: EntryKind::Admin,
-                        id: format!("audit-failure-{}", now_ms()),
-                        at_ms: now_ms(),
-                        decision: "audit_failure".to_owned(),
-                        detail: Some(format!(
-                            "{batches} batches ({entries} entries) failed to store; {answered} buffered entries were answered and are not in the log; entries of a batch whose flush failed may be in the log although their callers were denied"
-                        )),
-                        ..Entry::default()
-                    },
-                    None,
-                ),
-            );
+        let owed = self.outage.borrow().clone();
+        let mut entries: Vec<Entry> = Vec::new();
+        if let Some(outage) = &owed {
+            entries.push(Entry {
+                kind: EntryKind::Admin,
+                id: format!("audit-failure-{}", now_ms()),
+                at_ms: now_ms(),
+                decision: "audit_failure".to_owned(),
+                detail: Some(outage.text()),
+                ..Entry::default()
+            });
+        }
+        if entries.is_empty() && queued.is_empty() {
+            return;
+        }
+        let mut effects = Vec::new();
+        let mut acks = Vec::with_capacity(queued.len());
+        let mut unacked = 0u64;
+        let mut durable = self.durable;
+        for job in queued {
+            durable |= !job.effects.is_empty();
+            if job.ack.is_none() {
+                unacked += job.entries.len() as u64;
+            }
+            entries.extend(job.entries);
+            effects.extend(job.effects);
+            acks.push((entries.len(), job.ack));
         }
         let start = self
             .shared
@@ -394,20 +556,31 @@ impl Writer {
             .head
             .clone();
         let mut prev = start.hash;
-        let mut records = Vec::with_capacity(queued.len());
-        let mut acks = Vec::with_capacity(queued.len());
-        for (i, (entry, ack)) in queued.into_iter().enumerate() {
+        let mut records = Vec::with_capacity(entries.len());
+        for (i, entry) in entries.into_iter().enumerate() {
             let seq = start.seq + 1 + i as u64;
             let record = self.chain.seal(&prev, seq, entry);
             prev.clone_from(&record.hash);
             records.push(record);
-            acks.push((seq, ack));
         }
-        let result = store.append(&records, self.durable);
+        let result = store.append(&records, &effects, durable);
+        fail::fail_point!(
+            "audit-stored",
+            !effects.is_empty(),
+            |_| std::process::abort()
+        );
         let mut s = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
         match &result {
             Ok(()) => {
-                self.unrecorded.set((0, 0, 0));
+                if owed.is_some() {
+                    *self.outage.borrow_mut() = None;
+                    if let Err(e) = store.note_outage(None) {
+                        tracing::warn!(error = %e, "the outage note could not be cleared; the next start notes it again");
+                    }
+                    tracing::warn!(
+                        "the audit store recovered; an audit_failure note says what the log lacks"
+                    );
+                }
                 if let Some(last) = records.last() {
                     s.head = Head {
                         seq: last.seq,
@@ -417,14 +590,25 @@ impl Writer {
                 s.failure = None;
             }
             Err(e) => {
-                // The failure note itself (first, when there is one) is not counted again.
-                let note = u64::from(batches > 0);
-                let unacked = acks.iter().filter(|(_, ack)| ack.is_none()).count() as u64;
-                self.unrecorded.set((
-                    batches + 1,
-                    entries + records.len() as u64 - note,
-                    answered + unacked - note,
-                ));
+                let note = u64::from(owed.is_some());
+                let mut outage = owed.unwrap_or_else(|| Outage {
+                    since_ms: now_ms(),
+                    ..Outage::default()
+                });
+                if outage.batches == 0 {
+                    outage.since_ms = now_ms();
+                }
+                let stored = records.len() as u64 - note;
+                if stored > 0 {
+                    outage.batches += 1;
+                    outage.entries += stored;
+                    outage.answered += unacked;
+                }
+                // Kept outside the log (blocks allocated in advance): a restart still notes it.
+                if let Err(e) = store.note_outage(Some(&outage.text())) {
+                    tracing::error!(error = %e, "the outage note could not be kept");
+                }
+                *self.outage.borrow_mut() = Some(outage);
                 tracing::error!(error = %e, records = records.len(), "audit batch not stored; denying until it recovers");
                 s.failure = Some(e.to_string());
                 // The batch may or may not have reached the store: continue from what is there.
@@ -437,9 +621,10 @@ impl Writer {
             .failing
             .store(result.is_err(), Ordering::Relaxed);
         drop(s);
-        for (seq, ack) in acks {
+        let first = start.seq + 1;
+        for (end, ack) in acks {
             if let Some(ack) = ack {
-                let _ = ack.send(result.clone().map(|()| seq));
+                let _ = ack.send(result.clone().map(|()| first + end as u64 - 1));
             }
         }
     }

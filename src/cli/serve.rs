@@ -28,13 +28,18 @@ use crate::storage::Stores;
 pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
     // First, so that every thread started below inherits the short slice.
     crate::sched::serving();
+    failpoints()?;
     let cfg = common.config()?;
     // Before anything is opened: every connection is a descriptor, and the cap must fit.
     let server = fit_to_fd_limit(cfg.server, raise_fd_limit());
     // Credentials first: a config without authentication stops before anything is opened.
     let auth = Authenticator::from_config(&cfg.auth).map_err(|e| anyhow::anyhow!(render(&e)))?;
-    let stores = Stores::open_with_cache(&cfg.data_dir, cfg.store_cache_bytes)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let stores = Stores::open_configured(
+        &cfg.data_dir,
+        cfg.store_cache_bytes,
+        cfg.store_reserve_bytes,
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
     let cache_mb = stores.cache_bytes() / (1024 * 1024);
     let grants_store = stores.grants.clone();
     let options = StoreOptions {
@@ -131,8 +136,8 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
     }
     tracing::info!(data_dir = %cfg.data_dir.display(), head = audit.head().seq, cache_mb, "audit log open");
     // Grants stored before the restart are linked again; those that expired meanwhile end now.
-    let (grants, expired) =
-        Grants::start(grants_store, store.clone(), now_ms()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (grants, expired) = Grants::start(grants_store, audit.clone(), store.clone(), now_ms())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let linked = store.current().links().count();
     if linked > 0 {
         tracing::info!(grants = linked, "grants linked");
@@ -239,6 +244,28 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
         tracing::info!("toolgate stopped");
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// `TOOLGATE_FAILPOINTS` (`name=action;…`, fail-rs actions): failures injected between the
+/// steps of a state change, for crash tests. Unset in production; a malformed value is an
+/// error, not ignored.
+fn failpoints() -> anyhow::Result<()> {
+    let Ok(spec) = std::env::var("TOOLGATE_FAILPOINTS") else {
+        return Ok(());
+    };
+    for point in spec.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let (name, action) = point.split_once('=').ok_or_else(|| {
+            anyhow::anyhow!("TOOLGATE_FAILPOINTS: `{point}` is not `name=action`")
+        })?;
+        fail::cfg(name.trim(), action.trim())
+            .map_err(|e| anyhow::anyhow!("TOOLGATE_FAILPOINTS: `{point}`: {e}"))?;
+        tracing::warn!(
+            failpoint = name,
+            action,
+            "failure injection on (tests only)"
+        );
+    }
+    Ok(())
 }
 
 /// `TOOLGATE_KILL_SWITCH`: 1/true/on forces the kill switch on; unset, empty, 0/false/off

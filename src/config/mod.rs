@@ -140,6 +140,7 @@ struct RawAudit {
     retain_records: Option<u64>,
     retain_days: Option<u64>,
     cache_mb: Option<u64>,
+    reserve_mb: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -229,6 +230,8 @@ pub struct Config {
     pub audit_retention: Option<Retention>,
     /// `[audit] cache_mb`: the data directory's page cache, in bytes.
     pub store_cache_bytes: u64,
+    /// `[audit] reserve_mb`: free space left on the data directory's disk, in bytes.
+    pub store_reserve_bytes: u64,
     /// How long approvals stay open.
     pub approval_ttl: Ttl,
     /// How many approvals may be pending at once, per agent and in total.
@@ -336,6 +339,7 @@ impl Config {
             audit_hmac_key_file: None,
             audit_retention: None,
             store_cache_bytes: crate::storage::DEFAULT_CACHE_BYTES,
+            store_reserve_bytes: crate::storage::DEFAULT_RESERVE_BYTES,
             approval_ttl: Ttl::default(),
             approval_bounds: Bounds::default(),
             approval_webhook: None,
@@ -487,6 +491,19 @@ impl Config {
                 "set `approvals.ttl_secs` (and `ttl_secs_by_risk`) to 1 or more",
             ));
         }
+        let store_reserve_bytes = match raw.audit.reserve_mb {
+            None => crate::storage::DEFAULT_RESERVE_BYTES,
+            Some(mb) if mb <= MAX_RESERVE_MB => mb * 1024 * 1024,
+            Some(mb) => {
+                return Err(invalid(
+                    format!("`audit.reserve_mb` = {mb} is out of range"),
+                    &format!(
+                        "use 0 to {MAX_RESERVE_MB} (MiB left free on the data directory's disk; default {})",
+                        crate::storage::DEFAULT_RESERVE_BYTES / (1024 * 1024)
+                    ),
+                ));
+            }
+        };
         let store_cache_bytes = match raw.audit.cache_mb {
             None => crate::storage::DEFAULT_CACHE_BYTES,
             Some(mb) if (MIN_CACHE_MB..=MAX_CACHE_MB).contains(&mb) => mb * 1024 * 1024,
@@ -599,6 +616,7 @@ impl Config {
         Ok(Config {
             audit_retention,
             store_cache_bytes,
+            store_reserve_bytes,
             approval_bounds,
             data_dir,
             audit_durability,
@@ -632,6 +650,8 @@ impl Config {
 /// 64 GiB is a typo, not a sidecar's cache.
 const MIN_CACHE_MB: u64 = 4;
 const MAX_CACHE_MB: u64 = 65_536;
+/// Largest `[audit] reserve_mb`: 1 TiB.
+const MAX_RESERVE_MB: u64 = 1_048_576;
 
 /// `[approvals] max_pending_per_agent` and `max_pending`, each from 1 to [`Bounds::MAX`].
 fn approval_bounds(raw: &RawApprovals) -> Result<Bounds, (String, String)> {

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use cedar_policy::{EntityId, EntityTypeName, EntityUid};
 use serde::{Deserialize, Serialize};
 
-use crate::audit::StoreError;
+use crate::audit::{Audit, Entry, StoreError};
 use crate::policy::{Link, LinkError, PolicyStore};
 
 /// Most grants alive at once: every change relinks the whole set.
@@ -126,7 +126,7 @@ pub enum GrantError {
 /// store and the live set disagreeing).
 #[derive(Debug)]
 pub struct Grants {
-    store: Arc<dyn GrantStore>,
+    audit: Arc<Audit>,
     policy: Arc<PolicyStore>,
     /// The stored grants by id; changes are serialized by this lock and written through.
     alive: tokio::sync::Mutex<BTreeMap<String, Grant>>,
@@ -140,6 +140,7 @@ impl Grants {
     /// audits them again at the next start rather than never). Blocking: call before serving.
     pub fn start(
         store: Arc<dyn GrantStore>,
+        audit: Arc<Audit>,
         policy: Arc<PolicyStore>,
         now_ms: u64,
     ) -> Result<(Grants, Vec<Grant>), StoreError> {
@@ -154,7 +155,7 @@ impl Grants {
         }
         policy.set_links(links_of(&alive));
         let grants = Grants {
-            store,
+            audit,
             policy,
             alive: tokio::sync::Mutex::new(alive),
             changed: tokio::sync::Notify::new(),
@@ -185,44 +186,40 @@ impl Grants {
             .map_err(GrantError::Link)
     }
 
-    /// Stores `grant` and links it; the grant as listed. A grant that would not link is
-    /// refused and nothing is stored.
-    pub async fn create(&self, grant: Grant) -> Result<Listed, GrantError> {
+    /// Stores `grant` with `record` (its audit record), then links it; the grant as listed.
+    /// A grant that would not link is refused and nothing is stored or recorded.
+    pub async fn create(&self, grant: Grant, record: Entry) -> Result<Listed, GrantError> {
         let mut alive = self.alive.lock().await;
         if alive.len() >= MAX_GRANTS {
             return Err(GrantError::TooMany);
         }
         self.check(&grant)?;
-        let store = self.store.clone();
-        let saved = grant.clone();
-        blocking(move || store.put(&saved)).await?;
+        let effect = store::put(&grant)?;
+        self.audit.commit(vec![record], vec![effect]).await?;
         alive.insert(grant.id.clone(), grant.clone());
         self.relink(&alive).await?;
         Ok(LinkStatus::of(&self.policy).listed(grant))
     }
 
-    /// Unlinks the grant `id`, then removes it from the store.
-    pub async fn revoke(&self, id: &str) -> Result<Grant, GrantError> {
+    /// Removes the grant `id` from the store with `record` (its audit record), then unlinks
+    /// it. If the record cannot be written, nothing changes.
+    pub async fn revoke(&self, id: &str, record: Entry) -> Result<Grant, GrantError> {
         let mut alive = self.alive.lock().await;
+        if !alive.contains_key(id) {
+            return Err(GrantError::NotFound(printable(id)));
+        }
+        self.audit
+            .commit(vec![record], vec![store::remove(id)])
+            .await?;
         let gone = alive
             .remove(id)
             .ok_or_else(|| GrantError::NotFound(printable(id)))?;
-        if let Err(e) = self.relink(&alive).await {
-            alive.insert(gone.id.clone(), gone);
-            return Err(e.into());
-        }
-        let store = self.store.clone();
-        let key = id.to_owned();
-        if let Err(e) = blocking(move || store.remove(&key)).await {
-            // Unlinked but still stored: it would come back at the next start.
-            tracing::error!(grant = gone.id, error = %e, "revoked grant not removed from the store");
-            return Err(e.into());
-        }
+        self.relink(&alive).await?;
         Ok(gone)
     }
 
     /// Unlinks every grant expired at `now_ms` and returns them; they stay stored until the
-    /// caller has audited them and calls [`Grants::forget`].
+    /// caller has recorded them with [`Grants::forget`].
     pub async fn expire_due(&self, now_ms: u64) -> Vec<Grant> {
         let mut alive = self.alive.lock().await;
         let due: Vec<String> = alive
@@ -244,11 +241,11 @@ impl Grants {
         gone
     }
 
-    /// Removes ended grants from the store (after their expiry was recorded).
-    pub async fn forget(&self, ended: &[Grant]) -> Result<(), StoreError> {
-        let store = self.store.clone();
-        let ids: Vec<String> = ended.iter().map(|g| g.id.clone()).collect();
-        blocking(move || ids.iter().try_for_each(|id| store.remove(id).map(|_| ()))).await
+    /// Removes ended grants from the store with `records` (their expiry records), together:
+    /// if the records cannot be written, they stay stored and the next start ends them again.
+    pub async fn forget(&self, ended: &[Grant], records: Vec<Entry>) -> Result<(), StoreError> {
+        let effects = ended.iter().map(|g| store::remove(&g.id)).collect();
+        self.audit.commit(records, effects).await.map(|_| ())
     }
 
     /// When the next grant expires (ms since the epoch).
@@ -306,14 +303,6 @@ fn links_of(alive: &BTreeMap<String, Grant>) -> Vec<Link> {
             }
         })
         .collect()
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, StoreError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| StoreError(format!("grant store task failed: {e}")))?
 }
 
 /// Ids echoed back are cut short and stripped of control characters.

@@ -1,17 +1,27 @@
 //! Where grants are kept: the [`GrantStore`] trait and its sled implementation (tree
-//! `grants`, one JSON value per grant id, flushed before a change is reported done).
+//! [`TREE`], one JSON value per grant id). It only reads: writes are effects committed with
+//! their audit records ([`put`], [`remove`]).
 
 use std::fmt::Debug;
 
 use super::Grant;
-use crate::audit::StoreError;
+use crate::audit::{Effect, StoreError};
 
-/// Durable grants.
+/// The sled tree grants are kept in.
+const TREE: &str = "grants";
+
+/// The effect that stores `grant` under its id.
+pub(super) fn put(grant: &Grant) -> Result<Effect, StoreError> {
+    Effect::put_json(TREE, grant.id.as_bytes(), grant)
+}
+
+/// The effect that removes grant `id`.
+pub(super) fn remove(id: &str) -> Effect {
+    Effect::remove(TREE, id.as_bytes())
+}
+
+/// Stored grants, read.
 pub trait GrantStore: Send + Sync + Debug {
-    /// Saves `grant` (durably) under its id.
-    fn put(&self, grant: &Grant) -> Result<(), StoreError>;
-    /// Removes the grant `id` (durably); the removed grant, if there was one.
-    fn remove(&self, id: &str) -> Result<Option<Grant>, StoreError>;
     /// Every stored grant.
     fn all(&self) -> Result<Vec<Grant>, StoreError>;
 }
@@ -29,26 +39,12 @@ fn err(e: impl std::fmt::Display) -> StoreError {
 impl SledGrants {
     pub(crate) fn new(db: &sled::Db) -> Result<Self, StoreError> {
         Ok(SledGrants {
-            tree: db.open_tree("grants").map_err(err)?,
+            tree: db.open_tree(TREE).map_err(err)?,
         })
     }
 }
 
 impl GrantStore for SledGrants {
-    fn put(&self, grant: &Grant) -> Result<(), StoreError> {
-        let bytes = serde_json::to_vec(grant).map_err(err)?;
-        self.tree.insert(grant.id.as_bytes(), bytes).map_err(err)?;
-        self.tree.flush().map_err(err)?;
-        Ok(())
-    }
-
-    fn remove(&self, id: &str) -> Result<Option<Grant>, StoreError> {
-        let old = self.tree.remove(id.as_bytes()).map_err(err)?;
-        self.tree.flush().map_err(err)?;
-        old.map(|bytes| serde_json::from_slice(&bytes).map_err(err))
-            .transpose()
-    }
-
     fn all(&self) -> Result<Vec<Grant>, StoreError> {
         self.tree
             .iter()

@@ -110,6 +110,13 @@ impl StoredSet {
 }
 
 const KEY: &[u8] = b"last_good";
+/// The sled tree of the remembered set.
+const TREE: &str = "policies";
+
+/// The effect that remembers `set` (committed with the record of an approved held change).
+pub fn remember_effect(set: &StoredSet) -> Result<crate::audit::Effect, StoreError> {
+    crate::audit::Effect::put_json(TREE, KEY, set)
+}
 
 /// The sled implementation: one key in the `policies` tree.
 #[derive(Debug)]
@@ -124,7 +131,7 @@ fn err(e: impl std::fmt::Display) -> StoreError {
 impl SledGoodSets {
     pub(crate) fn new(db: &sled::Db) -> Result<Self, StoreError> {
         Ok(SledGoodSets {
-            tree: db.open_tree("policies").map_err(err)?,
+            tree: db.open_tree(TREE).map_err(err)?,
         })
     }
 }

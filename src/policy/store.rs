@@ -191,6 +191,9 @@ pub enum HoldError {
         /// What was approved.
         asked: String,
     },
+    /// Its record (with the remembered set) could not be stored: nothing changed.
+    #[error("the approval could not be recorded, so the change is still held: {0}")]
+    NotRecorded(crate::audit::StoreError),
 }
 
 /// What [`PolicyStore::start`] gives: the store, the load's warnings, and the files' error
@@ -416,17 +419,43 @@ impl PolicyStore {
     /// Activates the held change `revision` (the caller has checked, with Cedar, that the
     /// human may). Returns (from, to, review).
     pub fn approve_held(&self, revision: &str) -> Result<(String, String, Review), HoldError> {
+        self.approve_held_with(revision, |_| Ok(()))
+    }
+
+    /// [`PolicyStore::approve_held`] with its record: `commit` stores the record together with
+    /// the effect that remembers the approved set (when sets are remembered) before the set
+    /// goes live, under the reload lock, so no edit comes in between. If `commit` fails, the
+    /// change stays held and nothing is remembered.
+    pub fn approve_held_with(
+        &self,
+        revision: &str,
+        commit: impl FnOnce(Vec<crate::audit::Effect>) -> Result<(), crate::audit::StoreError>,
+    ) -> Result<(String, String, Review), HoldError> {
         let _serial = self
             .reloading
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let held = {
-            let mut slot = self.held_slot();
-            held_as(slot.as_ref(), revision)?;
-            slot.take().ok_or(HoldError::NothingHeld)?
+        let mut slot = self.held_slot();
+        held_as(slot.as_ref(), revision)?;
+        let held = slot.take().ok_or(HoldError::NothingHeld)?;
+        let effects = match (&self.options.remember, held.stored.as_deref()) {
+            (Some(_), Some(stored)) => match super::remember::remember_effect(stored) {
+                Ok(e) => vec![e],
+                Err(e) => {
+                    *slot = Some(held);
+                    return Err(HoldError::NotRecorded(e));
+                }
+            },
+            _ => Vec::new(),
         };
+        if let Err(e) = commit(effects) {
+            *slot = Some(held);
+            return Err(HoldError::NotRecorded(e));
+        }
+        drop(slot);
         let from = self.live.load().revision.clone();
-        self.go_live(held.snapshot, held.stored.as_deref());
+        // Remembered already, by the commit.
+        self.go_live(held.snapshot, None);
         Ok((from, held.revision, held.review))
     }
 

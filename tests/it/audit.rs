@@ -201,10 +201,16 @@ pub struct Memory {
     pub records: Mutex<Vec<(u64, String)>>,
     pub fail: AtomicBool,
     pub checkpoint: Mutex<Option<Checkpoint>>,
+    pub outage: Mutex<Option<String>>,
 }
 
 impl AuditStore for Memory {
-    fn append(&self, batch: &[Record], _durable: bool) -> Result<(), StoreError> {
+    fn append(
+        &self,
+        batch: &[Record],
+        _effects: &[toolgate::audit::Effect],
+        _durable: bool,
+    ) -> Result<(), StoreError> {
         if self.fail.load(Ordering::SeqCst) {
             return Err(StoreError("injected: disk full".to_owned()));
         }
@@ -257,6 +263,19 @@ impl AuditStore for Memory {
     }
     fn checkpoint(&self) -> Result<Option<Checkpoint>, StoreError> {
         Ok(self.checkpoint.lock().unwrap().clone())
+    }
+    fn apply(&self, _effects: &[toolgate::audit::Effect]) -> Result<(), StoreError> {
+        Ok(())
+    }
+    fn sync(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+    fn note_outage(&self, text: Option<&str>) -> Result<(), StoreError> {
+        *self.outage.lock().unwrap() = text.map(str::to_owned);
+        Ok(())
+    }
+    fn outage(&self) -> Option<String> {
+        self.outage.lock().unwrap().clone()
     }
 }
 

@@ -347,23 +347,26 @@ fn start(
     };
     let (store, _, _) = PolicyStore::start(set.sources(), options).unwrap();
     let store = Arc::new(store);
+    let audit = Arc::new(
+        toolgate::audit::Audit::start(
+            stores.audit,
+            toolgate::audit::Chain::plain(),
+            toolgate::audit::Durability::Group,
+        )
+        .unwrap(),
+    );
     let (grants, expired) = toolgate::grants::Grants::start(
         stores.grants.clone(),
+        audit.clone(),
         store.clone(),
         toolgate::audit::now_ms(),
-    )
-    .unwrap();
-    let audit = toolgate::audit::Audit::start(
-        stores.audit,
-        toolgate::audit::Chain::plain(),
-        toolgate::audit::Durability::Group,
     )
     .unwrap();
     let state = AppState::with_services(
         store.clone(),
         demo_auth(),
         64 * 1024,
-        Arc::new(audit),
+        audit,
         Arc::new(
             toolgate::approvals::Approvals::new(
                 stores.approvals,

@@ -28,6 +28,30 @@ fn app_over(store: Arc<PolicyStore>) -> axum::Router {
     router(AppState::with_store(store, demo_auth(), 64 * 1024).unwrap())
 }
 
+/// The app over `store` whose records go to `stores` (as `serve` composes them): an approved
+/// held change is remembered with its record, in the same data directory.
+fn app_with(store: Arc<PolicyStore>, stores: &Stores) -> axum::Router {
+    let audit = toolgate::audit::Audit::start(
+        stores.audit.clone(),
+        toolgate::audit::Chain::plain(),
+        toolgate::audit::Durability::Group,
+    )
+    .unwrap();
+    let approvals = toolgate::approvals::Approvals::new(
+        stores.approvals.clone(),
+        Default::default(),
+        Default::default(),
+    )
+    .unwrap();
+    router(AppState::with_services(
+        store,
+        demo_auth(),
+        64 * 1024,
+        Arc::new(audit),
+        Arc::new(approvals),
+    ))
+}
+
 fn read_call() -> Value {
     json!({"tool": "read_file", "args": {"path": "README.md"}})
 }
@@ -104,7 +128,7 @@ async fn a_widening_change_is_held_until_a_director_approves_that_revision() {
     let set = TempSet::new();
     let data = tempfile::tempdir().unwrap();
     let (store, _stores) = start(&set, data.path(), Widening::Hold);
-    let app = app_over(store.clone());
+    let app = app_with(store.clone(), &_stores);
     let live = store.current().revision.clone();
     let po_call = json!({"tool": "run_tests", "args": {}});
     assert_eq!(authorize(&app, PO, &po_call).await["decision"], "deny");

@@ -1,0 +1,429 @@
+//! The write-ahead ledger: an append-only file that every audit batch, with the state changes
+//! it carries ([`Effect`]s), reaches before the sled store does.
+//!
+//! sled 0.34 flushes with `sync_file_range`, which reaches neither the drive's cache nor the
+//! file's metadata, and runs the real `fsync` later, in the background. So an acknowledged
+//! record would rest on a promise sled does not keep. Here a batch is one frame appended to
+//! `<data_dir>/ledger/wal` and made durable with `fdatasync` before anyone is answered; sled
+//! then applies it (record, index and state in one transaction) without flushing. At start,
+//! frames sled lacks are applied again, so sled is an index and a cache of state that can
+//! always be rebuilt from the ledger's tail. The ledger is emptied once sled is durable past
+//! it (`sled flush` + `syncfs`).
+//!
+//! Frame: `TGL1` · payload length (u32 LE) · CRC-32 of the payload (u32 LE) · payload. The
+//! payload is the first and last sequence numbers (u64 LE), the stored block (u32 LE length and
+//! bytes) and the effects (u32 LE count; each a tree name, a key and an optional value, every
+//! part with a u32 LE length, the value after a 0/1 byte). A torn or damaged tail (a crash in
+//! the middle of an append) stops the reading there and is cut off.
+
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use super::store::StoreError;
+
+const MAGIC: &[u8; 4] = b"TGL1";
+/// Largest payload a frame may claim: a damaged length cannot make the reader allocate
+/// without bound (a batch is at most a few MiB deflated).
+const MAX_PAYLOAD: usize = 256 * 1024 * 1024;
+
+/// One state change applied together with the audit record that carries it: `key` in sled
+/// tree `tree` set to `value`, or removed when `value` is `None`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Effect {
+    /// The tree (`approvals`, `admin`, `grants`, `policies`).
+    pub tree: String,
+    /// The key.
+    pub key: Vec<u8>,
+    /// The new value; `None` removes the key.
+    pub value: Option<Vec<u8>>,
+}
+
+impl Effect {
+    /// Sets `key` in `tree` to `value`.
+    pub fn put(tree: &str, key: impl Into<Vec<u8>>, value: Vec<u8>) -> Effect {
+        Effect {
+            tree: tree.to_owned(),
+            key: key.into(),
+            value: Some(value),
+        }
+    }
+
+    /// Removes `key` from `tree`.
+    pub fn remove(tree: &str, key: impl Into<Vec<u8>>) -> Effect {
+        Effect {
+            tree: tree.to_owned(),
+            key: key.into(),
+            value: None,
+        }
+    }
+
+    /// Sets `key` in `tree` to `value` as JSON.
+    pub fn put_json<T: serde::Serialize>(
+        tree: &str,
+        key: impl Into<Vec<u8>>,
+        value: &T,
+    ) -> Result<Effect, StoreError> {
+        let bytes = serde_json::to_vec(value)
+            .map_err(|e| StoreError(format!("cannot encode a `{tree}` entry: {e}")))?;
+        Ok(Effect::put(tree, key, bytes))
+    }
+}
+
+/// A frame read back: the batch's sequence numbers, its stored block and its effects.
+#[derive(Debug)]
+pub(crate) struct Frame {
+    pub first: u64,
+    pub last: u64,
+    pub block: Vec<u8>,
+    pub effects: Vec<Effect>,
+}
+
+/// The open ledger file.
+pub(crate) struct Ledger {
+    file: File,
+    path: PathBuf,
+    /// Bytes of valid frames: where the next frame goes.
+    len: u64,
+    /// `ledger/outage`: [`OUTAGE_BYTES`] allocated at open, so that a note fits on a full disk.
+    outage: Option<File>,
+}
+
+/// Size of the outage note file (the note is cut to fit).
+const OUTAGE_BYTES: usize = 4096;
+
+fn io_err(what: &str, path: &Path, e: std::io::Error) -> StoreError {
+    StoreError(format!("ledger {}: {what}: {e}", path.display()))
+}
+
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), StoreError> {
+    let len = u32::try_from(bytes.len())
+        .map_err(|_| StoreError("a ledger frame part is over 4 GiB".to_owned()))?;
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(bytes);
+    Ok(())
+}
+
+/// The frame for a batch.
+pub(crate) fn encode(
+    first: u64,
+    last: u64,
+    block: &[u8],
+    effects: &[Effect],
+) -> Result<Vec<u8>, StoreError> {
+    let mut payload = Vec::with_capacity(block.len() + 64);
+    payload.extend_from_slice(&first.to_le_bytes());
+    payload.extend_from_slice(&last.to_le_bytes());
+    put_bytes(&mut payload, block)?;
+    let count = u32::try_from(effects.len())
+        .map_err(|_| StoreError("too many effects in one batch".to_owned()))?;
+    payload.extend_from_slice(&count.to_le_bytes());
+    for e in effects {
+        put_bytes(&mut payload, e.tree.as_bytes())?;
+        put_bytes(&mut payload, &e.key)?;
+        match &e.value {
+            Some(v) => {
+                payload.push(1);
+                put_bytes(&mut payload, v)?;
+            }
+            None => payload.push(0),
+        }
+    }
+    let len = u32::try_from(payload.len())
+        .map_err(|_| StoreError("a ledger frame is over 4 GiB".to_owned()))?;
+    let mut frame = Vec::with_capacity(payload.len() + 12);
+    frame.extend_from_slice(MAGIC);
+    frame.extend_from_slice(&len.to_le_bytes());
+    frame.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+    frame.extend_from_slice(&payload);
+    Ok(frame)
+}
+
+/// A cursor over bytes that fails (None) instead of reading past the end.
+struct Cursor<'a>(&'a [u8]);
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let (head, tail) = self.0.split_at_checked(n)?;
+        self.0 = tail;
+        Some(head)
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+    fn bytes(&mut self) -> Option<&'a [u8]> {
+        let n = usize::try_from(self.u32()?).ok()?;
+        self.take(n)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1)?.first().copied()
+    }
+}
+
+fn decode_payload(payload: &[u8]) -> Option<Frame> {
+    let mut c = Cursor(payload);
+    let first = c.u64()?;
+    let last = c.u64()?;
+    let block = c.bytes()?.to_vec();
+    let count = c.u32()?;
+    let mut effects = Vec::new();
+    for _ in 0..count {
+        let tree = String::from_utf8(c.bytes()?.to_vec()).ok()?;
+        let key = c.bytes()?.to_vec();
+        let value = match c.u8()? {
+            0 => None,
+            1 => Some(c.bytes()?.to_vec()),
+            _ => return None,
+        };
+        effects.push(Effect { tree, key, value });
+    }
+    c.0.is_empty().then_some(Frame {
+        first,
+        last,
+        block,
+        effects,
+    })
+}
+
+/// The valid frames at the start of `bytes`, and where they end.
+fn decode_all(bytes: &[u8]) -> (Vec<Frame>, usize) {
+    let mut frames = Vec::new();
+    let mut at = 0usize;
+    while let Some(rest) = bytes.get(at..) {
+        let mut c = Cursor(rest);
+        let (Some(magic), Some(len), Some(crc)) = (c.take(4), c.u32(), c.u32()) else {
+            break;
+        };
+        let Ok(len) = usize::try_from(len) else { break };
+        if magic != MAGIC || len > MAX_PAYLOAD {
+            break;
+        }
+        let Some(payload) = c.take(len) else { break };
+        if crc32fast::hash(payload) != crc {
+            break;
+        }
+        let Some(frame) = decode_payload(payload) else {
+            break;
+        };
+        frames.push(frame);
+        at += 12 + len;
+    }
+    (frames, at)
+}
+
+impl Ledger {
+    /// Opens (creating) `<dir>/ledger/wal` and reads its valid frames. A damaged tail is cut
+    /// off (durably) so that new frames follow the last valid one.
+    pub(crate) fn open(data_dir: &Path) -> Result<(Ledger, Vec<Frame>), StoreError> {
+        let dir = data_dir.join("ledger");
+        std::fs::create_dir_all(&dir).map_err(|e| io_err("cannot create", &dir, e))?;
+        let path = dir.join("wal");
+        let existed = path.exists();
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| io_err("cannot open", &path, e))?;
+        if !existed {
+            // The new name must survive a crash too.
+            sync_dir(&dir)?;
+        }
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)
+            .map_err(|e| io_err("cannot read", &path, e))?;
+        let (frames, valid) = decode_all(&bytes);
+        let valid = valid as u64;
+        if valid < bytes.len() as u64 {
+            tracing::warn!(
+                ledger = %path.display(),
+                kept = valid,
+                dropped = bytes.len() as u64 - valid,
+                "the ledger ends in a torn or damaged frame (a crash during a write); it is cut off"
+            );
+            file.set_len(valid)
+                .and_then(|()| file.sync_data())
+                .map_err(|e| io_err("cannot cut the damaged tail", &path, e))?;
+        }
+        let outage = match open_outage(&dir.join("outage")) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                tracing::warn!(error = %e, "no outage note file: an outage cut short by a stop will not be noted after the restart");
+                None
+            }
+        };
+        Ok((
+            Ledger {
+                file,
+                path,
+                len: valid,
+                outage,
+            },
+            frames,
+        ))
+    }
+
+    /// Keeps `text` (or clears the note): written in place, in blocks allocated at open, so it
+    /// works on a full disk.
+    pub(crate) fn note_outage(&self, text: Option<&str>) -> Result<(), StoreError> {
+        let Some(f) = &self.outage else {
+            return Ok(());
+        };
+        let mut page = vec![0u8; OUTAGE_BYTES];
+        if let Some(text) = text {
+            let mut end = text.len().min(OUTAGE_BYTES);
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            if let (Some(dst), Some(src)) = (page.get_mut(..end), text.as_bytes().get(..end)) {
+                dst.copy_from_slice(src);
+            }
+        }
+        f.write_all_at(&page, 0)
+            .and_then(|()| f.sync_data())
+            .map_err(|e| io_err("cannot write the outage note", &self.path, e))
+    }
+
+    /// The outage note, if one is kept.
+    pub(crate) fn outage(&self) -> Option<String> {
+        let f = self.outage.as_ref()?;
+        let mut page = vec![0u8; OUTAGE_BYTES];
+        f.read_exact_at(&mut page, 0).ok()?;
+        let end = page.iter().position(|b| *b == 0).unwrap_or(page.len());
+        let text = String::from_utf8_lossy(page.get(..end)?).into_owned();
+        (!text.is_empty()).then_some(text)
+    }
+
+    /// Where the next frame goes.
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Appends `frame` (not yet durable). On failure the file is cut back to where it was.
+    pub(crate) fn append(&mut self, frame: &[u8]) -> Result<(), StoreError> {
+        if let Err(e) = self.file.write_all_at(frame, self.len) {
+            let _ = self.file.set_len(self.len);
+            return Err(io_err("cannot append", &self.path, e));
+        }
+        self.len += frame.len() as u64;
+        Ok(())
+    }
+
+    /// Makes everything appended durable (`fdatasync`).
+    pub(crate) fn sync(&self) -> Result<(), StoreError> {
+        self.file
+            .sync_data()
+            .map_err(|e| io_err("fdatasync failed", &self.path, e))
+    }
+
+    /// Cuts the file back to `len` (a frame that must not count), durably.
+    pub(crate) fn truncate(&mut self, len: u64) -> Result<(), StoreError> {
+        self.file
+            .set_len(len)
+            .and_then(|()| self.file.sync_data())
+            .map_err(|e| io_err("cannot cut back a failed frame", &self.path, e))?;
+        self.len = len;
+        Ok(())
+    }
+
+    /// Flushes the file system holding the ledger (`syncfs`): everything written there,
+    /// sled's files included, is on disk when it returns.
+    pub(crate) fn sync_filesystem(&self) -> Result<(), StoreError> {
+        rustix::fs::syncfs(&self.file)
+            .map_err(|e| io_err("syncfs failed", &self.path, std::io::Error::from(e)))
+    }
+
+    /// Bytes free to unprivileged writers on the ledger's file system.
+    pub(crate) fn free_bytes(&self) -> Option<u64> {
+        let st = rustix::fs::fstatvfs(&self.file).ok()?;
+        Some(st.f_bavail.saturating_mul(st.f_frsize))
+    }
+}
+
+/// Opens the outage note file, allocating its blocks (zeros) when it is new or short.
+fn open_outage(path: &Path) -> Result<File, StoreError> {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| io_err("cannot open", path, e))?;
+    let len = f
+        .metadata()
+        .map_err(|e| io_err("cannot stat", path, e))?
+        .len();
+    if len < OUTAGE_BYTES as u64 {
+        let mut page = vec![0u8; OUTAGE_BYTES];
+        if len > 0 {
+            // Keep a note already there.
+            let _ = f.read_exact_at(page.get_mut(..len as usize).unwrap_or_default(), 0);
+        }
+        f.write_all_at(&page, 0)
+            .and_then(|()| f.sync_all())
+            .map_err(|e| io_err("cannot allocate", path, e))?;
+    }
+    Ok(f)
+}
+
+fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io_err("cannot sync the directory", dir, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_a_torn_tail_is_cut_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let effects = vec![
+            Effect::put("approvals", b"a1".to_vec(), b"{}".to_vec()),
+            Effect::remove("grants", b"g1".to_vec()),
+        ];
+        {
+            let (mut l, frames) = Ledger::open(dir.path()).unwrap();
+            assert!(frames.is_empty());
+            l.append(&encode(1, 3, b"block-1", &effects).unwrap())
+                .unwrap();
+            l.append(&encode(4, 4, b"block-2", &[]).unwrap()).unwrap();
+            l.sync().unwrap();
+            // A crash in the middle of a third append.
+            let torn = encode(5, 9, b"block-3", &[]).unwrap();
+            l.file.write_all_at(&torn[..torn.len() - 3], l.len).unwrap();
+        }
+        let (l, frames) = Ledger::open(dir.path()).unwrap();
+        assert_eq!(frames.len(), 2);
+        assert_eq!((frames[0].first, frames[0].last), (1, 3));
+        assert_eq!(frames[0].block, b"block-1");
+        assert_eq!(frames[0].effects, effects);
+        assert_eq!((frames[1].first, frames[1].last), (4, 4));
+        let on_disk = std::fs::metadata(dir.path().join("ledger/wal"))
+            .unwrap()
+            .len();
+        assert_eq!(on_disk, l.len());
+    }
+
+    #[test]
+    fn a_flipped_bit_ends_the_valid_frames() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (mut l, _) = Ledger::open(dir.path()).unwrap();
+            l.append(&encode(1, 1, b"one", &[]).unwrap()).unwrap();
+            let second = l.len();
+            l.append(&encode(2, 2, b"two", &[]).unwrap()).unwrap();
+            let mut byte = [0u8];
+            l.file.read_exact_at(&mut byte, second + 20).unwrap();
+            l.file.write_all_at(&[byte[0] ^ 1], second + 20).unwrap();
+        }
+        let (_, frames) = Ledger::open(dir.path()).unwrap();
+        assert_eq!(frames.len(), 1);
+    }
+}
