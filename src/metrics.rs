@@ -245,7 +245,7 @@ fn static_labels(labels: &[(&'static str, &'static str)]) -> Vec<Label> {
 }
 
 /// Help text of every family the recorder renders.
-const HELP: [(&str, &str); 20] = [
+const HELP: [(&str, &str); 21] = [
     (
         GATES,
         "Gate verdicts, by gate and decision (allow, warn, mask, block).",
