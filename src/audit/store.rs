@@ -456,6 +456,9 @@ impl AuditStore for SledAudit {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.check_space(&ledger)?;
+        fail::fail_point!("ledger-write-error", !effects.is_empty(), |_| Err(
+            StoreError("injected failure (TOOLGATE_FAILPOINTS)".to_owned())
+        ));
         let mark = ledger.len();
         ledger.append(&ledger::encode(first, last, &block, effects)?)?;
         fail::fail_point!("ledger-appended", !effects.is_empty(), |_| {

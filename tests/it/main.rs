@@ -30,6 +30,7 @@ mod grants;
 mod hardening;
 mod helpers;
 mod http;
+mod integrity;
 mod jail;
 mod kill_switch;
 mod leaks;

@@ -1,0 +1,402 @@
+//! Ledger integrity with the real binary: failures injected between the steps of a state
+//! change (`TOOLGATE_FAILPOINTS`), so that a crash or a failed write lands exactly where a
+//! debugger breakpoint would. After each, the approval, kill switch, quarantine or grant is
+//! in the state its records say, and every stored approval points to a decision in the log.
+//!
+//! The points: `ledger-write-error` (the write fails before anything is written),
+//! `ledger-synced` (the process aborts once the ledger frame is durable, before the store has
+//! it) and `audit-stored` (aborts once both have it, before anyone is answered).
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use toolgate::approvals::Status;
+use toolgate::audit::{Chain, ChainVerdict, Record, verify};
+use toolgate::storage::Stores;
+
+use crate::helpers::*;
+use crate::process::{Server, exchange, start_with_env};
+
+const BOB: &str = "demo-bob-token";
+
+fn write_call(n: u64) -> Value {
+    json!({"tool": "write_file", "args": {"path": "src/lib.rs", "content": format!("v{n}")}})
+}
+
+/// A server that must abort at its failpoint: waits for it to exit (at most 20 s).
+fn aborted(mut server: Server) {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            assert!(!status.success(), "the failpoint did not abort: {status:?}");
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the server did not abort at its failpoint"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Everything the data directory holds, offline: the verified log and the approvals.
+struct Offline {
+    records: Vec<Record>,
+    approvals: Vec<toolgate::approvals::Approval>,
+}
+
+fn offline(set: &TempSet) -> Offline {
+    let stores = Stores::open_existing(
+        &set.dir.path().join("data"),
+        toolgate::storage::DEFAULT_CACHE_BYTES,
+    )
+    .unwrap();
+    let verdict = verify(stores.audit.as_ref(), &Chain::plain(), None).unwrap();
+    assert!(
+        matches!(verdict, ChainVerdict::Intact { .. }),
+        "{verdict:?}"
+    );
+    Offline {
+        records: stores
+            .audit
+            .scan(1, usize::MAX)
+            .unwrap()
+            .into_iter()
+            .map(|s| s.record.unwrap())
+            .collect(),
+        approvals: stores.approvals.all().unwrap(),
+    }
+}
+
+impl Offline {
+    fn approval(&self, id: &str) -> &toolgate::approvals::Approval {
+        self.approvals
+            .iter()
+            .find(|a| a.id == id)
+            .unwrap_or_else(|| panic!("approval {id} not stored"))
+    }
+    fn events(&self, id: &str, event: &str) -> Vec<&Record> {
+        self.records
+            .iter()
+            .filter(|r| r.entry.id == id && r.entry.decision == event)
+            .collect()
+    }
+    /// Every stored approval's decision is in the log, as a pending decision naming it.
+    fn approvals_point_to_logged_decisions(&self) {
+        let pending: HashSet<(&str, &str)> = self
+            .records
+            .iter()
+            .filter(|r| r.entry.decision == "pending_approval")
+            .filter_map(|r| Some((r.entry.id.as_str(), r.entry.detail.as_deref()?)))
+            .collect();
+        for a in &self.approvals {
+            assert!(
+                pending
+                    .iter()
+                    .any(|(d, detail)| *d == a.decision_id && detail.contains(&a.id)),
+                "approval {} points to decision {}, which is not in the log as its pending decision",
+                a.id,
+                a.decision_id
+            );
+        }
+    }
+}
+
+fn start(set: &TempSet, failpoints: &str) -> Server {
+    if failpoints.is_empty() {
+        start_with_env(set, "", &[])
+    } else {
+        start_with_env(set, "", &[("TOOLGATE_FAILPOINTS", failpoints)])
+    }
+}
+
+/// Opens a pending approval for call `n`; its id.
+fn pending(server: &Server, n: u64) -> String {
+    let (status, d) = exchange(
+        server.port,
+        "POST",
+        "/v1/authorize",
+        Some(DEV),
+        Some(&write_call(n)),
+    )
+    .unwrap();
+    assert_eq!(
+        (status, d["decision"].as_str()),
+        (200, Some("pending_approval")),
+        "{d}"
+    );
+    d["approval_id"].as_str().unwrap().to_owned()
+}
+
+fn approve(server: &Server, id: &str) -> Option<(u16, Value)> {
+    exchange(
+        server.port,
+        "POST",
+        &format!("/v1/approvals/{id}/approve"),
+        Some(BOB),
+        Some(&json!({"reason": "ok"})),
+    )
+}
+
+fn redeem(server: &Server, id: &str, n: u64) -> Option<(u16, Value)> {
+    let mut call = write_call(n);
+    call["approval_id"] = json!(id);
+    exchange(server.port, "POST", "/v1/authorize", Some(DEV), Some(&call))
+}
+
+#[test]
+fn a_crash_between_ledger_and_store_completes_each_approval_change_with_its_record() {
+    let set = TempSet::new();
+
+    // Opening: the process dies once the pending decision and its approval are durable in
+    // the ledger, before the store has either. The restart applies both.
+    let server = start(&set, "ledger-synced=return");
+    assert!(
+        exchange(
+            server.port,
+            "POST",
+            "/v1/authorize",
+            Some(DEV),
+            Some(&write_call(1))
+        )
+        .is_none(),
+        "answered although the process aborted before its store had the record"
+    );
+    aborted(server);
+    let log = offline(&set);
+    assert_eq!(
+        log.approvals.len(),
+        1,
+        "the opened approval was not completed"
+    );
+    log.approvals_point_to_logged_decisions();
+    let first = log.approvals[0].id.clone();
+
+    // Approving: dies after the ledger, before the store.
+    let server = start(&set, "ledger-synced=return");
+    assert!(approve(&server, &first).is_none());
+    aborted(server);
+    let log = offline(&set);
+    let a = log.approval(&first);
+    assert_eq!(a.status, Status::Approved);
+    let approved = log.events(&first, "approved");
+    assert_eq!(approved.len(), 1, "one record of who approved");
+    assert_eq!(
+        approved[0].entry.principal.as_deref(),
+        Some("Human::\"bob\"")
+    );
+    assert_eq!(a.decided_by.as_deref(), Some("Human::\"bob\""));
+
+    // Redeeming: dies once record and change are both stored, before the agent is answered.
+    let server = start(&set, "audit-stored=return");
+    assert!(redeem(&server, &first, 1).is_none());
+    aborted(server);
+    let log = offline(&set);
+    assert_eq!(log.approval(&first).status, Status::Used);
+    let allowed: Vec<&Record> = log
+        .records
+        .iter()
+        .filter(|r| r.entry.decision == "allow" && r.entry.stage.as_deref() == Some("approval"))
+        .collect();
+    assert_eq!(allowed.len(), 1, "the use is in the log once");
+    assert!(
+        allowed[0]
+            .entry
+            .detail
+            .as_deref()
+            .unwrap_or("")
+            .contains(&first),
+        "{:?}",
+        allowed[0].entry
+    );
+    log.approvals_point_to_logged_decisions();
+
+    // The agent that got no answer sees that its approval was used; a re-send is a replay.
+    let server = start(&set, "");
+    let (_, shown) = exchange(
+        server.port,
+        "GET",
+        &format!("/v1/approvals/{first}"),
+        Some(DEV),
+        None,
+    )
+    .unwrap();
+    assert_eq!(shown["status"], "used", "{shown}");
+    let (status, d) = redeem(&server, &first, 1).unwrap();
+    assert_eq!((status, d["decision"].as_str()), (200, Some("deny")), "{d}");
+}
+
+#[test]
+fn a_failed_write_changes_nothing_and_the_change_can_be_made_again() {
+    let set = TempSet::new();
+    let server = start(&set, "");
+    let id = pending(&server, 1);
+    drop(server);
+
+    // The first state change fails to be written, the next one works.
+    let server = start(&set, "ledger-write-error=1*return->off");
+    let (status, body) = approve(&server, &id).unwrap();
+    assert_eq!(status, 503, "{body}");
+    let (_, shown) = exchange(
+        server.port,
+        "GET",
+        &format!("/v1/approvals/{id}"),
+        Some(DEV),
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        shown["status"], "pending",
+        "a failed approval took effect: {shown}"
+    );
+    let (status, body) = approve(&server, &id).unwrap();
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (200, Some("approved")),
+        "{body}"
+    );
+    drop(server);
+
+    // A redemption whose record fails is denied, and the approval stays usable: the
+    // approved call is not lost.
+    let server = start(&set, "ledger-write-error=1*return->off");
+    let (status, body) = redeem(&server, &id, 1).unwrap();
+    assert_eq!(status, 503, "{body}");
+    let (_, shown) = exchange(
+        server.port,
+        "GET",
+        &format!("/v1/approvals/{id}"),
+        Some(DEV),
+        None,
+    )
+    .unwrap();
+    assert_eq!(shown["status"], "approved", "{shown}");
+    let (status, d) = redeem(&server, &id, 1).unwrap();
+    assert_eq!(
+        (status, d["decision"].as_str()),
+        (200, Some("allow")),
+        "{d}"
+    );
+
+    // A new pending call whose record fails opens no approval.
+    drop(server);
+    let server = start(&set, "ledger-write-error=1*return->off");
+    let (status, _) = exchange(
+        server.port,
+        "POST",
+        "/v1/authorize",
+        Some(DEV),
+        Some(&write_call(2)),
+    )
+    .unwrap();
+    assert_eq!(status, 503);
+    drop(server);
+    let log = offline(&set);
+    assert_eq!(
+        log.approvals.len(),
+        1,
+        "an approval without its decision was stored"
+    );
+    assert_eq!(log.approval(&id).status, Status::Used);
+    assert_eq!(log.events(&id, "approved").len(), 1);
+    log.approvals_point_to_logged_decisions();
+}
+
+#[test]
+fn kill_switch_and_quarantine_changes_exist_only_with_their_records() {
+    let set = TempSet::new();
+    let flip = |server: &Server| {
+        exchange(
+            server.port,
+            "POST",
+            "/v1/admin/kill-switch",
+            Some(ALICE),
+            Some(&json!({"on": true, "reason": "drill"})),
+        )
+    };
+    let quarantine = |server: &Server| {
+        exchange(
+            server.port,
+            "POST",
+            "/v1/admin/quarantine",
+            Some(ALICE),
+            Some(&json!({"agent": "dev-agent", "on": true, "reason": "drill"})),
+        )
+    };
+    let switch_on = |server: &Server| {
+        exchange(
+            server.port,
+            "GET",
+            "/v1/admin/kill-switch",
+            Some(ALICE),
+            None,
+        )
+        .unwrap()
+        .1["on"]
+            == true
+    };
+
+    // A failed write: refused, nothing in force, and still nothing after a restart.
+    let server = start(&set, "ledger-write-error=return");
+    assert_eq!(flip(&server).unwrap().0, 503);
+    assert!(!switch_on(&server));
+    assert_eq!(quarantine(&server).unwrap().0, 503);
+    drop(server);
+    let server = start(&set, "");
+    assert!(!switch_on(&server));
+    let (_, q) = exchange(
+        server.port,
+        "GET",
+        "/v1/admin/quarantine",
+        Some(ALICE),
+        None,
+    )
+    .unwrap();
+    assert_eq!(q["quarantined"], json!([]), "{q}");
+    drop(server);
+    let log = offline(&set);
+    assert!(
+        !log.records
+            .iter()
+            .any(|r| r.entry.decision == "kill_switch_on" || r.entry.decision == "quarantine_on"),
+        "a change that did not happen is in the log"
+    );
+
+    // A crash after the ledger: the restart completes the change, which has its record.
+    let server = start(&set, "ledger-synced=return");
+    assert!(flip(&server).is_none());
+    aborted(server);
+    let server = start(&set, "ledger-synced=return");
+    assert!(
+        switch_on(&server),
+        "the recorded kill switch is not in force"
+    );
+    assert!(quarantine(&server).is_none());
+    aborted(server);
+    let server = start(&set, "");
+    assert!(switch_on(&server));
+    let (_, q) = exchange(
+        server.port,
+        "GET",
+        "/v1/admin/quarantine",
+        Some(ALICE),
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        q["quarantined"][0]["principal"], "Agent::\"dev-agent\"",
+        "{q}"
+    );
+    drop(server);
+    let log = offline(&set);
+    for word in ["kill_switch_on", "quarantine_on"] {
+        let n = log
+            .records
+            .iter()
+            .filter(|r| r.entry.decision == word)
+            .count();
+        assert_eq!(n, 1, "{word}: {n} records");
+    }
+}
