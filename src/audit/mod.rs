@@ -1,15 +1,18 @@
 //! The audit trail: every decision, approval event and policy reload as a hash-chained
 //! [`Record`], stored behind the [`AuditStore`] trait (sled inside), written by one
-//! group-commit writer ([`Audit`]), and checked by [`verify()`].
+//! group-commit writer ([`Audit`]), checked by [`verify()`], under the HMAC keys of
+//! [`keys`].
 
+pub mod keys;
 mod record;
 mod store;
 mod verify;
 mod writer;
 
 pub use record::{
-    Chain, Checkpoint, Entry, EntryKind, GENESIS, Operator, Record, args_digest, args_preview,
-    canonical_json, hmac_sha256_hex, now_ms, redacted_preview, unix_ms,
+    Chain, Checkpoint, Entry, EntryKind, GENESIS, Link, LinkFault, Operator, Record, RingKey,
+    args_digest, args_preview, canonical_json, hmac_sha256_hex, key_id, now_ms, redacted_preview,
+    unix_ms,
 };
 pub(crate) use store::SledAudit;
 pub use store::{AuditStore, Query, StoreError, Stored};
