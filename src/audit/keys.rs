@@ -310,6 +310,16 @@ pub fn open_for_serve(
         },
     };
     let current = ring.keys.last().cloned();
+    if let Some(cur) = &current
+        && cur.from_seq > next
+    {
+        return Err(KeyError::Conflict(format!(
+            "the audit keyring's key `{}` seals records from {} on, but the log ends at record {}: the log was truncated, or restored without its keyring; run `toolgate audit verify`",
+            cur.id,
+            cur.from_seq,
+            next - 1
+        )));
+    }
     match (&configured_key, &current) {
         (Some(key), cur) => {
             let id = key_id(key);
@@ -557,6 +567,15 @@ mod tests {
         let (again, none) = open_for_serve(dir.path(), None, Some(&r2)).unwrap();
         assert!(none.is_none());
         assert!(again.check(&r2).is_ok());
+        // After a rotation, the old key's records still check and the next start records it.
+        let rotated = rotate(dir.path(), None, Some(&r2)).unwrap();
+        assert_eq!(rotated.from_seq, 3);
+        let (after, next) = open_for_serve(dir.path(), None, Some(&r2)).unwrap();
+        assert_eq!(next, Some(rotated));
+        assert!(after.check(&r1).is_ok() && after.check(&r2).is_ok());
+        // A log shorter than the keyring says (rolled back) is refused at start.
+        let err = open_for_serve(dir.path(), None, Some(&r1)).unwrap_err();
+        assert!(err.to_string().contains("truncated"), "{err}");
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;

@@ -362,3 +362,55 @@ fn a_plain_log_from_before_keys_still_verifies_and_says_it_is_unkeyed() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("re-chained without the key"), "{out}");
 }
+
+/// With `audit.hmac_key_file` the key is named in the keyring, never copied: `verify` needs
+/// the file (from the config or `--hmac-key-file`). Pointing the setting to a new file rotates;
+/// dropping it while it seals the chain is refused at start.
+#[test]
+fn a_configured_key_is_named_not_copied_and_rotates_by_config() {
+    let set = TempSet::new();
+    std::fs::write(
+        set.dir.path().join("one.key"),
+        "first key, thirty-two bytes long",
+    )
+    .unwrap();
+    std::fs::write(
+        set.dir.path().join("two.key"),
+        "second key, also 32 bytes long!!",
+    )
+    .unwrap();
+    let server = crate::process::start_with(&set, "[audit]\nhmac_key_file = \"one.key\"\n");
+    decide(&server, 2);
+    drop(server);
+    let ring = std::fs::read_to_string(data(&set).join(keys::KEYRING_FILE)).unwrap();
+    assert!(!ring.contains("secret"), "{ring}");
+    let (code, out) = verify_with(&set, &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("pass it with --hmac-key-file"), "{out}");
+    let (code, out) = audit(&set, &["verify", "--config", "toolgate.toml"]);
+    assert_eq!(code, 0, "{out}");
+
+    let server = crate::process::start_with(&set, "[audit]\nhmac_key_file = \"two.key\"\n");
+    decide(&server, 2);
+    drop(server);
+    let (code, out) = audit(&set, &["verify", "--config", "toolgate.toml"]);
+    assert_eq!(code, 1, "the retired key is needed too: {out}");
+    let (code, out) = audit(
+        &set,
+        &[
+            "verify",
+            "--config",
+            "toolgate.toml",
+            "--hmac-key-file",
+            "one.key",
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("from record 1") && out.contains("from record 4"),
+        "{out}"
+    );
+
+    let refused = crate::process::serve_refuses(&set, "data_dir = \"data\"\n");
+    assert!(refused.contains("no longer names"), "{refused}");
+}
