@@ -1,8 +1,10 @@
 //! The audit trail: every decision, approval event and policy reload as a hash-chained
 //! [`Record`], stored behind the [`AuditStore`] trait (a write-ahead ledger file, then sled),
 //! written by one group-commit writer ([`Audit`]) together with the state changes
-//! ([`Effect`]s) the records attest, and checked by [`verify()`].
+//! ([`Effect`]s) the records attest, checked by [`verify()`], under the HMAC keys of
+//! [`keys`].
 
+pub mod keys;
 mod ledger;
 mod record;
 mod store;
@@ -11,8 +13,9 @@ mod writer;
 
 pub use ledger::Effect;
 pub use record::{
-    Chain, Checkpoint, Entry, EntryKind, GENESIS, Operator, Record, args_digest, args_preview,
-    canonical_json, hmac_sha256_hex, now_ms, redacted_preview, unix_ms,
+    Chain, Checkpoint, Entry, EntryKind, GENESIS, Link, LinkFault, Operator, Record, RingKey,
+    args_digest, args_preview, canonical_json, hmac_sha256_hex, key_id, now_ms, redacted_preview,
+    unix_ms,
 };
 pub(crate) use store::SledAudit;
 pub use store::{AuditStore, Query, StoreError, Stored};

@@ -131,6 +131,10 @@ pub struct Record {
     pub prev: String,
     /// `H(prev ‖ canonical(seq, entry))`, hex.
     pub hash: String,
+    /// The id of the HMAC key that sealed it ([`key_id`]); absent on records of a legacy
+    /// chain (plain, or keyed before keyrings), which older logs hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
     /// The entry.
     pub entry: Entry,
 }
@@ -175,79 +179,247 @@ pub const GENESIS: &str = "00000000000000000000000000000000000000000000000000000
 
 /// How links are computed: plain SHA-256, or HMAC-SHA-256 with a secret key (then a forger
 /// who can write the store still cannot produce valid links).
+///
+/// A chain is either a *legacy* chain (one way of linking for every record, records carry no
+/// key id: [`Chain::plain`], [`Chain::keyed`]) or a *keyring* chain ([`Chain::ring`]): each
+/// key seals the records from its `from_seq` on, records name the key that sealed them
+/// ([`Record::key`]), and the records before the first key are checked as unlabelled ones.
 #[derive(Clone)]
 pub struct Chain {
-    key: Option<Vec<u8>>,
+    /// How records without a key id are linked.
+    unlabelled: Link,
+    /// Ring keys, by ascending `from_seq`; empty for a legacy chain.
+    ring: Vec<RingKey>,
+}
+
+/// How one kind of record is linked.
+#[derive(Clone)]
+pub enum Link {
+    /// SHA-256.
+    Plain,
+    /// HMAC-SHA-256 under this key.
+    Keyed(Vec<u8>),
+    /// HMAC-SHA-256 under the key with this id, which this process does not hold.
+    Missing(String),
+}
+
+/// One key of a keyring chain, as the verifier and the writer need it.
+#[derive(Clone)]
+pub struct RingKey {
+    /// The key id records carry ([`key_id`]).
+    pub id: String,
+    /// The first record it seals.
+    pub from_seq: u64,
+    /// The key itself, when this process holds it.
+    pub secret: Option<Vec<u8>>,
+}
+
+/// Why a record's link does not hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkFault {
+    /// The content does not match the hash under the key it should have.
+    Altered,
+    /// The record names another key (or none) than the one that seals its position.
+    WrongKey {
+        /// The key id it carries.
+        found: Option<String>,
+        /// The key id that seals its position (none: before the first key).
+        expected: Option<String>,
+    },
+    /// The key that seals it is not available here.
+    NoKey(String),
 }
 
 impl std::fmt::Debug for Chain {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Chain")
-            .field("hmac", &self.key.is_some())
+            .field("hmac", &self.is_keyed())
+            .field(
+                "ring",
+                &self
+                    .ring
+                    .iter()
+                    .map(|k| (&k.id, k.from_seq))
+                    .collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
 
-impl Chain {
-    /// SHA-256 links.
-    pub fn plain() -> Self {
-        Chain { key: None }
-    }
+/// The id of an HMAC key: the first 16 hex digits of `SHA-256("toolgate audit key" ‖ 0 ‖ key)`.
+/// It names the key in records and keyrings without revealing it.
+pub fn key_id(key: &[u8]) -> String {
+    let mut h = Sha256::new();
+    h.update(b"toolgate audit key");
+    h.update([0]);
+    h.update(key);
+    let mut id = hex::encode(h.finalize());
+    id.truncate(16);
+    id
+}
 
-    /// Whether links are HMACs.
-    pub fn is_keyed(&self) -> bool {
-        self.key.is_some()
-    }
-
-    /// HMAC-SHA-256 links under `key`.
-    pub fn keyed(key: Vec<u8>) -> Self {
-        Chain { key: Some(key) }
-    }
-
-    /// The link for `entry` at `seq` after `prev`.
-    pub fn link(&self, prev: &str, seq: u64, entry: &Entry) -> String {
-        self.mac(prev, &canonical_entry(seq, entry))
-    }
-
-    /// `H(prev ‖ 0 ‖ body)`, keyed when there is a key.
-    fn mac(&self, prev: &str, body: &[u8]) -> String {
-        match &self.key {
-            None => {
+impl Link {
+    /// `H(prev ‖ 0 ‖ body)`, keyed when there is a key; `None` without the key.
+    fn mac(&self, prev: &str, body: &[u8]) -> Option<String> {
+        match self {
+            Link::Plain => {
                 let mut h = Sha256::new();
                 h.update(prev.as_bytes());
                 h.update([0]);
                 h.update(body);
-                hex::encode(h.finalize())
+                Some(hex::encode(h.finalize()))
             }
-            Some(key) => hmac_sha256_hex(key, &[prev.as_bytes(), &[0], body]),
+            Link::Keyed(key) => Some(hmac_sha256_hex(key, &[prev.as_bytes(), &[0], body])),
+            Link::Missing(_) => None,
+        }
+    }
+}
+
+impl RingKey {
+    fn link(&self) -> Link {
+        match &self.secret {
+            Some(k) => Link::Keyed(k.clone()),
+            None => Link::Missing(self.id.clone()),
+        }
+    }
+}
+
+impl Chain {
+    /// SHA-256 links, no key ids.
+    pub fn plain() -> Self {
+        Chain {
+            unlabelled: Link::Plain,
+            ring: Vec::new(),
         }
     }
 
-    /// Seals a checkpoint after record `seq` (hash `hash`), cut at `at_ms`.
+    /// HMAC-SHA-256 links under `key`, no key ids (how keyed logs were written before
+    /// keyrings).
+    pub fn keyed(key: Vec<u8>) -> Self {
+        Chain {
+            unlabelled: Link::Keyed(key),
+            ring: Vec::new(),
+        }
+    }
+
+    /// A keyring chain: records before the first key's `from_seq` are checked under
+    /// `unlabelled`; from there on each record is sealed by the key whose `from_seq` is the
+    /// greatest at or below its own. New records are sealed by the last key.
+    pub fn ring(unlabelled: Link, mut keys: Vec<RingKey>) -> Self {
+        keys.sort_by_key(|k| k.from_seq);
+        Chain {
+            unlabelled,
+            ring: keys,
+        }
+    }
+
+    /// Whether links are HMACs (for new records, and for every record a keyring covers).
+    pub fn is_keyed(&self) -> bool {
+        !self.ring.is_empty() || matches!(self.unlabelled, Link::Keyed(_))
+    }
+
+    /// The keyring's keys (empty for a legacy chain).
+    pub fn ring_keys(&self) -> &[RingKey] {
+        &self.ring
+    }
+
+    /// How records before the first ring key (all records of a legacy chain) are linked.
+    pub fn unlabelled(&self) -> &Link {
+        &self.unlabelled
+    }
+
+    /// The ring key that seals position `seq`, if any.
+    pub fn key_for(&self, seq: u64) -> Option<&RingKey> {
+        self.ring.iter().rev().find(|k| k.from_seq <= seq)
+    }
+
+    /// The key new records are sealed with: its id (none for a legacy chain) and link.
+    fn sealing(&self) -> (Option<String>, Link) {
+        match self.ring.last() {
+            Some(k) => (Some(k.id.clone()), k.link()),
+            None => (None, self.unlabelled.clone()),
+        }
+    }
+
+    /// The link for `entry` at `seq` after `prev`, under the key that seals new records
+    /// (empty when this process does not hold it).
+    pub fn link(&self, prev: &str, seq: u64, entry: &Entry) -> String {
+        self.sealing()
+            .1
+            .mac(prev, &canonical_entry(seq, entry))
+            .unwrap_or_default()
+    }
+
+    /// Checks `record`'s own hash: under the key that seals its position, which it must
+    /// also name.
+    pub fn check(&self, record: &Record) -> Result<(), LinkFault> {
+        let expected = self.key_for(record.seq);
+        let link = match (expected, &record.key) {
+            (None, None) => self.unlabelled.clone(),
+            (Some(k), Some(found)) if *found == k.id => k.link(),
+            (expected, found) => {
+                return Err(LinkFault::WrongKey {
+                    found: found.clone(),
+                    expected: expected.map(|k| k.id.clone()),
+                });
+            }
+        };
+        match link.mac(&record.prev, &canonical_entry(record.seq, &record.entry)) {
+            None => Err(LinkFault::NoKey(record.key.clone().unwrap_or_else(
+                || match &link {
+                    Link::Missing(id) => id.clone(),
+                    _ => String::new(),
+                },
+            ))),
+            Some(h) if h == record.hash => Ok(()),
+            Some(_) => Err(LinkFault::Altered),
+        }
+    }
+
+    /// Seals a checkpoint after record `seq` (hash `hash`), cut at `at_ms`, under the key
+    /// that seals new records.
     pub fn checkpoint(&self, seq: u64, hash: &str, at_ms: u64) -> Checkpoint {
-        let body = format!("checkpoint|{seq}|{at_ms}");
-        Checkpoint {
-            seq,
-            hash: hash.to_owned(),
-            at_ms,
-            seal: self.mac(hash, body.as_bytes()),
-        }
+        seal_checkpoint(&self.sealing().1, seq, hash, at_ms)
     }
 
-    /// Whether `cp` was sealed under this chain's key.
+    /// Whether `cp` was sealed under one of this chain's keys: a ring key, or (for a legacy
+    /// chain, or a cut before the first ring key) the unlabelled link.
     pub fn checkpoint_holds(&self, cp: &Checkpoint) -> bool {
-        self.checkpoint(cp.seq, &cp.hash, cp.at_ms).seal == cp.seal
+        let holds = |link: &Link| seal_checkpoint(link, cp.seq, &cp.hash, cp.at_ms).seal == cp.seal;
+        let before_ring = self
+            .ring
+            .first()
+            .is_none_or(|k| cp.seq.saturating_add(1) < k.from_seq);
+        (before_ring && holds(&self.unlabelled))
+            || self
+                .ring
+                .iter()
+                .any(|k| k.secret.is_some() && holds(&k.link()))
     }
 
     /// Seals `entry` as record `seq` after `prev`.
     pub fn seal(&self, prev: &str, seq: u64, entry: Entry) -> Record {
-        let hash = self.link(prev, seq, &entry);
+        let (key, link) = self.sealing();
+        let hash = link
+            .mac(prev, &canonical_entry(seq, &entry))
+            .unwrap_or_default();
         Record {
             seq,
             prev: prev.to_owned(),
             hash,
+            key,
             entry,
         }
+    }
+}
+
+fn seal_checkpoint(link: &Link, seq: u64, hash: &str, at_ms: u64) -> Checkpoint {
+    let body = format!("checkpoint|{seq}|{at_ms}");
+    Checkpoint {
+        seq,
+        hash: hash.to_owned(),
+        at_ms,
+        seal: link.mac(hash, body.as_bytes()).unwrap_or_default(),
     }
 }
 

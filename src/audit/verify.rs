@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use super::record::{Chain, Checkpoint, EntryKind, GENESIS};
+use super::record::{Chain, Checkpoint, EntryKind, GENESIS, LinkFault};
 use super::store::{AuditStore, StoreError};
 use super::writer::Head;
 
@@ -25,6 +25,10 @@ pub enum Verdict {
         first: u64,
         /// The newest record.
         head: Head,
+        /// Records checked that carry no key id (plain links, or a legacy keyed chain).
+        unlabelled: u64,
+        /// Records checked under a keyring key.
+        keyed: u64,
     },
     /// The first link that does not hold.
     Broken {
@@ -88,6 +92,7 @@ fn walk(
         None => (1, GENESIS.to_owned()),
     };
     let mut expected_seq = first;
+    let (mut unlabelled, mut keyed) = (0u64, 0u64);
     let mut attested = checkpoint.is_none() || stop.is_some();
     let mut anchored = match anchor {
         None => true,
@@ -157,13 +162,13 @@ fn walk(
                     ),
                 );
             }
-            if chain.link(&prev, r.seq, &r.entry) != r.hash {
-                return broken(
-                    expected_seq,
-                    format!(
-                        "record {expected_seq} was altered: its content does not match its hash"
-                    ),
-                );
+            if let Err(fault) = chain.check(&r) {
+                return broken(expected_seq, fault_words(expected_seq, &fault));
+            }
+            if r.key.is_some() {
+                keyed += 1;
+            } else {
+                unlabelled += 1;
             }
             if let Some(a) = anchor
                 && a.seq == r.seq
@@ -217,7 +222,20 @@ fn walk(
             ),
         );
     }
+    if stop.is_none()
+        && let Some(k) = chain.ring_keys().iter().find(|k| k.from_seq > last + 1)
+    {
+        return broken(
+            last + 1,
+            format!(
+                "the keyring says key `{}` seals records from {} on, but the log ends at record {last}: truncated (or the sidecar stopped before recording the key; start it once)",
+                k.id, k.from_seq
+            ),
+        );
+    }
     Ok(Verdict::Intact {
+        unlabelled,
+        keyed,
         records: last + 1 - first,
         first,
         head: Head {
@@ -225,6 +243,35 @@ fn walk(
             hash: prev,
         },
     })
+}
+
+/// Why a record's own link fails, in words.
+fn fault_words(seq: u64, fault: &LinkFault) -> String {
+    match fault {
+        LinkFault::Altered => {
+            format!("record {seq} was altered: its content does not match its hash")
+        }
+        LinkFault::WrongKey {
+            found: None,
+            expected: Some(k),
+        } => format!(
+            "record {seq} carries no key id, but key `{k}` seals records from here on: forged or re-chained without the key"
+        ),
+        LinkFault::WrongKey {
+            found: Some(f),
+            expected: None,
+        } => format!(
+            "record {seq} names key `{f}`, which seals no record at this position (no keyring, or the key starts later): forged, or pass the data directory's keyring"
+        ),
+        LinkFault::WrongKey { found, expected } => format!(
+            "record {seq} names key `{}`, but key `{}` seals records at this position: forged or moved",
+            found.as_deref().unwrap_or("none"),
+            expected.as_deref().unwrap_or("none")
+        ),
+        LinkFault::NoKey(id) => format!(
+            "record {seq} is sealed with key `{id}`, which this verifier does not hold: pass it with --hmac-key-file"
+        ),
+    }
 }
 
 /// Whether `anchor` is settled before the walk: it is empty, or it lies at or before the

@@ -1,4 +1,5 @@
-//! `toolgate audit verify|export` (offline, on a data directory the sidecar is not holding)
+//! `toolgate audit verify|export|rotate-key|checkpoint` (offline, on a data directory the
+//! sidecar is not holding), `toolgate audit keygen`,
 //! and `toolgate audit query|tail` (online, through a running sidecar's API).
 
 use std::io::Write;
@@ -11,7 +12,7 @@ use clap::{Args, Subcommand};
 use serde_json::Value;
 
 use super::client::{Client, Remote, encode, field};
-use crate::audit::{Chain, ChainVerdict, Head, verify};
+use crate::audit::{Chain, ChainVerdict, Head, Link, keys, verify};
 use crate::config::Config;
 use crate::storage::Stores;
 
@@ -24,14 +25,52 @@ pub struct AuditArgs {
 
 #[derive(Debug, Subcommand)]
 enum AuditCommand {
-    /// Walk the hash chain of a data directory and name the first broken link (exit 1).
+    /// Walk the hash chain of a data directory and name the first broken link (exit 1); say
+    /// what the mode it ran in can and cannot detect.
     Verify {
         #[command(flatten)]
         data: DataDir,
         /// A head exported earlier (the JSON of `GET /v1/audit/head`): the log must still
         /// reach it with the same hash, so a truncated tail is caught too.
+        #[arg(long, conflicts_with = "checkpoint")]
+        head: Option<PathBuf>,
+        /// A signed checkpoint (from `toolgate audit checkpoint`): like --head, once its
+        /// Ed25519 signature holds under --public-key.
+        #[arg(long, requires = "public_key")]
+        checkpoint: Option<PathBuf>,
+        /// The Ed25519 public key (hex) the checkpoint must be signed with.
+        #[arg(long, requires = "checkpoint")]
+        public_key: Option<PathBuf>,
+    },
+    /// Add a new generated HMAC key to the data directory's keyring: it seals every record
+    /// after the newest one. Run while the sidecar is stopped; older keys stay, so older
+    /// records still verify, and the next start records the rotation.
+    RotateKey {
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Generate an Ed25519 key pair for signed checkpoints: the signing key (hex, mode 0600)
+    /// at OUT and the public key at OUT.pub. Existing files are never overwritten.
+    Keygen {
+        /// Where to write the signing key.
+        #[arg(long, short)]
+        out: PathBuf,
+    },
+    /// Sign the newest record of a data directory (after verifying the chain) or an exported
+    /// head, with an Ed25519 key: a checkpoint to publish away from the sidecar.
+    Checkpoint {
+        #[command(flatten)]
+        data: DataDir,
+        /// The Ed25519 signing key (from `toolgate audit keygen`).
+        #[arg(long)]
+        signing_key: PathBuf,
+        /// Sign this exported head (`GET /v1/audit/head`) instead of reading the data
+        /// directory (works while the sidecar runs).
         #[arg(long)]
         head: Option<PathBuf>,
+        /// Output file (default: standard output).
+        #[arg(long, short)]
+        out: Option<PathBuf>,
     },
     /// Write the records of a data directory as JSON lines, oldest first.
     Export {
@@ -84,14 +123,27 @@ struct DataDir {
     /// The data directory (overrides the config; default ./data).
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// HMAC key file the chain was written with (overrides the config).
+    /// HMAC key file the chain was written with, besides the data directory's keyring (may
+    /// be repeated: each key is used for the records it sealed).
     #[arg(long)]
-    hmac_key_file: Option<PathBuf>,
+    hmac_key_file: Vec<PathBuf>,
+}
+
+/// A data directory opened offline, with the chain to check it with.
+struct Opened {
+    stores: Stores,
+    chain: Chain,
+    dir: PathBuf,
+    /// Whether the data directory has a keyring.
+    ring: bool,
+    /// `audit.hmac_key_file` from the config.
+    configured: Option<PathBuf>,
 }
 
 impl DataDir {
-    /// Opens the stores (read by this process alone) and the chain to check them with.
-    fn open(&self) -> anyhow::Result<(Stores, Chain)> {
+    /// Opens the stores (read by this process alone) and the chain to check them with: the
+    /// keyring in the data directory, plus any key files given.
+    fn open(&self) -> anyhow::Result<Opened> {
         let cfg = match &self.config {
             Some(path) => {
                 Config::from_file(path).map_err(|e| anyhow::anyhow!(super::render(&e)))?
@@ -99,17 +151,21 @@ impl DataDir {
             None => Config::defaults(),
         };
         let dir = self.data_dir.clone().unwrap_or(cfg.data_dir);
-        let key_file = self.hmac_key_file.clone().or(cfg.audit_hmac_key_file);
         let stores = Stores::open_existing(&dir, cfg.store_cache_bytes)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let chain = match key_file {
-            Some(path) => Chain::keyed(
-                std::fs::read(&path)
-                    .with_context(|| format!("cannot read the HMAC key file {}", path.display()))?,
-            ),
-            None => Chain::plain(),
-        };
-        Ok((stores, chain))
+        let mut extra = Vec::new();
+        for path in self.hmac_key_file.iter().chain(&cfg.audit_hmac_key_file) {
+            extra.push(keys::read_key_file(path).map_err(|e| anyhow::anyhow!("{e}"))?);
+        }
+        let (chain, ring) =
+            keys::chain_for_verify(&dir, &extra).map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(Opened {
+            stores,
+            chain,
+            dir,
+            ring,
+            configured: cfg.audit_hmac_key_file,
+        })
     }
 }
 
@@ -163,7 +219,67 @@ impl Filters {
 /// Runs the subcommand.
 pub fn run(args: &AuditArgs) -> anyhow::Result<ExitCode> {
     match &args.command {
-        AuditCommand::Verify { data, head } => verify_cmd(data, head.as_ref()),
+        AuditCommand::Verify {
+            data,
+            head,
+            checkpoint,
+            public_key,
+        } => {
+            let anchor = match (head, checkpoint, public_key) {
+                (Some(path), _, _) => Some(Anchor::Head(read_head(path)?)),
+                (None, Some(cp), Some(pk)) => {
+                    let text = std::fs::read_to_string(cp).with_context(|| {
+                        format!("cannot read the signed checkpoint {}", cp.display())
+                    })?;
+                    let signed: keys::SignedCheckpoint = serde_json::from_str(&text)
+                        .with_context(|| format!("{} is not a signed checkpoint", cp.display()))?;
+                    let head =
+                        keys::check_checkpoint(&signed, pk).map_err(|e| anyhow::anyhow!("{e}"))?;
+                    Some(Anchor::Signed(head))
+                }
+                _ => None,
+            };
+            verify_cmd(data, anchor)
+        }
+        AuditCommand::RotateKey { data } => {
+            let opened = data.open()?;
+            let head = opened
+                .stores
+                .audit
+                .last()
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let started = keys::rotate(&opened.dir, opened.configured.as_deref(), head.as_ref())
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            println!(
+                "key {} seals records from {} on{}; the next start records the rotation",
+                started.id,
+                started.from_seq,
+                started
+                    .previous
+                    .map(|p| format!(" (key {p} kept for older records)"))
+                    .unwrap_or_default()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        AuditCommand::Keygen { out } => {
+            let mut public = out.clone().into_os_string();
+            public.push(".pub");
+            let public = PathBuf::from(public);
+            let key =
+                keys::generate_signing_key(out, &public).map_err(|e| anyhow::anyhow!("{e}"))?;
+            println!(
+                "signing key {} (keep it away from the sidecar); public key {} {key}",
+                out.display(),
+                public.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        AuditCommand::Checkpoint {
+            data,
+            signing_key,
+            head,
+            out,
+        } => checkpoint_cmd(data, signing_key, head.as_ref(), out.as_ref()),
         AuditCommand::Export { data, from, out } => export(data, *from, out.as_ref()),
         AuditCommand::Query {
             filters,
@@ -209,43 +325,141 @@ fn records(page: &Value) -> &[Value] {
     field(page, "records").as_array().map_or(&[], Vec::as_slice)
 }
 
-fn verify_cmd(data: &DataDir, head: Option<&PathBuf>) -> anyhow::Result<ExitCode> {
-    let anchor: Option<Head> = match head {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read the exported head {}", path.display()))?;
-            Some(serde_json::from_str(&text).with_context(|| {
-                format!(
-                    "{} is not a head: expected {{\"seq\": N, \"hash\": \"…\"}} as from GET /v1/audit/head",
-                    path.display()
-                )
-            })?)
+/// What `verify` checks the log against, besides its own links.
+enum Anchor {
+    /// A head exported earlier (`--head`).
+    Head(Head),
+    /// A signed checkpoint whose signature held (`--checkpoint`).
+    Signed(Head),
+}
+
+impl Anchor {
+    fn head(&self) -> &Head {
+        match self {
+            Anchor::Head(h) | Anchor::Signed(h) => h,
         }
-        None => None,
+    }
+}
+
+fn read_head(path: &PathBuf) -> anyhow::Result<Head> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the exported head {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{} is not a head: expected {{\"seq\": N, \"hash\": \"…\"}} as from GET /v1/audit/head",
+            path.display()
+        )
+    })
+}
+
+/// The lines `verify` prints after its verdict: how the links were checked, and what that
+/// mode can and cannot detect.
+fn coverage(
+    chain: &Chain,
+    ring: bool,
+    unlabelled: u64,
+    keyed: u64,
+    anchor: Option<&Anchor>,
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    let unlabelled_mode = match chain.unlabelled() {
+        Link::Plain => "plain SHA-256",
+        Link::Keyed(_) | Link::Missing(_) => "HMAC-SHA-256 (legacy key, no key id)",
     };
-    let (stores, chain) = data.open()?;
-    match verify(stores.audit.as_ref(), &chain, anchor.as_ref())
-        .map_err(|e| anyhow::anyhow!("{e}"))?
+    let ids: Vec<String> = chain
+        .ring_keys()
+        .iter()
+        .map(|k| format!("{} from record {}", k.id, k.from_seq))
+        .collect();
+    if keyed > 0 {
+        lines.push(format!(
+            "mode: keyed: {keyed} records under HMAC-SHA-256 keys ({}){}",
+            ids.join(", "),
+            if unlabelled > 0 {
+                format!("; {unlabelled} older records with {unlabelled_mode} links, covered by the first keyed record's link")
+            } else {
+                String::new()
+            }
+        ));
+    } else if chain.is_keyed() && !matches!(chain.unlabelled(), Link::Plain) {
+        lines.push(format!(
+            "mode: keyed: {unlabelled} records under one legacy HMAC-SHA-256 key (no key ids)"
+        ));
+    } else {
+        lines.push(format!(
+            "mode: unkeyed: {unlabelled} records with plain SHA-256 links{}",
+            if ring {
+                ""
+            } else {
+                " (no keyring in the data directory: written before HMAC links were on by default)"
+            }
+        ));
+    }
+    let keyed_log = keyed > 0 || (chain.is_keyed() && !matches!(chain.unlabelled(), Link::Plain));
+    if keyed_log {
+        lines.push(
+            "detects: any edit, insertion, deletion or reordering of records, and any record forged, appended or re-chained by someone without the HMAC key".to_owned(),
+        );
+        lines.push(
+            "cannot detect: a forgery by someone who holds the key (it is in the data directory's audit-keys.json, or audit.hmac_key_file); a signed checkpoint published elsewhere covers that up to its record".to_owned(),
+        );
+    } else {
+        lines.push(
+            "detects: an edit, insertion, deletion or reordering that breaks a link".to_owned(),
+        );
+        lines.push(
+            "cannot detect: a tail rewritten or records appended and re-chained with plain SHA-256 by anyone who can write the store".to_owned(),
+        );
+    }
+    match anchor {
+        Some(Anchor::Head(h)) => lines.push(format!(
+            "truncation: detected up to record {} (--head); records after it are vouched for only by their links",
+            h.seq
+        )),
+        Some(Anchor::Signed(h)) => lines.push(format!(
+            "truncation and forgery up to record {}: detected (signed checkpoint, Ed25519 signature holds)",
+            h.seq
+        )),
+        None => lines.push(
+            "cannot detect: records cut from the end of the log (pass --head, or --checkpoint with --public-key)".to_owned(),
+        ),
+    }
+    lines
+}
+
+fn verify_cmd(data: &DataDir, anchor: Option<Anchor>) -> anyhow::Result<ExitCode> {
+    let Opened {
+        stores,
+        chain,
+        ring,
+        ..
+    } = data.open()?;
+    match verify(
+        stores.audit.as_ref(),
+        &chain,
+        anchor.as_ref().map(Anchor::head),
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?
     {
         ChainVerdict::Intact {
             records,
             first,
             head,
+            unlabelled,
+            keyed,
         } => {
             let cut = if first > 1 {
                 format!(" (records before {first} removed by retention; the checkpoint holds)")
             } else {
                 String::new()
             };
-            let links = if chain.is_keyed() {
-                "HMAC links"
-            } else {
-                "plain SHA-256 links: anyone who can write the store could re-chain it"
-            };
             println!(
-                "ok: {records} records, chain intact{cut}; head {} {} ({links})",
+                "ok: {records} records, chain intact{cut}; head {} {}",
                 head.seq, head.hash
             );
+            for line in coverage(&chain, ring, unlabelled, keyed, anchor.as_ref()) {
+                println!("{line}");
+            }
             Ok(ExitCode::SUCCESS)
         }
         ChainVerdict::Broken { seq, why } => {
@@ -260,8 +474,38 @@ fn verify_cmd(data: &DataDir, head: Option<&PathBuf>) -> anyhow::Result<ExitCode
     }
 }
 
+fn checkpoint_cmd(
+    data: &DataDir,
+    signing_key: &std::path::Path,
+    head: Option<&PathBuf>,
+    out: Option<&PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    let head = match head {
+        Some(path) => read_head(path)?,
+        None => {
+            let Opened { stores, chain, .. } = data.open()?;
+            match verify(stores.audit.as_ref(), &chain, None).map_err(|e| anyhow::anyhow!("{e}"))? {
+                ChainVerdict::Intact { head, .. } => head,
+                ChainVerdict::Broken { seq, why } => {
+                    eprintln!("error: not signing a broken chain: record {seq}: {why}");
+                    return Ok(ExitCode::from(1));
+                }
+            }
+        }
+    };
+    let signed = keys::sign_checkpoint(&head, signing_key).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let text = serde_json::to_string(&signed)?;
+    match out {
+        Some(path) => std::fs::write(path, format!("{text}\n"))
+            .with_context(|| format!("cannot write {}", path.display()))?,
+        None => println!("{text}"),
+    }
+    eprintln!("signed record {} {}", signed.seq, signed.hash);
+    Ok(ExitCode::SUCCESS)
+}
+
 fn export(data: &DataDir, from: u64, out: Option<&PathBuf>) -> anyhow::Result<ExitCode> {
-    let (stores, _) = data.open()?;
+    let Opened { stores, .. } = data.open()?;
     let mut sink: Box<dyn Write> = match out {
         Some(path) => Box::new(std::io::BufWriter::new(
             std::fs::File::create(path)

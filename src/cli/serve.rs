@@ -16,7 +16,7 @@ use crate::anomaly::{Alerts, Monitor};
 use crate::api::{AppState, expire_due, expiry_timer, fit_to_fd_limit, raise_fd_limit, router};
 use crate::approvals::{Approvals, Webhook, WebhookConfig, webhook_origin};
 use crate::audit::now_ms;
-use crate::audit::{Audit, Chain, Retention};
+use crate::audit::{Audit, EntryKind, Operator, Retention};
 use crate::auth::Authenticator;
 use crate::config::{Config, WebhookSettings};
 use crate::grants::Grants;
@@ -102,13 +102,17 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
     );
     drop(snap);
     let store = Arc::new(store);
-    let chain = match &cfg.audit_hmac_key_file {
-        Some(path) => Chain::keyed(
-            std::fs::read(path)
-                .with_context(|| format!("cannot read audit.hmac_key_file {}", path.display()))?,
-        ),
-        None => Chain::plain(),
-    };
+    // HMAC links are on by default: the keyring in the data directory holds a key generated
+    // at first start (or names `audit.hmac_key_file`); a key that seals nothing yet is
+    // recorded below, as the first record under it.
+    let revision = store.current().revision.clone();
+    let head_record = stores.audit.last().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (chain, key_started) = crate::audit::keys::open_for_serve(
+        &cfg.data_dir,
+        cfg.audit_hmac_key_file.as_deref(),
+        head_record.as_ref(),
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
     let audit = Arc::new(
         Audit::start(stores.audit, chain, cfg.audit_durability)
             .map_err(|e| anyhow::anyhow!("{e}"))?,
@@ -167,6 +171,20 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
+        if let Some(started) = key_started {
+            let entry = Operator {
+                kind: EntryKind::Admin,
+                stage: "audit_key",
+                by: "toolgate",
+                revision: &revision,
+            }
+            .entry("key_started", vec![started.id.clone()], started.detail());
+            audit
+                .record(entry)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot record the audit key's start: {e}"))?;
+            tracing::info!(key = %started.id, from = started.from_seq, "audit key in use");
+        }
         let state = match &cfg.exec.root {
             None => state,
             Some(root) => {

@@ -224,7 +224,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Whether each audit batch is flushed before decisions are answered.
     pub audit_durability: Durability,
-    /// Key for HMAC chain links (plain SHA-256 links without one).
+    /// Key for HMAC chain links; without one, the sidecar generates a key at first start and
+    /// keeps it in the data directory's keyring (`audit-keys.json`).
     pub audit_hmac_key_file: Option<PathBuf>,
     /// How long audit records are kept (everything, without one).
     pub audit_retention: Option<Retention>,
@@ -576,6 +577,8 @@ impl Config {
             sources.policies_dir.clone(),
             sources.schemas_dir.clone(),
             path.to_path_buf(),
+            // Inside the data directory already; named so /readyz lists the audit keys.
+            crate::audit::keys::keyring_path(&data_dir),
         ]);
         exec.protected.extend(
             [

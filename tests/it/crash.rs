@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use toolgate::approvals::Status;
-use toolgate::audit::{Chain, ChainVerdict, verify};
+use toolgate::audit::{ChainVerdict, verify};
 use toolgate::storage::Stores;
 
 use crate::helpers::*;
@@ -113,12 +113,11 @@ fn client(port: u16, id: u64, stop: &AtomicBool, acked: &Mutex<Acked>) {
 }
 
 fn check(set: &TempSet, acked: &Acked) -> (u64, u64) {
-    let stores = Stores::open_existing(
-        &set.dir.path().join("data"),
-        toolgate::storage::DEFAULT_CACHE_BYTES,
-    )
-    .unwrap();
-    let verdict = verify(stores.audit.as_ref(), &Chain::plain(), None).unwrap();
+    let data = set.dir.path().join("data");
+    let stores = Stores::open_existing(&data, toolgate::storage::DEFAULT_CACHE_BYTES).unwrap();
+    // The chain is keyed by default: the data directory's keyring says how.
+    let (chain, _) = toolgate::audit::keys::chain_for_verify(&data, &[]).unwrap();
+    let verdict = verify(stores.audit.as_ref(), &chain, None).unwrap();
     let ChainVerdict::Intact { records, .. } = verdict else {
         panic!("chain broken after kill -9: {verdict:?}");
     };

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use toolgate::approvals::Status;
-use toolgate::audit::{Chain, ChainVerdict, Record, verify};
+use toolgate::audit::{ChainVerdict, Record, verify};
 use toolgate::storage::Stores;
 
 use crate::helpers::*;
@@ -48,12 +48,11 @@ struct Offline {
 }
 
 fn offline(set: &TempSet) -> Offline {
-    let stores = Stores::open_existing(
-        &set.dir.path().join("data"),
-        toolgate::storage::DEFAULT_CACHE_BYTES,
-    )
-    .unwrap();
-    let verdict = verify(stores.audit.as_ref(), &Chain::plain(), None).unwrap();
+    let data = set.dir.path().join("data");
+    let stores = Stores::open_existing(&data, toolgate::storage::DEFAULT_CACHE_BYTES).unwrap();
+    // The chain is keyed by default: the data directory's keyring says how.
+    let (chain, _) = toolgate::audit::keys::chain_for_verify(&data, &[]).unwrap();
+    let verdict = verify(stores.audit.as_ref(), &chain, None).unwrap();
     assert!(
         matches!(verdict, ChainVerdict::Intact { .. }),
         "{verdict:?}"

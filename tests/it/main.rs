@@ -11,6 +11,7 @@
 mod anomaly;
 mod approvals;
 mod audit;
+mod audit_keys;
 mod auth;
 mod callgate;
 mod cedar_warnings;
