@@ -11,6 +11,7 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use notify::{RecursiveMode, Watcher as _};
@@ -59,6 +60,10 @@ const FULL_READ_EVERY: Duration = Duration::from_secs(30);
 #[derive(Debug)]
 pub struct PolicyWatcher {
     trigger: mpsc::Sender<Trigger>,
+    /// A forced reload is owed. A flag, not only a message: the trigger channel is full
+    /// whenever a burst of events arrived during a long reload, and a SIGHUP sent then must
+    /// not be lost.
+    force: Arc<AtomicBool>,
     task: JoinHandle<()>,
 }
 
@@ -82,12 +87,19 @@ impl PolicyWatcher {
             let _ = w.refresh(sources);
         }
         let _ = tx.try_send(Trigger::Event);
-        let task = tokio::spawn(run(store, opts, fs_watch, rx, audit));
-        PolicyWatcher { trigger: tx, task }
+        let force = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn(run(store, opts, fs_watch, rx, force.clone(), audit));
+        PolicyWatcher {
+            trigger: tx,
+            force,
+            task,
+        }
     }
 
     /// Requests a reload that parses even unchanged content (SIGHUP).
     pub fn force_reload(&self) {
+        self.force.store(true, Ordering::SeqCst);
+        // A full channel already holds triggers that wake the loop, which then sees the flag.
         let _ = self.trigger.try_send(Trigger::Force);
     }
 }
@@ -103,6 +115,7 @@ async fn run(
     opts: WatchOptions,
     mut fs_watch: Option<FsWatch>,
     mut rx: mpsc::Receiver<Trigger>,
+    forced: Arc<AtomicBool>,
     audit: Option<Arc<Audit>>,
 ) {
     let Some(sources) = store.sources().cloned() else {
@@ -148,13 +161,12 @@ async fn run(
             }
         };
 
-        let mut force = first == Trigger::Force;
         if first == Trigger::Event {
             // Debounce: wait for a quiet period, but not forever under a constant stream.
             let deadline = tokio::time::Instant::now() + opts.debounce * 20;
             loop {
                 match tokio::time::timeout(opts.debounce, rx.recv()).await {
-                    Ok(Some(t)) => force |= t == Trigger::Force,
+                    Ok(Some(_)) => {}
                     Ok(None) => return,
                     Err(_) => break,
                 }
@@ -163,6 +175,9 @@ async fn run(
                 }
             }
         }
+        // Taken once, here: a Force message whose flag an earlier reload already took forces
+        // nothing twice.
+        let force = forced.swap(false, Ordering::SeqCst);
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         if reloader.send((force, polled, done_tx)).is_err() {
             tracing::error!("the policy reload thread is gone; the last good set stays in force");

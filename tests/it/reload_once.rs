@@ -2,8 +2,9 @@
 //! Any later trigger on the same broken files (the next file-system event in a watched
 //! directory, such as an editor's swap file or the server's own log, the 30 s full re-read, a
 //! SIGHUP) re-reported the kept failure, and the watcher recorded it again; a held change was
-//! recorded again the same way. One distinct state now gives one record. All through the real
-//! binary, with file-system events and polling on.
+//! recorded again the same way. One distinct state now gives one record. And a SIGHUP that
+//! found the trigger queue full was lost without a trace. All through the real binary, with
+//! file-system events on.
 
 use std::io::Write as _;
 use std::path::Path;
@@ -280,4 +281,80 @@ fn a_held_policy_change_is_recorded_once_while_it_waits() {
         Some("applied"),
         "{after:?}"
     );
+}
+
+/// The `reload` records' entries, oldest first.
+fn reload_entries(port: u16) -> Vec<Value> {
+    let log = request(
+        port,
+        "GET",
+        "/v1/audit?stage=reload&limit=1000",
+        Some(ALICE),
+        None,
+    )
+    .unwrap();
+    let mut records: Vec<Value> = log["records"].as_array().unwrap().clone();
+    records.sort_by_key(|r| r["seq"].as_u64());
+    records.into_iter().map(|r| r["entry"].clone()).collect()
+}
+
+/// A SIGHUP sent while a long reload runs and a burst of events fills the trigger queue (a
+/// `git checkout` in the policies directory) was dropped: no forced reload, no record.
+#[test]
+fn a_sighup_during_a_long_reload_and_a_burst_of_events_is_not_lost() {
+    let set = TempSet::new();
+    let policies = set.policies();
+    let server = start_watching(
+        &set,
+        "watch = true\npoll_ms = 0\ndebounce_ms = 50\nwidening = \"apply\"",
+    );
+    let port = server.port;
+    wait_policies(port, "startup", |s| s["revision"].is_string());
+    std::thread::sleep(SETTLE);
+    let live = request(port, "GET", "/v1/policies", Some(ALICE), None).unwrap()["revision"].clone();
+
+    // A large set: building and reviewing it keeps the reload thread busy for seconds.
+    let big: String = (0..800)
+        .map(|i| {
+            format!(
+                "@id(\"f{i}\")\nforbid (principal, action == Action::\"echo\", resource) when {{ context.args.message == \"m{i}\" }};\n"
+            )
+        })
+        .collect();
+    let tmp = policies.join(".big.tmp");
+    std::fs::write(&tmp, big).unwrap();
+    std::fs::rename(&tmp, policies.join("big.cedar")).unwrap();
+    // Past the debounce: the reload runs. Then a burst of events, then SIGHUP.
+    std::thread::sleep(Duration::from_millis(400));
+    let busy = request(port, "GET", "/v1/policies", Some(ALICE), None).unwrap();
+    assert_eq!(
+        busy["revision"], live,
+        "the reload must still be running: {busy}"
+    );
+    for i in 0..200 {
+        std::fs::write(policies.join(".big.cedar.swp"), format!("swap {i}")).unwrap();
+    }
+    sighup(&server);
+
+    // The big set applies, then the forced reload re-parses it: `applied` from it to itself.
+    let start = Instant::now();
+    loop {
+        let entries = reload_entries(port);
+        let forced = entries.iter().any(|e| {
+            e["decision"] == "applied"
+                && e["policy_revision"] != live
+                && e["detail"].as_str().is_some_and(|d| {
+                    let rev = e["policy_revision"].as_str().unwrap_or_default();
+                    d.starts_with(&format!("from {rev} to {rev}"))
+                })
+        });
+        if forced {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the SIGHUP was lost: {entries:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
