@@ -233,7 +233,12 @@ pub enum ReloadOutcome {
         review: Review,
     },
     /// The files do not load; the live snapshot stays.
-    Failed(Arc<LoadError>),
+    Failed {
+        /// The input revision that failed (a digest of every source file's bytes).
+        revision: String,
+        /// Why.
+        error: Arc<LoadError>,
+    },
     /// This store was built without sources (tests, offline use).
     NoSources,
 }
@@ -583,8 +588,11 @@ impl PolicyStore {
             self.stats.unchanged.fetch_add(1, Ordering::Relaxed);
             return ReloadOutcome::Unchanged;
         }
-        if let Some(e) = self.known_failure(&inputs.revision).filter(|_| !force) {
-            return ReloadOutcome::Failed(e);
+        if let Some(error) = self.known_failure(&inputs.revision).filter(|_| !force) {
+            return ReloadOutcome::Failed {
+                revision: inputs.revision,
+                error,
+            };
         }
         if let Some(review) = self
             .held_slot()
@@ -669,7 +677,7 @@ impl PolicyStore {
                 let e = Arc::new(e);
                 if let Ok(mut f) = self.failure.lock() {
                     f.error = Some(e.clone());
-                    f.revision = Some(revision);
+                    f.revision = Some(revision.clone());
                 }
                 self.stats.failed.fetch_add(1, Ordering::Relaxed);
                 let first = e.first().map(ToString::to_string).unwrap_or_default();
@@ -679,7 +687,7 @@ impl PolicyStore {
                     first,
                     "policy reload refused; last good set stays in force"
                 );
-                ReloadOutcome::Failed(e)
+                ReloadOutcome::Failed { revision, error: e }
             }
         }
     }

@@ -1,6 +1,7 @@
 //! Noticing policy changes: file-system events (notify) as hints, debounced, plus a periodic
 //! poll as a fallback, plus forced reloads (SIGHUP). Every trigger leads to the same thing: a
-//! full re-read and hash in [`PolicyStore::reload`], off the request path.
+//! full re-read and hash in [`PolicyStore::reload`], off the request path. Outcomes are
+//! recorded in the audit log once per distinct state of the files (see [`Recorded`]).
 //!
 //! Watched: the policies and schemas directories (recursively), their resolved targets when
 //! they are symlinks, and their parent directories, so a renamed-over file, a Kubernetes
@@ -10,12 +11,15 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use notify::{RecursiveMode, Watcher as _};
+use sha2::{Digest as _, Sha256};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::diag::LoadError;
 use super::inputs::fingerprint;
 use super::load::Sources;
 use super::store::{PolicyStore, ReloadOutcome};
@@ -56,6 +60,10 @@ const FULL_READ_EVERY: Duration = Duration::from_secs(30);
 #[derive(Debug)]
 pub struct PolicyWatcher {
     trigger: mpsc::Sender<Trigger>,
+    /// A forced reload is owed. A flag, not only a message: the trigger channel is full
+    /// whenever a burst of events arrived during a long reload, and a SIGHUP sent then must
+    /// not be lost.
+    force: Arc<AtomicBool>,
     task: JoinHandle<()>,
 }
 
@@ -79,12 +87,19 @@ impl PolicyWatcher {
             let _ = w.refresh(sources);
         }
         let _ = tx.try_send(Trigger::Event);
-        let task = tokio::spawn(run(store, opts, fs_watch, rx, audit));
-        PolicyWatcher { trigger: tx, task }
+        let force = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn(run(store, opts, fs_watch, rx, force.clone(), audit));
+        PolicyWatcher {
+            trigger: tx,
+            force,
+            task,
+        }
     }
 
     /// Requests a reload that parses even unchanged content (SIGHUP).
     pub fn force_reload(&self) {
+        self.force.store(true, Ordering::SeqCst);
+        // A full channel already holds triggers that wake the loop, which then sees the flag.
         let _ = self.trigger.try_send(Trigger::Force);
     }
 }
@@ -100,6 +115,7 @@ async fn run(
     opts: WatchOptions,
     mut fs_watch: Option<FsWatch>,
     mut rx: mpsc::Receiver<Trigger>,
+    forced: Arc<AtomicBool>,
     audit: Option<Arc<Audit>>,
 ) {
     let Some(sources) = store.sources().cloned() else {
@@ -145,13 +161,12 @@ async fn run(
             }
         };
 
-        let mut force = first == Trigger::Force;
         if first == Trigger::Event {
             // Debounce: wait for a quiet period, but not forever under a constant stream.
             let deadline = tokio::time::Instant::now() + opts.debounce * 20;
             loop {
                 match tokio::time::timeout(opts.debounce, rx.recv()).await {
-                    Ok(Some(t)) => force |= t == Trigger::Force,
+                    Ok(Some(_)) => {}
                     Ok(None) => return,
                     Err(_) => break,
                 }
@@ -160,6 +175,9 @@ async fn run(
                 }
             }
         }
+        // Taken once, here: a Force message whose flag an earlier reload already took forces
+        // nothing twice.
+        let force = forced.swap(false, Ordering::SeqCst);
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         if reloader.send((force, polled, done_tx)).is_err() {
             tracing::error!("the policy reload thread is gone; the last good set stays in force");
@@ -199,11 +217,13 @@ fn reload_thread(
         .stack_size(8 * 1024 * 1024)
         .spawn(move || {
             crate::sched::background();
+            let mut recorded = Recorded::default();
             while let Ok((force, polled, done)) = rx.recv() {
                 // Fingerprint before reading: a change after this point shows up at the next poll.
                 let fp = polled.unwrap_or_else(|| fingerprint(&sources));
                 let outcome = store.reload(force);
-                if let (Some(audit), Some(entry)) = (&audit, reload_entry(&outcome)) {
+                let live = store.current().revision.clone();
+                if let (Some(audit), Some(entry)) = (&audit, recorded.entry(&outcome, &live)) {
                     audit.record_detached(entry);
                 }
                 let _ = done.send(fp);
@@ -212,15 +232,105 @@ fn reload_thread(
     Ok(tx)
 }
 
-/// The audit entry for a reload that applied or failed (unchanged ones are not recorded).
-fn reload_entry(outcome: &ReloadOutcome) -> Option<Entry> {
-    let base = Entry {
+/// The state of the files the last record left standing, so that each distinct state is
+/// recorded once: a kept failure or a held change is reported again by every later trigger
+/// (a file-system event anywhere in a watched directory, the periodic full re-read, SIGHUP),
+/// and those re-reports are not new events.
+#[derive(Debug, Default, PartialEq, Eq)]
+enum Recorded {
+    /// Nothing outstanding: the files are the live set (or the last record was `applied`).
+    #[default]
+    Settled,
+    /// The files do not load; the key digests their input revision and every problem.
+    Failed([u8; 32]),
+    /// A change waits for approval.
+    Held {
+        /// The live revision it would replace.
+        from: String,
+        /// The revision waiting.
+        to: String,
+    },
+}
+
+impl Recorded {
+    /// The entry to record for `outcome` (`live`: the revision serving after it), or none
+    /// when it only repeats the state recorded last.
+    fn entry(&mut self, outcome: &ReloadOutcome, live: &str) -> Option<Entry> {
+        let now = match outcome {
+            ReloadOutcome::Failed { revision, error } => {
+                Recorded::Failed(failure_key(revision, error))
+            }
+            ReloadOutcome::Held { from, to, .. } => Recorded::Held {
+                from: from.clone(),
+                to: to.clone(),
+            },
+            ReloadOutcome::Applied { .. } => Recorded::Settled,
+            // Reading nothing says nothing about the files: keep what was recorded.
+            ReloadOutcome::NoSources => return None,
+            ReloadOutcome::Unchanged => {
+                let before = std::mem::take(self);
+                return undone_entry(&before, live);
+            }
+        };
+        // `applied` is always news (a SIGHUP over good files included, as before).
+        let repeat = now != Recorded::Settled && *self == now;
+        *self = now;
+        if repeat { None } else { reload_entry(outcome) }
+    }
+}
+
+/// Identifies a broken state: the digest of the source files' bytes (the input revision) and
+/// the text of every problem.
+fn failure_key(revision: &str, error: &LoadError) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(revision.as_bytes());
+    for p in &error.problems {
+        h.update([0]);
+        h.update(p.to_string().as_bytes());
+    }
+    h.finalize().into()
+}
+
+/// The record for files that are the live set again after a recorded failure or held change
+/// (the edit was undone): the files are in force again, so the log does not end on a failure
+/// or a held change that no longer exists. Nothing when a held change went live by approval
+/// (the approval route recorded that) or nothing was outstanding.
+fn undone_entry(before: &Recorded, live: &str) -> Option<Entry> {
+    let detail = match before {
+        Recorded::Settled => return None,
+        Recorded::Held { to, .. } if to == live => return None,
+        Recorded::Failed(_) => {
+            format!(
+                "from {live} to {live}; the files are the live set again (the broken edit was undone)"
+            )
+        }
+        Recorded::Held { to, .. } => format!(
+            "from {live} to {live}; the files are the live set again ({to} is no longer held)"
+        ),
+    };
+    Some(Entry {
+        decision: "applied".to_owned(),
+        policy_revision: Some(live.to_owned()),
+        detail: Some(detail),
+        ..reload_base()
+    })
+}
+
+/// A `reload` entry with nothing said yet.
+fn reload_base() -> Entry {
+    Entry {
         kind: EntryKind::Reload,
         id: uuid::Uuid::now_v7().to_string(),
         at_ms: now_ms(),
         stage: Some("reload".to_owned()),
         ..Entry::default()
-    };
+    }
+}
+
+/// The audit entry for a reload that applied, was held or failed (unchanged ones are not
+/// recorded).
+fn reload_entry(outcome: &ReloadOutcome) -> Option<Entry> {
+    let base = reload_base();
     match outcome {
         ReloadOutcome::Applied { from, to, review } => Some(Entry {
             decision: "applied".to_owned(),
@@ -244,10 +354,15 @@ fn reload_entry(outcome: &ReloadOutcome) -> Option<Entry> {
             )),
             ..base
         }),
-        ReloadOutcome::Failed(e) => Some(Entry {
+        ReloadOutcome::Failed { error, .. } => Some(Entry {
             decision: "failed".to_owned(),
-            reasons: e.problems.iter().take(5).map(|p| p.location()).collect(),
-            detail: e.problems.first().map(ToString::to_string),
+            reasons: error
+                .problems
+                .iter()
+                .take(5)
+                .map(|p| p.location())
+                .collect(),
+            detail: error.problems.first().map(ToString::to_string),
             ..base
         }),
         ReloadOutcome::Unchanged | ReloadOutcome::NoSources => None,

@@ -48,6 +48,7 @@ mod quarantine;
 mod regressions;
 mod reload;
 mod reload_entries;
+mod reload_once;
 mod results;
 mod review;
 mod server;

@@ -97,12 +97,19 @@ pub fn start_with_env(set: &TempSet, extra: &str, env: &[(&str, &str)]) -> Serve
 /// Like [`start_with_env`], with `reload` added to the `[reload]` table (watching and
 /// polling are off there: reloads come from SIGHUP).
 pub fn start_configured(set: &TempSet, extra: &str, reload: &str, env: &[(&str, &str)]) -> Server {
-    start_full(set, extra, reload, env, &[])
+    let reload = format!("watch = false\npoll_ms = 0\n{reload}");
+    start_full(set, extra, &reload, env, &[])
+}
+
+/// `toolgate serve` over `set` that notices edits by itself: `reload` is the whole `[reload]`
+/// table (e.g. `watch = true`, a short `poll_ms` and `debounce_ms`).
+pub fn start_watching(set: &TempSet, reload: &str) -> Server {
+    start_full(set, "", reload, &[], &[])
 }
 
 /// Like [`start_with_env`], the binary run by `wrapper` (e.g. `prlimit --nofile=256 --`).
 pub fn start_wrapped(set: &TempSet, extra: &str, env: &[(&str, &str)], wrapper: &[&str]) -> Server {
-    start_full(set, extra, "", env, wrapper)
+    start_full(set, extra, "watch = false\npoll_ms = 0", env, wrapper)
 }
 
 fn start_full(
@@ -121,7 +128,7 @@ fn start_full(
     std::fs::write(
         &config,
         format!(
-            "listen = \"127.0.0.1:{port}\"\ndata_dir = \"data\"\npolicies_dir = \"policies\"\nschemas_dir = \"schemas\"\n{extra}\n[auth]\ntokens_file = \"{}\"\n[reload]\nwatch = false\npoll_ms = 0\n{reload}\n",
+            "listen = \"127.0.0.1:{port}\"\ndata_dir = \"data\"\npolicies_dir = \"policies\"\nschemas_dir = \"schemas\"\n{extra}\n[auth]\ntokens_file = \"{}\"\n[reload]\n{reload}\n",
             repo().join("examples/demo-tokens.json").display()
         ),
     )
