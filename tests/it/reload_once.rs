@@ -314,7 +314,7 @@ fn a_sighup_during_a_long_reload_and_a_burst_of_events_is_not_lost() {
     let live = request(port, "GET", "/v1/policies", Some(ALICE), None).unwrap()["revision"].clone();
 
     // A large set: building and reviewing it keeps the reload thread busy for seconds.
-    let big: String = (0..800)
+    let big: String = (0..2000)
         .map(|i| {
             format!(
                 "@id(\"f{i}\")\nforbid (principal, action == Action::\"echo\", resource) when {{ context.args.message == \"m{i}\" }};\n"
