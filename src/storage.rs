@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use crate::admin::{AdminStore, SledAdmin};
 use crate::approvals::{ApprovalStore, SledApprovals};
-use crate::audit::{AuditStore, SledAudit, StoreError};
+use crate::audit::{AuditStore, SledAudit, SledCell, StoreError, sled_config};
 use crate::grants::{GrantStore, SledGrants};
 use crate::policy::{GoodSets, SledGoodSets};
 
@@ -47,11 +47,6 @@ pub struct Stores {
     cache_bytes: u64,
 }
 
-/// sled's configuration for a data directory with a page cache of `cache_bytes`.
-fn sled_config(cache_bytes: u64) -> sled::Config {
-    sled::Config::new().cache_capacity(cache_bytes)
-}
-
 impl Stores {
     /// Opens (creating if needed) the data directory `dir` with the default page cache. Only
     /// one process may hold it.
@@ -78,15 +73,16 @@ impl Stores {
                 dir.display()
             ))
         })?;
-        let config = sled_config(cache_bytes).path(dir);
+        let config = sled_config(dir, cache_bytes);
         let db = config.open().map_err(|e| {
             StoreError(format!(
                 "cannot open data directory {} ({e}); is another toolgate using it?",
                 dir.display()
             ))
         })?;
-        let audit = SledAudit::with_ledger(db.clone(), dir, reserve_bytes)?;
-        Self::from_parts(db, audit, config.cache_capacity)
+        let cell = SledCell::new(db, Some((dir.to_path_buf(), config.cache_capacity)));
+        let audit = SledAudit::with_ledger(cell.clone(), dir, reserve_bytes)?;
+        Self::from_parts(&cell, audit, config.cache_capacity)
     }
 
     /// Opens an existing data directory (for offline tools: a missing one is an error, not a
@@ -103,12 +99,15 @@ impl Stores {
 
     /// Stores in a temporary directory removed on drop (tests, `toolgate authorize`).
     pub fn temporary() -> Result<Stores, StoreError> {
-        let config = sled_config(DEFAULT_CACHE_BYTES).temporary(true);
+        let config = sled::Config::new()
+            .cache_capacity(DEFAULT_CACHE_BYTES)
+            .temporary(true);
         let db = config
             .open()
             .map_err(|e| StoreError(format!("cannot open a temporary store: {e}")))?;
-        let audit = SledAudit::new(db.clone())?;
-        Self::from_parts(db, audit, config.cache_capacity)
+        let cell = SledCell::new(db, None);
+        let audit = SledAudit::new(cell.clone())?;
+        Self::from_parts(&cell, audit, config.cache_capacity)
     }
 
     /// The page cache the directory was opened with, in bytes.
@@ -116,13 +115,17 @@ impl Stores {
         self.cache_bytes
     }
 
-    fn from_parts(db: sled::Db, audit: SledAudit, cache_bytes: u64) -> Result<Stores, StoreError> {
+    fn from_parts(
+        cell: &Arc<SledCell>,
+        audit: SledAudit,
+        cache_bytes: u64,
+    ) -> Result<Stores, StoreError> {
         Ok(Stores {
             cache_bytes,
-            approvals: Arc::new(SledApprovals::new(&db)?),
-            admin: Arc::new(SledAdmin::new(&db)?),
-            policies: Arc::new(SledGoodSets::new(&db)?),
-            grants: Arc::new(SledGrants::new(&db)?),
+            approvals: Arc::new(SledApprovals::new(cell.clone())?),
+            admin: Arc::new(SledAdmin::new(cell.clone())?),
+            policies: Arc::new(SledGoodSets::new(cell.clone())?),
+            grants: Arc::new(SledGrants::new(cell.clone())?),
             audit: Arc::new(audit),
         })
     }

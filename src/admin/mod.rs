@@ -47,7 +47,7 @@ pub trait AdminStore: Send + Sync {
 
 /// The sled implementation (tree [`TREE`]).
 pub(crate) struct SledAdmin {
-    tree: sled::Tree,
+    cell: std::sync::Arc<crate::audit::SledCell>,
 }
 
 /// The sled tree of the switch and the quarantine list.
@@ -78,15 +78,19 @@ fn store_err(e: impl std::fmt::Display) -> StoreError {
 }
 
 impl SledAdmin {
-    pub(crate) fn new(db: &sled::Db) -> Result<Self, StoreError> {
-        let tree = db.open_tree(TREE).map_err(store_err)?;
-        Ok(SledAdmin { tree })
+    pub(crate) fn new(cell: std::sync::Arc<crate::audit::SledCell>) -> Result<Self, StoreError> {
+        cell.tree(TREE)?;
+        Ok(SledAdmin { cell })
+    }
+
+    fn tree(&self) -> Result<sled::Tree, StoreError> {
+        self.cell.tree(TREE)
     }
 }
 
 impl AdminStore for SledAdmin {
     fn load_kill_switch(&self) -> Result<Option<KillSwitch>, StoreError> {
-        self.tree
+        self.tree()?
             .get(KILL_SWITCH_KEY)
             .map_err(store_err)?
             .map(|v| {
@@ -97,7 +101,7 @@ impl AdminStore for SledAdmin {
     }
 
     fn load_quarantined(&self) -> Result<Vec<Quarantined>, StoreError> {
-        self.tree
+        self.tree()?
             .scan_prefix(QUARANTINE_PREFIX)
             .map(|kv| {
                 let (_, v) = kv.map_err(store_err)?;

@@ -18,7 +18,7 @@ pub trait ApprovalStore: Send + Sync {
 
 /// The sled implementation.
 pub(crate) struct SledApprovals {
-    tree: sled::Tree,
+    cell: std::sync::Arc<crate::audit::SledCell>,
 }
 
 fn err(e: impl std::fmt::Display) -> StoreError {
@@ -26,16 +26,19 @@ fn err(e: impl std::fmt::Display) -> StoreError {
 }
 
 impl SledApprovals {
-    pub(crate) fn new(db: &sled::Db) -> Result<Self, StoreError> {
-        Ok(SledApprovals {
-            tree: db.open_tree(TREE).map_err(err)?,
-        })
+    pub(crate) fn new(cell: std::sync::Arc<crate::audit::SledCell>) -> Result<Self, StoreError> {
+        cell.tree(TREE)?;
+        Ok(SledApprovals { cell })
+    }
+
+    fn tree(&self) -> Result<sled::Tree, StoreError> {
+        self.cell.tree(TREE)
     }
 }
 
 impl ApprovalStore for SledApprovals {
     fn get(&self, id: &str) -> Result<Option<Approval>, StoreError> {
-        self.tree
+        self.tree()?
             .get(id.as_bytes())
             .map_err(err)?
             .map(|v| serde_json::from_slice(&v).map_err(err))
@@ -43,7 +46,7 @@ impl ApprovalStore for SledApprovals {
     }
 
     fn all(&self) -> Result<Vec<Approval>, StoreError> {
-        self.tree
+        self.tree()?
             .iter()
             .values()
             .map(|v| {

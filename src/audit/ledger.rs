@@ -299,6 +299,17 @@ impl Ledger {
         (!text.is_empty()).then_some(text)
     }
 
+    /// The valid frames in the file now.
+    pub(crate) fn frames(&self) -> Result<Vec<Frame>, StoreError> {
+        let len = usize::try_from(self.len)
+            .map_err(|_| StoreError("the ledger is too large to read".to_owned()))?;
+        let mut bytes = vec![0u8; len];
+        self.file
+            .read_exact_at(&mut bytes, 0)
+            .map_err(|e| io_err("cannot read", &self.path, e))?;
+        Ok(decode_all(&bytes).0)
+    }
+
     /// Where the next frame goes.
     pub(crate) fn len(&self) -> u64 {
         self.len

@@ -4,6 +4,7 @@
 //! ([`Effect`]s) the records attest, checked by [`verify()`], under the HMAC keys of
 //! [`keys`].
 
+mod cell;
 pub mod keys;
 mod ledger;
 mod record;
@@ -11,6 +12,7 @@ mod store;
 mod verify;
 mod writer;
 
+pub(crate) use cell::{SledCell, sled_config};
 pub use ledger::Effect;
 pub use record::{
     Chain, Checkpoint, Entry, EntryKind, GENESIS, Link, LinkFault, Operator, Record, RingKey,

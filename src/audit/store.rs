@@ -15,6 +15,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::cell::SledCell;
 use super::ledger::{self, Effect, Frame, Ledger};
 use super::record::{Checkpoint, Entry, Record};
 
@@ -120,6 +124,8 @@ const DEFLATE_LEVEL: u8 = 1;
 /// block cannot make a reader allocate without bound.
 const MAX_INFLATED: usize = 256 * 1024 * 1024;
 
+/// The sled tree of the log.
+const TREE: &str = "audit";
 const LOG: u8 = b'L';
 const INDEX: u8 = b'I';
 const CHECKPOINT: &[u8] = b"C";
@@ -184,8 +190,12 @@ impl Query {
 
 /// The sled implementation, behind the write-ahead [`Ledger`] when it has a directory.
 pub(crate) struct SledAudit {
-    tree: sled::Tree,
-    db: sled::Db,
+    cell: Arc<SledCell>,
+    /// sled failed a write and keeps failing until reopened: the next append reopens it.
+    broken: std::sync::atomic::AtomicBool,
+    /// No reopen is tried before this (a failed one backs off, so a store that cannot be
+    /// reopened yet costs each batch one check, not a reopen).
+    next_reopen: std::sync::Mutex<Option<std::time::Instant>>,
     /// The ledger and the outage note; none for a temporary store.
     ledger: Option<std::sync::Mutex<Ledger>>,
     /// Free bytes the store leaves on its file system: below this a batch is refused before
@@ -193,6 +203,9 @@ pub(crate) struct SledAudit {
     /// 0.34 cannot go on after a failed write until it is reopened).
     reserve: u64,
 }
+
+/// Free space a reopen after a failed write waits for (sled writes as it opens).
+const REOPEN_FREE: u64 = 1024 * 1024;
 
 /// Once the ledger holds this much, sled is made durable and the ledger emptied.
 const LEDGER_LIMIT: u64 = 32 * 1024 * 1024;
@@ -240,28 +253,41 @@ impl Block {
 
 impl SledAudit {
     /// A store with no ledger: nothing it holds survives a crash (temporary stores).
-    pub(crate) fn new(db: sled::Db) -> Result<Self, StoreError> {
-        let tree = db.open_tree("audit").map_err(StoreError::from_sled)?;
+    pub(crate) fn new(cell: Arc<SledCell>) -> Result<Self, StoreError> {
+        cell.tree(TREE)?;
         Ok(SledAudit {
-            tree,
-            db,
+            cell,
+            broken: std::sync::atomic::AtomicBool::new(false),
+            next_reopen: std::sync::Mutex::new(None),
             ledger: None,
             reserve: 0,
         })
     }
 
+    fn tree(&self) -> Result<sled::Tree, StoreError> {
+        self.cell.tree(TREE)
+    }
+
     /// The store of data directory `dir`: opens its ledger and applies the frames sled lacks
     /// (a crash came between the ledger's `fdatasync` and sled's own flush), then empties it.
     pub(crate) fn with_ledger(
-        db: sled::Db,
+        cell: Arc<SledCell>,
         dir: &std::path::Path,
         reserve: u64,
     ) -> Result<Self, StoreError> {
-        let mut store = SledAudit::new(db)?;
+        let mut store = SledAudit::new(cell)?;
         store.reserve = reserve;
         let (mut ledger, frames) = Ledger::open(dir)?;
-        let mut head = store.last()?.map_or(0, |r| r.seq);
-        if let Some(cp) = store.checkpoint()? {
+        store.replay(&mut ledger, frames)?;
+        store.ledger = Some(std::sync::Mutex::new(ledger));
+        Ok(store)
+    }
+
+    /// Applies the ledger's frames that sled lacks, makes sled durable, and empties the
+    /// ledger.
+    fn replay(&self, ledger: &mut Ledger, frames: Vec<Frame>) -> Result<(), StoreError> {
+        let mut head = self.last()?.map_or(0, |r| r.seq);
+        if let Some(cp) = self.checkpoint()? {
             head = head.max(cp.seq);
         }
         let mut replayed = 0usize;
@@ -291,7 +317,7 @@ impl SledAudit {
                         "a ledger frame holds a record that does not parse: {e}"
                     ))
                 })?;
-            store.commit(first, block, &records, &effects)?;
+            self.commit(first, block, &records, &effects)?;
             head = last;
             replayed += 1;
         }
@@ -303,12 +329,41 @@ impl SledAudit {
             );
         }
         if ledger.len() > 0 {
-            store.db.flush().map_err(StoreError::from_sled)?;
+            self.cell.db()?.flush().map_err(StoreError::from_sled)?;
             ledger.sync_filesystem()?;
             ledger.truncate(0)?;
         }
-        store.ledger = Some(std::sync::Mutex::new(ledger));
-        Ok(store)
+        Ok(())
+    }
+
+    /// Reopens sled after a failed write (it refuses everything until then) and applies what
+    /// the ledger holds beyond it.
+    fn recover(&self, ledger: &mut Ledger) -> Result<(), StoreError> {
+        let now = std::time::Instant::now();
+        let mut next = self
+            .next_reopen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if next.is_some_and(|at| now < at) {
+            return Err(StoreError(
+                "the store failed a write and is reopened once the cause is gone (free disk space); retrying".to_owned(),
+            ));
+        }
+        // Tried again in a second, whatever happens now.
+        *next = Some(now + std::time::Duration::from_secs(1));
+        drop(next);
+        if ledger.free_bytes().is_some_and(|free| free < REOPEN_FREE) {
+            return Err(StoreError(format!(
+                "the store failed a write, and the disk has under {} MiB free to reopen it; free some space (it is reopened by itself)",
+                REOPEN_FREE / (1024 * 1024)
+            )));
+        }
+        self.cell.reopen()?;
+        let frames = ledger.frames()?;
+        self.replay(ledger, frames)?;
+        self.broken.store(false, Ordering::Relaxed);
+        tracing::warn!("the audit store recovered from a failed write");
+        Ok(())
     }
 
     /// Stores one block (with its index entries) and applies `effects`, in one sled
@@ -328,7 +383,7 @@ impl SledAudit {
             b.insert(k, offsets);
         }
         if effects.is_empty() {
-            return self.tree.apply_batch(b).map_err(StoreError::from_sled);
+            return self.tree()?.apply_batch(b).map_err(StoreError::from_sled);
         }
         self.transact(Some(&b), effects)
     }
@@ -339,9 +394,9 @@ impl SledAudit {
         let mut names: Vec<&str> = effects.iter().map(|e| e.tree.as_str()).collect();
         names.sort_unstable();
         names.dedup();
-        let mut trees = vec![self.tree.clone()];
+        let mut trees = vec![self.tree()?];
         for name in &names {
-            trees.push(self.db.open_tree(name).map_err(StoreError::from_sled)?);
+            trees.push(self.cell.tree(name)?);
         }
         let slot = |name: &str| names.binary_search(&name).map(|i| i + 1).unwrap_or(0);
         trees
@@ -383,7 +438,7 @@ impl SledAudit {
     /// The block holding position `seq`, if any.
     fn block_at(&self, seq: u64) -> Result<Option<Block>, StoreError> {
         let found = self
-            .tree
+            .tree()?
             .range(log_key(0)..=log_key(seq))
             .next_back()
             .transpose()
@@ -448,7 +503,7 @@ impl AuditStore for SledAudit {
         let Some(ledger) = &self.ledger else {
             self.commit(first, block, batch, effects)?;
             if durable {
-                self.db.flush().map_err(StoreError::from_sled)?;
+                self.cell.db()?.flush().map_err(StoreError::from_sled)?;
             }
             return Ok(());
         };
@@ -456,6 +511,9 @@ impl AuditStore for SledAudit {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.check_space(&ledger)?;
+        if self.broken.load(Ordering::Relaxed) {
+            self.recover(&mut ledger)?;
+        }
         fail::fail_point!("ledger-write-error", !effects.is_empty(), |_| Err(
             StoreError("injected failure (TOOLGATE_FAILPOINTS)".to_owned())
         ));
@@ -472,16 +530,18 @@ impl AuditStore for SledAudit {
             std::process::abort()
         });
         if let Err(e) = self.commit(first, block, batch, effects) {
-            // Not in the store, so not in the ledger either: nothing happened.
+            // Not in the store, so not in the ledger either: nothing happened. sled refuses
+            // everything after a failed write until it is reopened: the next append does.
             let _ = ledger.truncate(mark);
+            self.broken.store(true, Ordering::Relaxed);
             return Err(e);
         }
         if ledger.len() > LEDGER_LIMIT {
             // sled durable past the ledger (its flush, then the file system's), then empty it.
             let emptied = self
-                .db
-                .flush()
-                .map_err(StoreError::from_sled)
+                .cell
+                .db()
+                .and_then(|db| db.flush().map_err(StoreError::from_sled))
                 .and_then(|_| ledger.sync_filesystem())
                 .and_then(|()| ledger.truncate(0));
             if let Err(e) = emptied {
@@ -504,7 +564,12 @@ impl AuditStore for SledAudit {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .sync(),
-            None => self.db.flush().map(|_| ()).map_err(StoreError::from_sled),
+            None => self
+                .cell
+                .db()?
+                .flush()
+                .map(|_| ())
+                .map_err(StoreError::from_sled),
         }
     }
 
@@ -528,7 +593,7 @@ impl AuditStore for SledAudit {
 
     fn last(&self) -> Result<Option<Record>, StoreError> {
         let found = self
-            .tree
+            .tree()?
             .scan_prefix([LOG])
             .next_back()
             .transpose()
@@ -544,7 +609,7 @@ impl AuditStore for SledAudit {
 
     fn scan(&self, from_unit: u64, limit: usize) -> Result<Vec<Stored>, StoreError> {
         let mut out = Vec::new();
-        for kv in self.tree.range(log_key(from_unit)..=log_key(u64::MAX)) {
+        for kv in self.tree()?.range(log_key(from_unit)..=log_key(u64::MAX)) {
             if out.len() >= limit {
                 break;
             }
@@ -591,7 +656,7 @@ impl AuditStore for SledAudit {
                 let mut hi = prefix.clone();
                 hi.extend_from_slice(&upper.to_be_bytes());
                 let mut cached: Option<Block> = None;
-                for kv in self.tree.range(prefix.clone()..hi).rev() {
+                for kv in self.tree()?.range(prefix.clone()..hi).rev() {
                     let (k, offsets) = kv.map_err(StoreError::from_sled)?;
                     let Some(first) = seq_of(&k) else { continue };
                     for pair in offsets.chunks_exact(2).rev() {
@@ -619,7 +684,7 @@ impl AuditStore for SledAudit {
                 }
             }
             None => {
-                for kv in self.tree.range(log_key(0)..log_key(upper)).rev() {
+                for kv in self.tree()?.range(log_key(0)..log_key(upper)).rev() {
                     let (k, v) = kv.map_err(StoreError::from_sled)?;
                     let block = Block::decode(&k, &v);
                     for r in block.records.iter().rev() {
@@ -645,7 +710,7 @@ impl AuditStore for SledAudit {
         before_ms: Option<u64>,
     ) -> Result<Option<Record>, StoreError> {
         let mut cut = None;
-        for kv in self.tree.range(log_key(0)..=log_key(u64::MAX)) {
+        for kv in self.tree()?.range(log_key(0)..=log_key(u64::MAX)) {
             let (k, v) = kv.map_err(StoreError::from_sled)?;
             let Some(Ok(last)) = Block::decode(&k, &v).records.pop() else {
                 break;
@@ -663,7 +728,7 @@ impl AuditStore for SledAudit {
     fn cut(&self, cp: &Checkpoint) -> Result<u64, StoreError> {
         let mut b = sled::Batch::default();
         let mut removed = 0u64;
-        for kv in self.tree.range(log_key(0)..=log_key(cp.seq)) {
+        for kv in self.tree()?.range(log_key(0)..=log_key(cp.seq)) {
             let (k, v) = kv.map_err(StoreError::from_sled)?;
             let block = Block::decode(&k, &v);
             let end = block.position(block.records.len().saturating_sub(1));
@@ -676,7 +741,7 @@ impl AuditStore for SledAudit {
             removed += block.records.len() as u64;
             b.remove(k);
         }
-        for kv in self.tree.scan_prefix([INDEX]) {
+        for kv in self.tree()?.scan_prefix([INDEX]) {
             let (k, _) = kv.map_err(StoreError::from_sled)?;
             if seq_of(&k).is_some_and(|first| first <= cp.seq) {
                 b.remove(k);
@@ -684,8 +749,8 @@ impl AuditStore for SledAudit {
         }
         let bytes = serde_json::to_vec(cp).map_err(|e| StoreError(e.to_string()))?;
         b.insert(CHECKPOINT, bytes);
-        self.tree.apply_batch(b).map_err(StoreError::from_sled)?;
-        self.db.flush().map_err(StoreError::from_sled)?;
+        self.tree()?.apply_batch(b).map_err(StoreError::from_sled)?;
+        self.cell.db()?.flush().map_err(StoreError::from_sled)?;
         if let Some(ledger) = &self.ledger {
             // sled's flush stops at the page cache: the file system's makes the cut durable.
             ledger
@@ -697,7 +762,7 @@ impl AuditStore for SledAudit {
     }
 
     fn checkpoint(&self) -> Result<Option<Checkpoint>, StoreError> {
-        self.tree
+        self.tree()?
             .get(CHECKPOINT)
             .map_err(StoreError::from_sled)?
             .map(|v| {
@@ -727,21 +792,26 @@ mod tests {
     #[test]
     fn blocks_stored_before_compression_still_read_query_and_verify() {
         let db = sled::Config::new().temporary(true).open().unwrap();
-        let store = SledAudit::new(db).unwrap();
+        let store = SledAudit::new(SledCell::new(db, None)).unwrap();
         let chain = Chain::plain();
         let r1 = chain.seal(GENESIS, 1, entry(1));
         let r2 = chain.seal(&r1.hash, 2, entry(2));
         let r3 = chain.seal(&r2.hash, 3, entry(3));
         // Record 1 as a block was stored before compression: the bare JSON line, indexed.
         store
-            .tree
+            .tree()
+            .unwrap()
             .insert(log_key(1), serde_json::to_vec(&r1).unwrap())
             .unwrap();
         let mut k = index_prefix("principal", "Agent::\"a\"");
         k.extend_from_slice(&1u64.to_be_bytes());
-        store.tree.insert(k, 0u16.to_be_bytes().to_vec()).unwrap();
+        store
+            .tree()
+            .unwrap()
+            .insert(k, 0u16.to_be_bytes().to_vec())
+            .unwrap();
         store.append(&[r2.clone(), r3.clone()], &[], true).unwrap();
-        let stored = store.tree.get(log_key(2)).unwrap().unwrap();
+        let stored = store.tree().unwrap().get(log_key(2)).unwrap().unwrap();
         assert_eq!(stored.first(), Some(&DEFLATED));
 
         assert_eq!(store.last().unwrap(), Some(r3.clone()));
@@ -767,12 +837,13 @@ mod tests {
     #[test]
     fn a_block_that_does_not_inflate_is_reported_not_trusted() {
         let db = sled::Config::new().temporary(true).open().unwrap();
-        let store = SledAudit::new(db).unwrap();
+        let store = SledAudit::new(SledCell::new(db, None)).unwrap();
         let chain = Chain::plain();
         let r1 = chain.seal(GENESIS, 1, entry(1));
         store.append(&[r1], &[], true).unwrap();
         store
-            .tree
+            .tree()
+            .unwrap()
             .insert(log_key(1), vec![DEFLATED, 0xff, 0x00, 0x12])
             .unwrap();
         match verify(&store, &chain, None).unwrap() {

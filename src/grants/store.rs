@@ -29,7 +29,7 @@ pub trait GrantStore: Send + Sync + Debug {
 /// Grants in a sled tree.
 #[derive(Debug)]
 pub(crate) struct SledGrants {
-    tree: sled::Tree,
+    cell: std::sync::Arc<crate::audit::SledCell>,
 }
 
 fn err(e: impl std::fmt::Display) -> StoreError {
@@ -37,16 +37,19 @@ fn err(e: impl std::fmt::Display) -> StoreError {
 }
 
 impl SledGrants {
-    pub(crate) fn new(db: &sled::Db) -> Result<Self, StoreError> {
-        Ok(SledGrants {
-            tree: db.open_tree(TREE).map_err(err)?,
-        })
+    pub(crate) fn new(cell: std::sync::Arc<crate::audit::SledCell>) -> Result<Self, StoreError> {
+        cell.tree(TREE)?;
+        Ok(SledGrants { cell })
+    }
+
+    fn tree(&self) -> Result<sled::Tree, StoreError> {
+        self.cell.tree(TREE)
     }
 }
 
 impl GrantStore for SledGrants {
     fn all(&self) -> Result<Vec<Grant>, StoreError> {
-        self.tree
+        self.tree()?
             .iter()
             .map(|kv| {
                 let (_, bytes) = kv.map_err(err)?;

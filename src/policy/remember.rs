@@ -121,7 +121,7 @@ pub fn remember_effect(set: &StoredSet) -> Result<crate::audit::Effect, StoreErr
 /// The sled implementation: one key in the `policies` tree.
 #[derive(Debug)]
 pub(crate) struct SledGoodSets {
-    tree: sled::Tree,
+    cell: std::sync::Arc<crate::audit::SledCell>,
 }
 
 fn err(e: impl std::fmt::Display) -> StoreError {
@@ -129,23 +129,26 @@ fn err(e: impl std::fmt::Display) -> StoreError {
 }
 
 impl SledGoodSets {
-    pub(crate) fn new(db: &sled::Db) -> Result<Self, StoreError> {
-        Ok(SledGoodSets {
-            tree: db.open_tree(TREE).map_err(err)?,
-        })
+    pub(crate) fn new(cell: std::sync::Arc<crate::audit::SledCell>) -> Result<Self, StoreError> {
+        cell.tree(TREE)?;
+        Ok(SledGoodSets { cell })
+    }
+
+    fn tree(&self) -> Result<sled::Tree, StoreError> {
+        self.cell.tree(TREE)
     }
 }
 
 impl GoodSets for SledGoodSets {
     fn save(&self, set: &StoredSet) -> Result<(), StoreError> {
         let bytes = serde_json::to_vec(set).map_err(err)?;
-        self.tree.insert(KEY, bytes).map_err(err)?;
-        self.tree.flush().map_err(err)?;
+        self.tree()?.insert(KEY, bytes).map_err(err)?;
+        self.tree()?.flush().map_err(err)?;
         Ok(())
     }
 
     fn load(&self) -> Result<Option<StoredSet>, StoreError> {
-        match self.tree.get(KEY).map_err(err)? {
+        match self.tree()?.get(KEY).map_err(err)? {
             None => Ok(None),
             Some(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(err),
         }

@@ -20,6 +20,7 @@ mod connections;
 mod corpus;
 mod crash;
 mod decisions;
+mod durability;
 mod examples;
 mod exec;
 mod explain;
