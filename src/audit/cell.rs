@@ -41,7 +41,10 @@ fn sled_err(e: impl std::fmt::Display) -> StoreError {
 
 /// sled's configuration for directory `dir` with a page cache of `cache_bytes`.
 pub(crate) fn sled_config(dir: &std::path::Path, cache_bytes: u64) -> sled::Config {
-    sled::Config::new().cache_capacity(cache_bytes).path(dir)
+    sled::Config::new()
+        .cache_capacity(cache_bytes)
+        .flush_every_ms(None)
+        .path(dir)
 }
 
 impl SledCell {

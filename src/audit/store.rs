@@ -65,6 +65,20 @@ pub trait AuditStore: Send + Sync {
     /// they are on disk (`fdatasync`).
     fn append(&self, batch: &[Record], effects: &[Effect], durable: bool)
     -> Result<(), StoreError>;
+    /// [`AuditStore::append`] that calls `on_durable` as soon as the records are durable, which
+    /// may come before they are readable from the store (a batch with no effects: its callers
+    /// need only the durable record, and are answered while the store applies it).
+    fn append_early(
+        &self,
+        batch: &[Record],
+        effects: &[Effect],
+        durable: bool,
+        on_durable: &mut dyn FnMut(),
+    ) -> Result<(), StoreError> {
+        self.append(batch, effects, durable)?;
+        on_durable();
+        Ok(())
+    }
     /// Applies `effects` with no record (the audit log is off: benchmarks only).
     fn apply(&self, effects: &[Effect]) -> Result<(), StoreError>;
     /// Makes everything appended durable (an orderly stop).
@@ -423,6 +437,90 @@ impl SledAudit {
             .map_err(|e| StoreError(format!("state change not applied: {e:?}")))
     }
 
+    /// [`AuditStore::append`]; with `on_durable`, a batch with no effects is acknowledged
+    /// once durable in the ledger, before sled has it. If sled then fails, the records stay in
+    /// the ledger (they were acknowledged) and the next batch reopens sled and applies them.
+    fn append_inner(
+        &self,
+        batch: &[Record],
+        effects: &[Effect],
+        durable: bool,
+        mut on_durable: Option<&mut dyn FnMut()>,
+    ) -> Result<(), StoreError> {
+        let (Some(first), Some(last)) = (batch.first().map(|r| r.seq), batch.last().map(|r| r.seq))
+        else {
+            return self.apply(effects);
+        };
+        if batch.len() > MAX_BLOCK {
+            return Err(StoreError(format!(
+                "a batch of {} records exceeds the block limit of {MAX_BLOCK}",
+                batch.len()
+            )));
+        }
+        let block = encode_block(batch)?;
+        let Some(ledger) = &self.ledger else {
+            self.commit(first, block, batch, effects)?;
+            if durable {
+                self.cell.db()?.flush().map_err(StoreError::from_sled)?;
+            }
+            return Ok(());
+        };
+        let mut ledger = ledger
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.check_space(&ledger)?;
+        if self.broken.load(Ordering::Relaxed) {
+            self.recover(&mut ledger)?;
+        }
+        fail::fail_point!("ledger-write-error", !effects.is_empty(), |_| Err(
+            StoreError("injected failure (TOOLGATE_FAILPOINTS)".to_owned())
+        ));
+        let mark = ledger.len();
+        ledger.append(&ledger::encode(first, last, &block, effects)?)?;
+        fail::fail_point!("ledger-appended", !effects.is_empty(), |_| {
+            std::process::abort()
+        });
+        if durable && let Err(e) = ledger.sync() {
+            let _ = ledger.truncate(mark);
+            return Err(e);
+        }
+        fail::fail_point!("ledger-synced", !effects.is_empty(), |_| {
+            std::process::abort()
+        });
+        let early = match on_durable.as_mut() {
+            Some(answer) if effects.is_empty() => {
+                answer();
+                true
+            }
+            _ => false,
+        };
+        if let Err(e) = self.commit(first, block, batch, effects) {
+            // sled refuses everything after a failed write until it is reopened: the next
+            // append does, and applies what the ledger holds.
+            self.broken.store(true, Ordering::Relaxed);
+            if early {
+                tracing::error!(error = %e, "an acknowledged batch is in the ledger but not yet in the store; it is applied when the store is reopened");
+                return Ok(());
+            }
+            // Not in the store, so not in the ledger either: nothing happened.
+            let _ = ledger.truncate(mark);
+            return Err(e);
+        }
+        if ledger.len() > LEDGER_LIMIT {
+            // sled durable past the ledger (its flush, then the file system's), then empty it.
+            let emptied = self
+                .cell
+                .db()
+                .and_then(|db| db.flush().map_err(StoreError::from_sled))
+                .and_then(|_| ledger.sync_filesystem())
+                .and_then(|()| ledger.truncate(0));
+            if let Err(e) = emptied {
+                tracing::warn!(error = %e, "the ledger could not be emptied; it is kept and tried again");
+            }
+        }
+        Ok(())
+    }
+
     /// Refuses a write that would leave less than the reserve free.
     fn check_space(&self, ledger: &Ledger) -> Result<(), StoreError> {
         match ledger.free_bytes() {
@@ -489,66 +587,17 @@ impl AuditStore for SledAudit {
         effects: &[Effect],
         durable: bool,
     ) -> Result<(), StoreError> {
-        let (Some(first), Some(last)) = (batch.first().map(|r| r.seq), batch.last().map(|r| r.seq))
-        else {
-            return self.apply(effects);
-        };
-        if batch.len() > MAX_BLOCK {
-            return Err(StoreError(format!(
-                "a batch of {} records exceeds the block limit of {MAX_BLOCK}",
-                batch.len()
-            )));
-        }
-        let block = encode_block(batch)?;
-        let Some(ledger) = &self.ledger else {
-            self.commit(first, block, batch, effects)?;
-            if durable {
-                self.cell.db()?.flush().map_err(StoreError::from_sled)?;
-            }
-            return Ok(());
-        };
-        let mut ledger = ledger
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        self.check_space(&ledger)?;
-        if self.broken.load(Ordering::Relaxed) {
-            self.recover(&mut ledger)?;
-        }
-        fail::fail_point!("ledger-write-error", !effects.is_empty(), |_| Err(
-            StoreError("injected failure (TOOLGATE_FAILPOINTS)".to_owned())
-        ));
-        let mark = ledger.len();
-        ledger.append(&ledger::encode(first, last, &block, effects)?)?;
-        fail::fail_point!("ledger-appended", !effects.is_empty(), |_| {
-            std::process::abort()
-        });
-        if durable && let Err(e) = ledger.sync() {
-            let _ = ledger.truncate(mark);
-            return Err(e);
-        }
-        fail::fail_point!("ledger-synced", !effects.is_empty(), |_| {
-            std::process::abort()
-        });
-        if let Err(e) = self.commit(first, block, batch, effects) {
-            // Not in the store, so not in the ledger either: nothing happened. sled refuses
-            // everything after a failed write until it is reopened: the next append does.
-            let _ = ledger.truncate(mark);
-            self.broken.store(true, Ordering::Relaxed);
-            return Err(e);
-        }
-        if ledger.len() > LEDGER_LIMIT {
-            // sled durable past the ledger (its flush, then the file system's), then empty it.
-            let emptied = self
-                .cell
-                .db()
-                .and_then(|db| db.flush().map_err(StoreError::from_sled))
-                .and_then(|_| ledger.sync_filesystem())
-                .and_then(|()| ledger.truncate(0));
-            if let Err(e) = emptied {
-                tracing::warn!(error = %e, "the ledger could not be emptied; it is kept and tried again");
-            }
-        }
-        Ok(())
+        self.append_inner(batch, effects, durable, None)
+    }
+
+    fn append_early(
+        &self,
+        batch: &[Record],
+        effects: &[Effect],
+        durable: bool,
+        on_durable: &mut dyn FnMut(),
+    ) -> Result<(), StoreError> {
+        self.append_inner(batch, effects, durable, Some(on_durable))
     }
 
     fn apply(&self, effects: &[Effect]) -> Result<(), StoreError> {
