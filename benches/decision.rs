@@ -6,7 +6,16 @@
 //!   per-action slicing keeps them equal.
 //! - `reload/*`: building a snapshot of the 5,000-policy set from disk cold (startup), and a
 //!   reload after one policy file changed (validation of unchanged files is remembered).
-#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+//! - `approvals_pending/*`: one `POST /v1/authorize` through the in-process router that opens
+//!   a new pending approval, with 1 to 100,000 approvals already stored, under `sync = "off"`
+//!   (the approval path alone) and `sync = "group"` (with the flushed commit).
+//! - `approvals_tick/*`: one expiry and retention tick over 100,000 stored, nothing due.
+#![allow(
+    missing_docs,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing
+)]
 
 #[path = "support/scale.rs"]
 mod scale;
@@ -364,7 +373,191 @@ fn sandbox(c: &mut Criterion) {
     g.finish();
 }
 
+/// An in-process sidecar over the shipped set, its approvals stored in a temporary directory
+/// that already holds `n` approvals: every tenth pending (for its own call), the others
+/// denied or used. The ended ones are dated a day ahead, so the retention the bench runs with
+/// (0 s), which removes what each sample opened, leaves those `n` in place.
+mod approvals_bench {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use axum::Router;
+    use axum::body::Body;
+    use axum::http::Request;
+    use http_body_util::BodyExt;
+    use serde_json::{Value, json};
+    use tower::ServiceExt;
+
+    use toolgate::api::{AppState, router};
+    use toolgate::approvals::{Approval, Approvals, Bounds, Status, Ttl};
+    use toolgate::audit::{Audit, Chain, Durability, Effect};
+    use toolgate::auth::Authenticator;
+    use toolgate::config::AuthConfig;
+    use toolgate::storage::Stores;
+
+    pub struct Sidecar {
+        pub app: Router,
+        pub state: AppState,
+        pub approvals: Arc<Approvals>,
+    }
+
+    fn stored(i: usize, now: u64, ahead: u64) -> Approval {
+        let status = match i % 10 {
+            0 => Status::Pending,
+            1..=5 => Status::Denied,
+            _ => Status::Used,
+        };
+        Approval {
+            id: uuid::Uuid::now_v7().to_string(),
+            principal: format!("Agent::\"agent-{}\"", i % 50),
+            tool: "write_file".to_owned(),
+            risk: "high".to_owned(),
+            args_sha256: format!("{i:064x}"),
+            args_preview: "{\"path\":10,\"content\":8}".to_owned(),
+            policy_revision: "bench".to_owned(),
+            decision_id: uuid::Uuid::now_v7().to_string(),
+            created_ms: now,
+            expires_ms: now + 86_400_000,
+            status,
+            decided_by: (status != Status::Pending).then(|| "Human::\"bob\"".to_owned()),
+            reason: None,
+            decided_ms: (status != Status::Pending).then_some(now + ahead),
+            used_ms: (status == Status::Used).then_some(now + ahead),
+        }
+    }
+
+    /// `n` approvals stored, ended ones dated `ahead` ms from now, the sidecar answering
+    /// under `durability` and removing ended approvals after `retain_secs`.
+    pub fn sidecar(n: usize, durability: Durability, ahead: u64, retain_secs: u64) -> Sidecar {
+        let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let stores = Stores::temporary().unwrap();
+        let audit = Arc::new(Audit::start(stores.audit, Chain::plain(), durability).unwrap());
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let now = toolgate::audit::now_ms();
+        let all: Vec<Effect> = (0..n)
+            .map(|i| stored(i, now, ahead).effect().unwrap())
+            .collect();
+        for chunk in all.chunks(2_000) {
+            rt.block_on(audit.commit(Vec::new(), chunk.to_vec()))
+                .unwrap();
+        }
+        let approvals = Arc::new(
+            Approvals::new(
+                stores.approvals,
+                Ttl::default(),
+                Bounds {
+                    per_agent: Bounds::MAX,
+                    total: Bounds::MAX,
+                },
+            )
+            .unwrap()
+            .with_retention(retain_secs),
+        );
+        let snap = toolgate::policy::load(&super::sources(&root))
+            .unwrap()
+            .snapshot;
+        let auth = Authenticator::from_config(&AuthConfig {
+            tokens_file: Some(root.join("examples/demo-tokens.json")),
+            ..AuthConfig::default()
+        })
+        .unwrap();
+        let state = AppState::with_services(
+            Arc::new(toolgate::policy::PolicyStore::new(snap, None)),
+            auth,
+            64 * 1024,
+            audit,
+            approvals.clone(),
+        );
+        Sidecar {
+            app: router(state.clone()),
+            state,
+            approvals,
+        }
+    }
+
+    pub async fn post(app: &Router, path: &str, token: &str, body: &Value) -> Value {
+        let req = Request::builder()
+            .method("POST")
+            .uri(path)
+            .header("authorization", format!("Bearer {token}"))
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        let resp = app.clone().oneshot(req).await.unwrap();
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    /// Times `iters` calls that each open a new pending approval; untimed, denies each, then
+    /// removes them (retention 0 s), so every call finds the same `n` stored.
+    pub fn open_new(
+        rt: &tokio::runtime::Runtime,
+        s: &Sidecar,
+        iters: u64,
+        seq: &mut u64,
+    ) -> Duration {
+        rt.block_on(async {
+            let mut spent = Duration::ZERO;
+            for _ in 0..iters {
+                *seq += 1;
+                let call = json!({"tool": "write_file", "args": {"path": "src/lib.rs", "content": format!("bench {seq}")}});
+                let start = Instant::now();
+                let d = post(&s.app, "/v1/authorize", "demo-dev-token", &call).await;
+                spent += start.elapsed();
+                assert_eq!(d["decision"], "pending_approval", "{d}");
+                let id = d["approval_id"].as_str().unwrap();
+                let denied = post(&s.app, &format!("/v1/approvals/{id}/deny"), "demo-bob-token", &json!({})).await;
+                assert_eq!(denied["status"], "denied", "{denied}");
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            toolgate::api::expire_due(&s.state).await;
+            spent
+        })
+    }
+}
+
+/// Pending-call cost against the number of approvals stored (issue 21 item 5): flat, since
+/// neither opening an approval nor the expiry tick reads the stored approvals.
+fn approvals(c: &mut Criterion) {
+    use toolgate::audit::Durability;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let day = 86_400_000;
+    for (mode, durability) in [("off", Durability::Off), ("group", Durability::Group)] {
+        let mut g = c.benchmark_group("approvals_pending");
+        g.sample_size(20);
+        g.warm_up_time(std::time::Duration::from_millis(500));
+        g.measurement_time(std::time::Duration::from_secs(3));
+        for n in [1, 1_000, 10_000, 100_000] {
+            let s = approvals_bench::sidecar(n, durability, day, 0);
+            let mut seq = 0;
+            g.bench_function(format!("{mode}_open_new_with_{n}_stored"), |b| {
+                b.iter_custom(|iters| approvals_bench::open_new(&rt, &s, iters, &mut seq))
+            });
+            let left = s
+                .approvals
+                .list(None, toolgate::audit::now_ms(), usize::MAX, |_| true)
+                .unwrap()
+                .len();
+            assert_eq!(left, n, "the bench kept {n} stored");
+        }
+        g.finish();
+    }
+    // The tick the sidecar runs every second, over 100,000 stored (ended ones within the
+    // default day's retention, pending ones not yet expired): nothing is due.
+    let s = approvals_bench::sidecar(
+        100_000,
+        Durability::Group,
+        0,
+        toolgate::approvals::RETAIN_SECS,
+    );
+    let mut g = c.benchmark_group("approvals_tick");
+    g.bench_function("expire_due_100000_stored_none_due", |b| {
+        b.iter(|| rt.block_on(toolgate::api::expire_due(&s.state)))
+    });
+    g.finish();
+}
+
 criterion_group!(
-    benches, decisions, scale, limiter, anomaly, metrics, redact, sandbox
+    benches, decisions, scale, limiter, anomaly, metrics, redact, sandbox, approvals
 );
 criterion_main!(benches);

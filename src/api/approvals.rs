@@ -203,14 +203,9 @@ pub async fn list(
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
     let found = state
         .approvals
-        .list(status, now)
+        .list(status, now, limit, |a| visible(&who, a))
         .map_err(|e| store_failed(&e))?;
-    let approvals: Vec<Value> = found
-        .iter()
-        .filter(|a| visible(&who, a))
-        .take(limit)
-        .map(|a| view(a, now))
-        .collect();
+    let approvals: Vec<Value> = found.iter().map(|a| view(a, now)).collect();
     Ok(Json(json!({ "approvals": approvals })))
 }
 

@@ -509,12 +509,61 @@ impl Approvals {
         self.store.get(id)
     }
 
-    /// Approvals whose effective status is `status` (all when `None`), newest first.
-    pub fn list(&self, status: Option<Status>, now_ms: u64) -> Result<Vec<Approval>, StoreError> {
-        let mut all = self.store.all()?;
-        all.retain(|a| status.is_none_or(|s| a.status_at(now_ms) == s));
-        all.sort_by(|a, b| b.id.cmp(&a.id));
-        Ok(all)
+    /// Up to `limit` approvals whose effective status at `now_ms` is `status` (any when
+    /// `None`) and that `keep` admits, newest first. The store is never read whole: pending
+    /// ones come from the in-memory index, approved ones from the live approvals' timeline,
+    /// and the rest from a newest-first walk of the store that stops once `limit` are found
+    /// (at worst the approvals retained, which `[approvals] retain_secs` bounds).
+    pub fn list(
+        &self,
+        status: Option<Status>,
+        now_ms: u64,
+        limit: usize,
+        keep: impl Fn(&Approval) -> bool,
+    ) -> Result<Vec<Approval>, StoreError> {
+        match status {
+            Some(Status::Pending) => Ok(self.waiting().newest(now_ms, limit, keep)),
+            Some(Status::Approved) => {
+                // Live (not ended) and not waiting: approved, or pending ones that just
+                // expired (filtered below).
+                let mut ids: Vec<String> = {
+                    // In the order [`Approvals::passed`] takes them.
+                    let w = self.waiting();
+                    let t = self.timeline();
+                    t.live
+                        .iter()
+                        .filter(|(expires, id)| *expires > now_ms && !w.contains(id))
+                        .map(|(_, id)| id.clone())
+                        .collect()
+                };
+                ids.sort_unstable_by(|a, b| b.cmp(a));
+                let mut found = Vec::new();
+                for id in ids {
+                    if found.len() >= limit {
+                        break;
+                    }
+                    if let Some(a) = self.store.get(&id)?
+                        && a.status_at(now_ms) == Status::Approved
+                        && keep(&a)
+                    {
+                        found.push(a);
+                    }
+                }
+                Ok(found)
+            }
+            _ => {
+                let mut found = Vec::new();
+                if limit > 0 {
+                    self.store.newest(&mut |a| {
+                        if status.is_none_or(|s| a.status_at(now_ms) == s) && keep(&a) {
+                            found.push(a);
+                        }
+                        found.len() < limit
+                    })?;
+                }
+                Ok(found)
+            }
+        }
     }
 
     /// Plans `change` to the approval `id`, holding its lock until the plan is done or

@@ -174,6 +174,24 @@ impl Waiting {
         Ok(None)
     }
 
+    /// Up to `limit` of those pending at `now_ms` that `keep` admits, newest first.
+    pub(super) fn newest(
+        &mut self,
+        now_ms: u64,
+        limit: usize,
+        keep: impl Fn(&Approval) -> bool,
+    ) -> Vec<Approval> {
+        self.prune(now_ms);
+        let mut found: Vec<&Approval> = self.by_id.values().filter(|a| keep(a)).collect();
+        found.sort_unstable_by(|a, b| b.id.cmp(&a.id));
+        found.into_iter().take(limit).cloned().collect()
+    }
+
+    /// Whether approval `id` is pending (as last known; expiry not checked).
+    pub(super) fn contains(&self, id: &str) -> bool {
+        self.by_id.contains_key(id)
+    }
+
     /// How many are pending at `now_ms`: in total, and for `principal`.
     pub(super) fn counts(&mut self, principal: &str, now_ms: u64) -> (usize, usize) {
         self.prune(now_ms);

@@ -12,8 +12,11 @@ pub(crate) const TREE: &str = "approvals";
 pub trait ApprovalStore: Send + Sync {
     /// The approval with `id`.
     fn get(&self, id: &str) -> Result<Option<Approval>, StoreError>;
-    /// Every approval.
+    /// Every approval (read once, at start).
     fn all(&self) -> Result<Vec<Approval>, StoreError>;
+    /// Visits approvals newest first (ids are UUIDv7, so by id) until `visit` answers
+    /// `false`: a listing reads only as far as it needs.
+    fn newest(&self, visit: &mut dyn FnMut(Approval) -> bool) -> Result<(), StoreError>;
 }
 
 /// The sled implementation.
@@ -54,5 +57,15 @@ impl ApprovalStore for SledApprovals {
                 serde_json::from_slice(&v).map_err(err)
             })
             .collect()
+    }
+
+    fn newest(&self, visit: &mut dyn FnMut(Approval) -> bool) -> Result<(), StoreError> {
+        for v in self.tree.iter().values().rev() {
+            let a = serde_json::from_slice(&v.map_err(err)?).map_err(err)?;
+            if !visit(a) {
+                break;
+            }
+        }
+        Ok(())
     }
 }

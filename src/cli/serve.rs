@@ -122,7 +122,8 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
         cfg.approval_ttl.clone(),
         cfg.approval_bounds,
     )
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    .map_err(|e| anyhow::anyhow!("{e}"))?
+    .with_retention(cfg.approval_retain_secs);
     if let Some(hook) = &cfg.approval_webhook {
         approvals = approvals.with_webhook(start_webhook(hook, "approvals")?);
         tracing::info!(to = %webhook_origin(&hook.url), "approver webhook on");

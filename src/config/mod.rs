@@ -155,6 +155,7 @@ struct RawApprovals {
     webhook_attempts: Option<u32>,
     max_pending_per_agent: Option<u64>,
     max_pending: Option<u64>,
+    retain_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -237,6 +238,9 @@ pub struct Config {
     pub approval_ttl: Ttl,
     /// How many approvals may be pending at once, per agent and in total.
     pub approval_bounds: Bounds,
+    /// `[approvals] retain_secs`: how long ended approvals stay stored before they are
+    /// removed (the audit log keeps their history).
+    pub approval_retain_secs: u64,
     /// Where new pending approvals are announced.
     pub approval_webhook: Option<WebhookSettings>,
     /// Rate limits (tools' manifests may set their own per-principal rate).
@@ -343,6 +347,7 @@ impl Config {
             store_reserve_bytes: crate::storage::DEFAULT_RESERVE_BYTES,
             approval_ttl: Ttl::default(),
             approval_bounds: Bounds::default(),
+            approval_retain_secs: crate::approvals::RETAIN_SECS,
             approval_webhook: None,
             rate_limits: LimitConfig::default(),
             kill_switch: false,
@@ -482,6 +487,19 @@ impl Config {
             ));
         }
         let approval_bounds = approval_bounds(&raw.approvals).map_err(|(m, h)| invalid(m, &h))?;
+        let approval_retain_secs = match raw.approvals.retain_secs {
+            None => crate::approvals::RETAIN_SECS,
+            Some(n) if (1..=MAX_APPROVAL_RETAIN_SECS).contains(&n) => n,
+            Some(n) => {
+                return Err(invalid(
+                    format!("`approvals.retain_secs` = {n} is out of range"),
+                    &format!(
+                        "use 1 to {MAX_APPROVAL_RETAIN_SECS} (a year): ended approvals (denied, used, expired) are removed that long after they end (default {}, a day); the audit log keeps their history",
+                        crate::approvals::RETAIN_SECS
+                    ),
+                ));
+            }
+        };
         let approval_ttl = Ttl {
             default_secs: raw.approvals.ttl_secs.unwrap_or(300),
             by_risk: raw.approvals.ttl_secs_by_risk,
@@ -621,6 +639,7 @@ impl Config {
             store_cache_bytes,
             store_reserve_bytes,
             approval_bounds,
+            approval_retain_secs,
             data_dir,
             audit_durability,
             audit_hmac_key_file: raw.audit.hmac_key_file.map(|p| base.join(p)),
@@ -653,6 +672,9 @@ impl Config {
 /// 64 GiB is a typo, not a sidecar's cache.
 const MIN_CACHE_MB: u64 = 4;
 const MAX_CACHE_MB: u64 = 65_536;
+/// Largest `[approvals] retain_secs`: a year. Every ended approval stays in the store that
+/// long, and longer is a typo; the audit log is the history.
+const MAX_APPROVAL_RETAIN_SECS: u64 = 365 * 86_400;
 /// Largest `[audit] reserve_mb`: 1 TiB.
 const MAX_RESERVE_MB: u64 = 1_048_576;
 
