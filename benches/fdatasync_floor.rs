@@ -25,7 +25,11 @@ fn main() -> std::io::Result<()> {
     drop(file);
     std::fs::remove_file(&path)?;
     took.sort_by(f64::total_cmp);
-    let at = |q: f64| took.get(((took.len() as f64 - 1.0) * q) as usize).copied().unwrap_or(0.0);
+    let at = |q: f64| {
+        took.get(((took.len() as f64 - 1.0) * q) as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
     println!("{:.0} {:.0}", at(0.5), at(0.99));
     Ok(())
 }

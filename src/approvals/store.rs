@@ -60,7 +60,7 @@ impl ApprovalStore for SledApprovals {
     }
 
     fn newest(&self, visit: &mut dyn FnMut(Approval) -> bool) -> Result<(), StoreError> {
-        for v in self.tree.iter().values().rev() {
+        for v in self.tree()?.iter().values().rev() {
             let a = serde_json::from_slice(&v.map_err(err)?).map_err(err)?;
             if !visit(a) {
                 break;

@@ -8,7 +8,7 @@
 //! then applies it (record, index and state in one transaction) without flushing. At start,
 //! frames sled lacks are applied again, so sled is an index and a cache of state that can
 //! always be rebuilt from the ledger's tail. The ledger is emptied once sled is durable past
-//! it (`sled flush` + `syncfs`).
+//! it (`sled flush`, then an `fsync` of each of its files).
 //!
 //! Frame: `TGL1` · payload length (u32 LE) · CRC-32 of the payload (u32 LE) · payload. The
 //! payload is the first and last sequence numbers (u64 LE), the stored block (u32 LE length and
@@ -342,11 +342,13 @@ impl Ledger {
         Ok(())
     }
 
-    /// Flushes the file system holding the ledger (`syncfs`): everything written there,
-    /// sled's files included, is on disk when it returns.
-    pub(crate) fn sync_filesystem(&self) -> Result<(), StoreError> {
-        rustix::fs::syncfs(&self.file)
-            .map_err(|e| io_err("syncfs failed", &self.path, std::io::Error::from(e)))
+    /// Makes every other file of the data directory durable (sled's, after its flush, which
+    /// stops at `sync_file_range`): each regular file and directory below it is `fsync`ed. Not
+    /// `syncfs`, which would wait for every other writer on the same disk.
+    pub(crate) fn sync_data_dir(&self) -> Result<(), StoreError> {
+        let ledger_dir = self.path.parent().unwrap_or(Path::new("."));
+        let data_dir = ledger_dir.parent().unwrap_or(Path::new("."));
+        sync_tree(data_dir, ledger_dir, 0)
     }
 
     /// Bytes free to unprivileged writers on the ledger's file system.
@@ -380,6 +382,27 @@ fn open_outage(path: &Path) -> Result<File, StoreError> {
             .map_err(|e| io_err("cannot allocate", path, e))?;
     }
     Ok(f)
+}
+
+/// `fsync`s the regular files and directories below `dir` (not into `skip`, nor deeper than a
+/// few levels: sled keeps its files at the top and in `blobs/`).
+fn sync_tree(dir: &Path, skip: &Path, depth: usize) -> Result<(), StoreError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| io_err("cannot list", dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| io_err("cannot list", dir, e))?;
+        let path = entry.path();
+        let kind = entry
+            .file_type()
+            .map_err(|e| io_err("cannot stat", &path, e))?;
+        if kind.is_dir() && path != skip && depth < 3 {
+            sync_tree(&path, skip, depth + 1)?;
+        } else if kind.is_file() {
+            File::open(&path)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| io_err("cannot fsync", &path, e))?;
+        }
+    }
+    sync_dir(dir)
 }
 
 fn sync_dir(dir: &Path) -> Result<(), StoreError> {

@@ -344,7 +344,7 @@ impl SledAudit {
         }
         if ledger.len() > 0 {
             self.cell.db()?.flush().map_err(StoreError::from_sled)?;
-            ledger.sync_filesystem()?;
+            ledger.sync_data_dir()?;
             ledger.truncate(0)?;
         }
         Ok(())
@@ -507,12 +507,12 @@ impl SledAudit {
             return Err(e);
         }
         if ledger.len() > LEDGER_LIMIT {
-            // sled durable past the ledger (its flush, then the file system's), then empty it.
+            // sled durable past the ledger (its flush, then an fsync of each of its files), then empty it.
             let emptied = self
                 .cell
                 .db()
                 .and_then(|db| db.flush().map_err(StoreError::from_sled))
-                .and_then(|_| ledger.sync_filesystem())
+                .and_then(|_| ledger.sync_data_dir())
                 .and_then(|()| ledger.truncate(0));
             if let Err(e) = emptied {
                 tracing::warn!(error = %e, "the ledger could not be emptied; it is kept and tried again");
@@ -801,11 +801,11 @@ impl AuditStore for SledAudit {
         self.tree()?.apply_batch(b).map_err(StoreError::from_sled)?;
         self.cell.db()?.flush().map_err(StoreError::from_sled)?;
         if let Some(ledger) = &self.ledger {
-            // sled's flush stops at the page cache: the file system's makes the cut durable.
+            // sled's flush stops at sync_file_range: fsyncs of its files make the cut durable.
             ledger
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .sync_filesystem()?;
+                .sync_data_dir()?;
         }
         Ok(removed)
     }
