@@ -207,6 +207,9 @@ pub(crate) struct SledAudit {
     cell: Arc<SledCell>,
     /// sled failed a write and keeps failing until reopened: the next append reopens it.
     broken: std::sync::atomic::AtomicBool,
+    /// Held while sled applies a batch whose callers were answered early, so that a read
+    /// after an answer sees its record (reads wait for the apply in progress).
+    applying: std::sync::Mutex<()>,
     /// No reopen is tried before this (a failed one backs off, so a store that cannot be
     /// reopened yet costs each batch one check, not a reopen).
     next_reopen: std::sync::Mutex<Option<std::time::Instant>>,
@@ -273,6 +276,7 @@ impl SledAudit {
             cell,
             broken: std::sync::atomic::AtomicBool::new(false),
             next_reopen: std::sync::Mutex::new(None),
+            applying: std::sync::Mutex::new(()),
             ledger: None,
             reserve: 0,
         })
@@ -487,6 +491,10 @@ impl SledAudit {
         fail::fail_point!("ledger-synced", !effects.is_empty(), |_| {
             std::process::abort()
         });
+        let applying = self
+            .applying
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let early = match on_durable.as_mut() {
             Some(answer) if effects.is_empty() => {
                 answer();
@@ -494,7 +502,9 @@ impl SledAudit {
             }
             _ => false,
         };
-        if let Err(e) = self.commit(first, block, batch, effects) {
+        let committed = self.commit(first, block, batch, effects);
+        drop(applying);
+        if let Err(e) = committed {
             // sled refuses everything after a failed write until it is reopened: the next
             // append does, and applies what the ledger holds.
             self.broken.store(true, Ordering::Relaxed);
@@ -519,6 +529,15 @@ impl SledAudit {
             }
         }
         Ok(())
+    }
+
+    /// Waits for a batch being applied after its callers were answered.
+    fn settled(&self) {
+        drop(
+            self.applying
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
     }
 
     /// Refuses a write that would leave less than the reserve free.
@@ -641,6 +660,7 @@ impl AuditStore for SledAudit {
     }
 
     fn last(&self) -> Result<Option<Record>, StoreError> {
+        self.settled();
         let found = self
             .tree()?
             .scan_prefix([LOG])
@@ -657,6 +677,7 @@ impl AuditStore for SledAudit {
     }
 
     fn scan(&self, from_unit: u64, limit: usize) -> Result<Vec<Stored>, StoreError> {
+        self.settled();
         let mut out = Vec::new();
         for kv in self.tree()?.range(log_key(from_unit)..=log_key(u64::MAX)) {
             if out.len() >= limit {
@@ -681,6 +702,7 @@ impl AuditStore for SledAudit {
     }
 
     fn query(&self, q: &Query) -> Result<Vec<Record>, StoreError> {
+        self.settled();
         let limit = q.limit.max(1);
         let upper = q.before_seq.unwrap_or(u64::MAX);
         let wanted = q.wanted();

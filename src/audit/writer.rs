@@ -586,7 +586,16 @@ impl Writer {
         let first = start.seq + 1;
         // Callers of a batch with no effects are answered once it is durable, while the store
         // applies it; the others once their change is in the store.
+        let durable_head = records.last().map(|last| Head {
+            seq: last.seq,
+            hash: last.hash.clone(),
+        });
+        let shared = &self.shared;
         let mut answer = || {
+            // The head moves before anyone is answered: a caller may read it next.
+            if let Some(head) = &durable_head {
+                shared.lock().unwrap_or_else(PoisonError::into_inner).head = head.clone();
+            }
             for (end, ack) in &mut acks {
                 if let Some(ack) = ack.take() {
                     let _ = ack.send(Ok(first + *end as u64 - 1));

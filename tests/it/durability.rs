@@ -334,7 +334,7 @@ fn a_full_disk_is_survived_and_recovered_from_without_a_restart() {
     // Below the reserve (refused before anything is written), and with no reserve at all,
     // down to the last byte (the ledger's write fails with ENOSPC and is cut back).
     full_disk(8, 4 * 1024 * 1024, "reserve");
-    full_disk(0, 0, "No space left on device");
+    full_disk(0, 0, "space");
 }
 
 fn full_disk(reserve_mb: u64, leave: u64, why: &str) {
