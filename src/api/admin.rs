@@ -131,31 +131,23 @@ pub async fn set_kill_switch(
         reason: reason.clone(),
         at_ms: now_ms(),
     };
-    let effect = crate::admin::kill_switch_effect(&next).map_err(|e| {
-        tracing::error!(error = %e, "kill switch not encoded");
-        ApiError::StoreUnavailable
-    })?;
-    let recorded = entry(word, allowed);
-    // Stored with its record, then in force, in a task of its own (a client hanging up cannot
-    // leave it stored but not in force); changes take force in the order recorded.
-    let task_state = state.clone();
-    tokio::spawn(async move {
-        let _serial = task_state.admin.changing().await;
-        task_state
-            .audit
-            .commit(vec![recorded], vec![effect])
-            .await
-            .map_err(not_recorded("kill switch"))?;
-        task_state.admin.set_kill_switch(next).map_err(|e| match e {
-            SwitchError::Forced(by) => ApiError::KillSwitchForced(by),
-            SwitchError::Store(e) => {
-                tracing::error!(error = %e, "kill switch not stored");
-                ApiError::StoreUnavailable
-            }
-        })
-    })
-    .await
-    .map_err(|_| ApiError::StoreUnavailable)??;
+    let effect = crate::admin::kill_switch_effect(&next);
+    change_in_order(
+        &state,
+        "kill switch",
+        entry(word, allowed),
+        effect,
+        move |state| {
+            state.admin.set_kill_switch(next).map_err(|e| match e {
+                SwitchError::Forced(by) => ApiError::KillSwitchForced(by),
+                SwitchError::Store(e) => {
+                    tracing::error!(error = %e, "kill switch not stored");
+                    ApiError::StoreUnavailable
+                }
+            })
+        },
+    )
+    .await?;
     tracing::warn!(on = body.on, by, "kill switch flipped");
     Ok(Json(view(&state)))
 }
@@ -168,6 +160,35 @@ pub struct QuarantineBody {
     on: bool,
     #[serde(default)]
     reason: Option<String>,
+}
+
+/// Stores `effect` with `record`, then puts the change in force (`in_force`), in a task of its
+/// own (a client hanging up cannot leave it stored but not in force) and in turn with other
+/// human admin changes, so they take force in the order recorded. If the record cannot be
+/// written, nothing changes (503).
+async fn change_in_order(
+    state: &AppState,
+    what: &'static str,
+    record: crate::audit::Entry,
+    effect: Result<crate::audit::Effect, crate::audit::StoreError>,
+    in_force: impl FnOnce(&AppState) -> Result<(), ApiError> + Send + 'static,
+) -> Result<(), ApiError> {
+    let effect = effect.map_err(|e| {
+        tracing::error!(error = %e, "{what} change not encoded");
+        ApiError::StoreUnavailable
+    })?;
+    let state = state.clone();
+    tokio::spawn(async move {
+        let _serial = state.admin.changing().await;
+        state
+            .audit
+            .commit(vec![record], vec![effect])
+            .await
+            .map_err(not_recorded(what))?;
+        in_force(&state)
+    })
+    .await
+    .map_err(|_| ApiError::StoreUnavailable)?
 }
 
 /// `dev-agent` or `Agent::"dev-agent"` → the agent's uid; anything else is a 400.
@@ -268,39 +289,27 @@ pub async fn set_quarantine(
         reason: reason.clone().unwrap_or_default(),
         at_ms: now_ms(),
     });
-    let effect = crate::admin::quarantine_effect(&target_id, entered.as_ref()).map_err(|e| {
-        tracing::error!(error = %e, "quarantine entry not encoded");
-        ApiError::StoreUnavailable
-    })?;
-    let recorded = entry(word, allowed);
-    // Stored with its record, then in force, in a task of its own (a client hanging up cannot
-    // leave it stored but not in force).
-    let task_state = state.clone();
+    let effect = crate::admin::quarantine_effect(&target_id, entered.as_ref());
     let target = target_id.clone();
-    tokio::spawn(async move {
-        let _serial = task_state.admin.changing().await;
-        task_state
-            .audit
-            .commit(vec![recorded], vec![effect])
-            .await
-            .map_err(not_recorded("quarantine"))?;
-        let quarantine = task_state.admin.quarantine();
-        match entered {
-            Some(q) => {
-                quarantine.enter(q);
-            }
-            None => {
-                if quarantine.release(&target).is_some() {
-                    // Released: its history must not raise the same signal again at its
-                    // next call.
-                    task_state.monitor.forget(&target);
+    change_in_order(
+        &state,
+        "quarantine",
+        entry(word, allowed),
+        effect,
+        move |state| {
+            let quarantine = state.admin.quarantine();
+            match entered {
+                Some(q) => {
+                    quarantine.enter(q);
                 }
+                // Released: its history must not raise the same signal again at its next call.
+                None if quarantine.release(&target).is_some() => state.monitor.forget(&target),
+                None => {}
             }
-        }
-        Ok::<(), ApiError>(())
-    })
-    .await
-    .map_err(|_| ApiError::StoreUnavailable)??;
+            Ok(())
+        },
+    )
+    .await?;
     tracing::warn!(on = body.on, by, agent = target_id, "quarantine changed");
     Ok(Json(quarantine_view(&state)))
 }
