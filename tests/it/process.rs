@@ -44,12 +44,12 @@ pub fn exchange(
     let auth = token
         .map(|t| format!("Authorization: Bearer {t}\r\n"))
         .unwrap_or_default();
-    write!(
-        s,
+    // One write: `write!` on a bare socket sends each piece of the format on its own.
+    let text = format!(
         "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
-    )
-    .ok()?;
+    );
+    s.write_all(text.as_bytes()).ok()?;
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
     let status = out.split(' ').nth(1)?.parse().ok()?;
