@@ -149,11 +149,11 @@ fn scale(c: &mut Criterion) {
     // What a reload after an edit costs: one of the ten policy files changed, the others
     // already validated under the same schema.
     // `apply`: without a solver the edit cannot be proved equal and would be held.
-    let store = toolgate::policy::PolicyStore::open(src.clone())
+    let store = toolgate::reload::PolicyStore::open(src.clone())
         .unwrap()
         .0
-        .with_options(toolgate::policy::StoreOptions {
-            widening: toolgate::policy::Widening::Apply,
+        .with_options(toolgate::reload::StoreOptions {
+            widening: toolgate::reload::Widening::Apply,
             ..Default::default()
         });
     let file = big_dir.path().join("policies/tools-0000.cedar");
@@ -170,7 +170,7 @@ fn scale(c: &mut Criterion) {
             std::fs::write(&file, text).unwrap();
             assert!(matches!(
                 store.reload(false),
-                toolgate::policy::ReloadOutcome::Applied { .. }
+                toolgate::reload::ReloadOutcome::Applied { .. }
             ));
         })
     });
@@ -433,7 +433,7 @@ mod approvals_bench {
         let stores = Stores::temporary().unwrap();
         let audit = Arc::new(Audit::start(stores.audit, Chain::plain(), durability).unwrap());
         let rt = tokio::runtime::Runtime::new().unwrap();
-        let now = toolgate::audit::now_ms();
+        let now = toolgate::clock::now_ms();
         let all: Vec<Effect> = (0..n)
             .map(|i| stored(i, now, ahead).effect().unwrap())
             .collect();
@@ -462,7 +462,7 @@ mod approvals_bench {
         })
         .unwrap();
         let state = AppState::with_services(
-            Arc::new(toolgate::policy::PolicyStore::new(snap, None)),
+            Arc::new(toolgate::reload::PolicyStore::new(snap, None)),
             auth,
             64 * 1024,
             audit,
@@ -535,7 +535,7 @@ fn approvals(c: &mut Criterion) {
             });
             let left = s
                 .approvals
-                .list(None, toolgate::audit::now_ms(), usize::MAX, |_| true)
+                .list(None, toolgate::clock::now_ms(), usize::MAX, |_| true)
                 .unwrap()
                 .len();
             assert_eq!(left, n, "the bench kept {n} stored");

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 
-use crate::tools::{PathError, normalize_path};
+use crate::paths::{PathError, normalize_path};
 
 pub use crate::globs::DEFAULT_DENY;
 use crate::globs::{PathGuard, SegmentGlobs};

@@ -18,7 +18,7 @@ use crate::admin::{AdminStore, SledAdmin};
 use crate::approvals::{ApprovalStore, SledApprovals};
 use crate::audit::{AuditStore, SledAudit, SledCell, StoreError, sled_config};
 use crate::grants::{GrantStore, SledGrants};
-use crate::policy::{GoodSets, SledGoodSets};
+use crate::reload::{GoodSets, SledGoodSets};
 
 /// The page cache a data directory gets unless `[audit] cache_mb` says otherwise: 64 MiB.
 /// sled's own default is 1 GiB, which the cache fills under sustained load (the outside run

@@ -30,8 +30,9 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 
 use crate::admin::{Admin, Quarantined};
 use crate::approvals::{Webhook, WebhookStats};
-use crate::audit::{Audit, Entry, EntryKind, now_ms};
+use crate::audit::{Audit, Entry, EntryKind};
 use crate::authz::{AnomalyKind, AnomalyKinds, Outcome, Signals, Stage};
+use crate::clock::now_ms;
 use crate::limits::Clock;
 
 /// Observations that may wait for the detectors.

@@ -19,8 +19,9 @@ use serde_json::{Value, json};
 use super::handlers::{authenticate, human};
 use super::{ApiError, AppState};
 use crate::admin::{KillSwitch, Quarantined, SwitchError};
-use crate::audit::{Entry, EntryKind, now_ms};
+use crate::audit::{Entry, EntryKind};
 use crate::authz;
+use crate::clock::now_ms;
 use crate::policy::Snapshot;
 
 /// What an admin request's audit records share: who asked, under which revision, and why.

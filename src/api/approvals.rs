@@ -15,8 +15,9 @@ use serde_json::{Value, json};
 use super::handlers::{authenticate, human, word};
 use super::{ApiError, AppState};
 use crate::approvals::{Approval, ApprovalError, Full, Open, OpenError, Planned, Scope, Status};
-use crate::audit::{Entry, EntryKind, now_ms};
+use crate::audit::{Entry, EntryKind};
 use crate::authz::{self, Advice, Call, Outcome, Principal, PrincipalKind, Stage, Verdict};
+use crate::clock::now_ms;
 use crate::policy::Snapshot;
 
 /// Longest long-poll.

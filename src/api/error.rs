@@ -93,7 +93,7 @@ pub enum ApiError {
     /// A release named an agent that is not quarantined.
     NotQuarantined(String),
     /// No held policy change, or another revision than the one approved.
-    Held(crate::policy::HoldError),
+    Held(crate::reload::HoldError),
     /// `/v1/execute` did not run the tool: denied, refused arguments, not runnable here.
     Execution(Refusal, Box<super::execute::ExecAnswer>),
     /// A grant could not be made or found; nothing changed.
@@ -199,11 +199,11 @@ impl ApiError {
             ApiError::TooManyPendingApprovals { .. } => "too_many_pending_approvals",
             ApiError::KillSwitchForced(_) => "kill_switch_forced",
             ApiError::NotQuarantined(_) => "not_quarantined",
-            ApiError::Held(crate::policy::HoldError::NothingHeld) => "nothing_held",
-            ApiError::Held(crate::policy::HoldError::OtherRevision { .. }) => {
+            ApiError::Held(crate::reload::HoldError::NothingHeld) => "nothing_held",
+            ApiError::Held(crate::reload::HoldError::OtherRevision { .. }) => {
                 "held_revision_mismatch"
             }
-            ApiError::Held(crate::policy::HoldError::NotRecorded(_)) => "store_unavailable",
+            ApiError::Held(crate::reload::HoldError::NotRecorded(_)) => "store_unavailable",
             ApiError::Grant(e) => match e {
                 crate::grants::GrantError::BadEntity { .. } => "invalid_entity",
                 crate::grants::GrantError::Link(_) => "grant_not_linkable",
@@ -432,9 +432,9 @@ impl IntoResponse for ApiError {
             ),
             ApiError::Held(e) => plain(
                 match e {
-                    crate::policy::HoldError::NothingHeld => StatusCode::NOT_FOUND,
-                    crate::policy::HoldError::OtherRevision { .. } => StatusCode::CONFLICT,
-                    crate::policy::HoldError::NotRecorded(_) => StatusCode::SERVICE_UNAVAILABLE,
+                    crate::reload::HoldError::NothingHeld => StatusCode::NOT_FOUND,
+                    crate::reload::HoldError::OtherRevision { .. } => StatusCode::CONFLICT,
+                    crate::reload::HoldError::NotRecorded(_) => StatusCode::SERVICE_UNAVAILABLE,
                 },
                 code,
                 &e.to_string(),

@@ -21,10 +21,12 @@ use super::body::{DecisionBody, RawCall};
 use super::error::Refusal;
 use super::handlers::{decide, record_or_refuse};
 use super::{ApiError, AppState};
-use crate::audit::{Entry, EntryKind, now_ms};
+use crate::audit::{Entry, EntryKind};
 use crate::authz::Outcome;
-use crate::exec::{ExecError, Execution, RenderError};
+use crate::clock::now_ms;
+use crate::exec::{ExecError, Execution};
 use crate::redact::labels;
+use crate::tools::RenderError;
 
 /// `error` of a standard result.
 #[derive(Debug, Serialize)]
@@ -154,9 +156,9 @@ fn unavailable(code: &str, message: String, suggestion: &str) -> ApiError {
 #[derive(Debug, Clone, Copy)]
 enum Run<'a> {
     /// A program, under the launcher.
-    Program(&'a crate::exec::Executor),
+    Program(&'a crate::tools::Executor),
     /// A built-in file tool, in process.
-    Builtin(crate::files::Builtin),
+    Builtin(crate::tools::Builtin),
 }
 
 /// How toolgate runs the tool, or why it cannot: no executor (409), or its program is not
@@ -336,7 +338,7 @@ pub async fn execute(
 /// A built-in tool's call, allowed.
 struct BuiltinRun<'a> {
     tool: &'a crate::tools::Tool,
-    builtin: crate::files::Builtin,
+    builtin: crate::tools::Builtin,
     decision_id: String,
     execution_id: String,
 }
@@ -426,7 +428,7 @@ async fn run_builtin(
 async fn finish(
     state: &AppState,
     tool: &crate::tools::Tool,
-    ex: &crate::exec::Executor,
+    ex: &crate::tools::Executor,
     ran: Execution,
     decision_id: String,
     execution_id: String,

@@ -13,8 +13,9 @@ use serde_json::Value;
 
 use super::handlers::authenticate;
 use super::{ApiError, AppState};
-use crate::audit::{Entry, EntryKind, now_ms};
+use crate::audit::{Entry, EntryKind};
 use crate::authz::Principal;
+use crate::clock::now_ms;
 use crate::redact::{Action, ChunkScreened, Gate, MAX_CHUNK, Violation, labels};
 
 /// The request body.

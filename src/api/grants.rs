@@ -17,8 +17,9 @@ use serde_json::{Value, json};
 
 use super::handlers::human;
 use super::{ApiError, AppState};
-use crate::audit::{Entry, EntryKind, Operator, now_ms};
+use crate::audit::{Entry, EntryKind, Operator};
 use crate::authz::{self, Advice, GrantAsk, Principal};
+use crate::clock::now_ms;
 use crate::grants::{EntityRef, Grant, GrantError, Grants, Listed, MAX_TTL_S};
 use crate::policy::Snapshot;
 

@@ -12,8 +12,10 @@ use serde_json::{Value, json};
 
 use super::body::{DecisionBody, RawCall};
 use super::{ApiError, AppState, approvals, callgate};
-use crate::audit::{Entry, EntryKind, args_digest, now_ms, unix_ms};
+use crate::audit::{Entry, EntryKind, args_digest};
 use crate::authz::{self, Advice, Principal, Stage, Verdict};
+use crate::clock::now_ms;
+use crate::clock::unix_ms;
 use crate::policy::{Problem, Snapshot};
 use crate::tools::Risk;
 
@@ -528,7 +530,7 @@ struct PoliciesBody {
     policy_ids: Vec<String>,
     last_reload_error: Option<ReloadError>,
     /// Where the live set came from: files, remembered (the files do not load) or nothing.
-    origin: crate::policy::Origin,
+    origin: crate::reload::Origin,
     /// The live set is not what the files say (remembered, nothing, or a change held).
     stale: bool,
     held: Option<HeldBody>,
@@ -545,7 +547,7 @@ struct SolverBody {
     #[serde(skip_serializing_if = "Option::is_none")]
     path: Option<String>,
     /// `reload.widening`.
-    widening: crate::policy::Widening,
+    widening: crate::reload::Widening,
     /// What happens to a policy change, in words.
     effect: &'static str,
 }
@@ -553,7 +555,7 @@ struct SolverBody {
 impl SolverBody {
     /// Looked up on every call (a few `stat`s), so installing cvc5 shows without a restart.
     fn now(state: &AppState, with_path: bool) -> Self {
-        use crate::policy::Widening;
+        use crate::reload::Widening;
         let found = crate::review::diff::find_solver().ok();
         let widening = state.policy.widening();
         let effect = match (found.is_some(), widening) {
@@ -584,7 +586,7 @@ struct HeldBody {
     revision: String,
     from: String,
     held_at_unix_ms: u64,
-    review: crate::policy::Review,
+    review: crate::reload::Review,
 }
 
 #[derive(Serialize)]
@@ -646,7 +648,7 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) 
     let audit_failure = state.audit.failure();
     // No policy set ever loaded: every call is denied.
     let origin = state.policy.origin();
-    let ready = audit_failure.is_none() && origin != crate::policy::Origin::Nothing;
+    let ready = audit_failure.is_none() && origin != crate::reload::Origin::Nothing;
     (
         if ready {
             StatusCode::OK

@@ -12,7 +12,7 @@ use axum::response::IntoResponse;
 
 use super::AppState;
 use crate::approvals::WebhookStats;
-use crate::audit::now_ms;
+use crate::clock::now_ms;
 
 fn get(a: &AtomicU64) -> u64 {
     a.load(Ordering::Relaxed)
@@ -74,7 +74,7 @@ pub async fn render(State(state): State<AppState>) -> impl IntoResponse {
     m.set_gauge(
         "toolgate_policy_ready",
         &[],
-        flag(state.policy.origin() != crate::policy::Origin::Nothing),
+        flag(state.policy.origin() != crate::reload::Origin::Nothing),
     );
     let failing = state.policy.last_error().is_some();
     m.set_gauge(

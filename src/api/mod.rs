@@ -38,8 +38,9 @@ use crate::audit::{Audit, Chain, Durability, StoreError};
 use crate::auth::Authenticator;
 use crate::limits::{LimitConfig, Limiter, MonotonicClock};
 use crate::metrics::Metrics;
-use crate::policy::{PolicyStore, Snapshot};
+use crate::policy::Snapshot;
 use crate::redact::{Gates, Streams};
+use crate::reload::PolicyStore;
 
 /// Open streams the stream gate keeps at most (each holds at most 64 KiB), and per principal.
 const MAX_STREAMS: usize = 1024;
@@ -138,7 +139,7 @@ impl AppState {
             stores.grants,
             audit.clone(),
             policy.clone(),
-            crate::audit::now_ms(),
+            crate::clock::now_ms(),
         )?;
         Ok(AppState::with_services(
             policy,

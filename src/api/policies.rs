@@ -91,7 +91,7 @@ pub async fn approve_held(
             .map_err(|_| ApiError::StoreUnavailable)?;
             let (from, to, review) = match swapped {
                 Ok(done) => done,
-                Err(crate::policy::HoldError::NotRecorded(e)) => return Err(not_recorded(e)),
+                Err(crate::reload::HoldError::NotRecorded(e)) => return Err(not_recorded(e)),
                 // A newer edit replaced the held change after the check: nothing was recorded
                 // as applied.
                 Err(e) => return Err(ApiError::Held(e)),

@@ -15,8 +15,9 @@ use serde_json::Value;
 
 use super::handlers::authenticate;
 use super::{ApiError, AppState};
-use crate::audit::{Entry, EntryKind, now_ms};
+use crate::audit::{Entry, EntryKind};
 use crate::authz::{Advice, PrincipalKind};
+use crate::clock::now_ms;
 use crate::redact::{Action, Gate, Gates, Violation, labels};
 
 /// Largest result body accepted (the size cap then applies per tool).

@@ -415,7 +415,7 @@ impl Approvals {
     ) -> Result<Self, StoreError> {
         let all = store.all()?;
         let timeline = Timeline::of(&all);
-        let waiting = Waiting::of(all, crate::audit::now_ms());
+        let waiting = Waiting::of(all, crate::clock::now_ms());
         Ok(Approvals {
             store,
             changed: tokio::sync::watch::channel(0).0,

@@ -124,7 +124,7 @@ fn post(agent: &ureq::Agent, config: &WebhookConfig, body: &str) -> Result<(), S
         );
     if let Some(key) = &config.secret {
         // The timestamp is signed with the body, so a captured notice cannot be replayed later.
-        let ts = (crate::audit::now_ms() / 1000).to_string();
+        let ts = (crate::clock::now_ms() / 1000).to_string();
         req = req.header("X-Toolgate-Timestamp", &ts).header(
             "X-Toolgate-Signature",
             &format!("sha256={}", sign(key, &format!("{ts}.{body}"))),
@@ -144,7 +144,7 @@ fn post(agent: &ureq::Agent, config: &WebhookConfig, body: &str) -> Result<(), S
 
 /// Hex HMAC-SHA-256 of `body` under `key`.
 pub fn sign(key: &[u8], body: &str) -> String {
-    crate::audit::hmac_sha256_hex(key, &[body.as_bytes()])
+    crate::digest::hmac_sha256_hex(key, &[body.as_bytes()])
 }
 
 /// The scheme and host of `url`, for logs: webhook paths often carry a secret (Slack's do).

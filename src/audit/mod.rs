@@ -16,8 +16,7 @@ pub(crate) use cell::{SledCell, sled_config};
 pub use ledger::Effect;
 pub use record::{
     Chain, Checkpoint, Entry, EntryKind, GENESIS, Link, LinkFault, Operator, Record, RingKey,
-    args_digest, args_preview, canonical_json, hmac_sha256_hex, key_id, now_ms, redacted_preview,
-    unix_ms,
+    args_digest, args_preview, canonical_json, key_id, redacted_preview,
 };
 pub(crate) use store::SledAudit;
 pub use store::{AuditStore, Query, StoreError, Stored};

@@ -6,6 +6,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::clock::now_ms;
+use crate::digest::hmac_sha256_hex;
+
 /// What an entry is about.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -160,18 +163,6 @@ impl Checkpoint {
     pub fn attestation(&self) -> String {
         format!("checkpoint {} {}", self.seq, self.hash)
     }
-}
-
-/// `t` in milliseconds since the Unix epoch (0 before it), as records store times.
-pub fn unix_ms(t: std::time::SystemTime) -> u64 {
-    t.duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
-/// Now, in milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    unix_ms(std::time::SystemTime::now())
 }
 
 /// The hash before the first record.
@@ -420,22 +411,6 @@ fn seal_checkpoint(link: &Link, seq: u64, hash: &str, at_ms: u64) -> Checkpoint 
         hash: hash.to_owned(),
         at_ms,
         seal: link.mac(hash, body.as_bytes()).unwrap_or_default(),
-    }
-}
-
-/// Hex HMAC-SHA-256 under `key` of `parts`, concatenated: the one keyed MAC the sidecar uses
-/// (chain links, checkpoints, webhook signatures).
-pub fn hmac_sha256_hex(key: &[u8], parts: &[&[u8]]) -> String {
-    use hmac::{Mac, SimpleHmac};
-    // HMAC accepts keys of any length, so `new_from_slice` cannot fail here.
-    match <SimpleHmac<Sha256> as Mac>::new_from_slice(key) {
-        Ok(mut mac) => {
-            for part in parts {
-                mac.update(part);
-            }
-            hex::encode(mac.finalize().into_bytes())
-        }
-        Err(_) => String::new(),
     }
 }
 

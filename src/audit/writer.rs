@@ -19,9 +19,10 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::ledger::Effect;
-use super::record::{Chain, Checkpoint, Entry, EntryKind, GENESIS, now_ms};
+use super::record::{Chain, Checkpoint, Entry, EntryKind, GENESIS};
 use super::store::{AuditStore, StoreError};
 use super::verify::Verdict as ChainVerdict;
+use crate::clock::now_ms;
 
 /// Most entries one batch holds.
 const MAX_BATCH: usize = 1024;

@@ -20,8 +20,9 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 
+use crate::paths::normalize_path;
 use crate::policy::Snapshot;
-use crate::tools::{Tool, normalize_path};
+use crate::tools::Tool;
 
 /// Decides one tool call with nothing observed of the caller (no usage, no anomaly): what
 /// `toolgate authorize` and the tests evaluate.

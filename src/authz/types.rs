@@ -98,7 +98,7 @@ pub struct Call {
 }
 
 /// What the sidecar has observed of the caller, shown to Cedar as `context.usage` and
-/// `context.anomaly`. Computed by the server ([`crate::anomaly`]); all zero and quiet where no
+/// `context.anomaly`. Computed by the server (the `anomaly` monitor); all zero and quiet where no
 /// server observes (`toolgate authorize`, tests).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Signals {

@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
 use super::client::{Client, Remote, encode, field};
-use crate::audit::now_ms;
+use crate::clock::now_ms;
 
 /// Arguments of `toolgate approvals`.
 #[derive(Debug, Args)]

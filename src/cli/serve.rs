@@ -15,13 +15,13 @@ use crate::admin::Admin;
 use crate::anomaly::{Alerts, Monitor};
 use crate::api::{AppState, expire_due, expiry_timer, fit_to_fd_limit, raise_fd_limit, router};
 use crate::approvals::{Approvals, Webhook, WebhookConfig, webhook_origin};
-use crate::audit::now_ms;
 use crate::audit::{Audit, EntryKind, Operator, Retention};
 use crate::auth::Authenticator;
+use crate::clock::now_ms;
 use crate::config::{Config, WebhookSettings};
 use crate::grants::Grants;
 use crate::limits::{Limiter, MonotonicClock};
-use crate::policy::{Origin, PolicyStore, PolicyWatcher, StoreOptions};
+use crate::reload::{Origin, PolicyStore, PolicyWatcher, StoreOptions};
 use crate::storage::Stores;
 
 /// Runs the subcommand.
@@ -70,11 +70,11 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
     }
     if let Err(e) = crate::review::diff::find_solver() {
         match store.widening() {
-            crate::policy::Widening::Hold => tracing::warn!(
+            crate::reload::Widening::Hold => tracing::warn!(
                 error = %e,
                 "NO SOLVER: no policy change can be proved narrowing, so every change waits for a human's approval (/readyz `solver`)"
             ),
-            crate::policy::Widening::Apply => tracing::warn!(
+            crate::reload::Widening::Apply => tracing::warn!(
                 error = %e,
                 "NO SOLVER: policy changes apply unproved (reload.widening = \"apply\")"
             ),

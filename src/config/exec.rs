@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::exec::{DefaultLimits, ExecSettings, Programs};
+use crate::exec::{DefaultLimits, ExecSettings};
+use crate::tools::Programs;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -22,7 +22,9 @@ use crate::redact::{Gate, GateRules, RedactConfig};
 
 use std::time::Duration;
 
-use crate::policy::{Sources, WatchOptions};
+use crate::policy::Sources;
+
+use crate::reload::WatchOptions;
 
 /// Default listen address: loopback only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8181";
@@ -161,7 +163,7 @@ struct RawApprovals {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawReload {
-    widening: Option<crate::policy::Widening>,
+    widening: Option<crate::reload::Widening>,
     watch: Option<bool>,
     poll_ms: Option<u64>,
     debounce_ms: Option<u64>,
@@ -220,7 +222,7 @@ pub struct Config {
     /// How policy changes are noticed.
     pub reload: WatchOptions,
     /// `[reload] widening`: hold widening policy changes for a human (default), or apply them.
-    pub widening: crate::policy::Widening,
+    pub widening: crate::reload::Widening,
     /// Where the audit log and approvals are stored (default `./data`).
     pub data_dir: PathBuf,
     /// Whether each audit batch is flushed before decisions are answered.
@@ -338,7 +340,7 @@ impl Config {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             auth: AuthConfig::default(),
             reload: WatchOptions::default(),
-            widening: crate::policy::Widening::Hold,
+            widening: crate::reload::Widening::Hold,
             data_dir: PathBuf::from("data"),
             audit_durability: Durability::Group,
             audit_hmac_key_file: None,

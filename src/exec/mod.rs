@@ -14,14 +14,10 @@ pub mod launch;
 mod output;
 mod run;
 pub mod sandbox;
-mod spec;
 
+use crate::tools::{Access, Executor, Keep, LimitOverrides, Programs, RenderError};
 pub use launch::RunAs;
 pub use output::{ParseError, Text, parse};
-pub use spec::{
-    Access, CompileError, DEFAULT_PROGRAMS, Executor, GitSpec, Keep, LimitOverrides, Parser,
-    Program, Programs, RawAccess, RawExecutor, RenderError, Retry, Truncate,
-};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -358,7 +354,7 @@ impl Runner {
     /// within the tool's `timeout_ms` and `max_output_bytes`.
     pub async fn files(
         self: &Arc<Self>,
-        tool: crate::files::Builtin,
+        tool: crate::tools::Builtin,
         args: Value,
         limits: &crate::tools::Limits,
     ) -> crate::files::Ran {

@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 use super::run::Capture;
-use super::spec::{Keep, Parser, Truncate};
+use crate::tools::{Keep, Parser, Truncate};
 
 /// The text of a run's output after stripping and truncation.
 #[derive(Debug, PartialEq, Eq)]

@@ -107,7 +107,7 @@ impl Locks {
                     let line = format!(
                         "{token} pid={} at_ms={}\n",
                         std::process::id(),
-                        crate::audit::now_ms()
+                        crate::clock::now_ms()
                     );
                     file.write_all(line.as_bytes())
                         .map_err(|e| LockError::Io(e.to_string()))?;

@@ -118,7 +118,7 @@ fn locked(
     took: &mut Option<TakeOver>,
 ) -> Result<(Held, Parent, Existing), FileError> {
     let asked =
-        crate::tools::normalize_path(raw).map_err(|e| FileError::jail(raw, JailError::from(e)))?;
+        crate::paths::normalize_path(raw).map_err(|e| FileError::jail(raw, JailError::from(e)))?;
     let held = cx
         .locks
         .acquire(&asked)

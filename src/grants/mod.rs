@@ -18,7 +18,8 @@ use cedar_policy::{EntityId, EntityTypeName, EntityUid};
 use serde::{Deserialize, Serialize};
 
 use crate::audit::{Audit, Entry, StoreError};
-use crate::policy::{Link, LinkError, PolicyStore};
+use crate::policy::{Link, LinkError};
+use crate::reload::PolicyStore;
 
 /// Most grants alive at once: every change relinks the whole set.
 pub const MAX_GRANTS: usize = 1000;

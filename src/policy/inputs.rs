@@ -42,7 +42,7 @@ pub struct Inputs {
     /// `sha256:` + 16 hex digits over every file's role, name and bytes.
     pub revision: String,
     /// The allowlist of executables manifests are checked against.
-    pub programs: crate::exec::Programs,
+    pub programs: crate::tools::Programs,
     /// The deny list path facts are matched against.
     pub deny: std::sync::Arc<crate::globs::PathGuard>,
 }

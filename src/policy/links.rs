@@ -1,5 +1,5 @@
 //! Template links on top of a snapshot built from files: the policy half of a grant
-//! ([`crate::grants`]). A link fills a template's `?principal` and `?resource` slots; the
+//! (the `grants` module). A link fills a template's `?principal` and `?resource` slots; the
 //! result is one more policy of the set, decided by Cedar like any other (a grant's permit
 //! never outweighs a forbid). Relinking builds a new snapshot with the same revision (the
 //! files' hash): links are named in the decision's reasons by their own ids.

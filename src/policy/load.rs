@@ -32,7 +32,7 @@ pub struct Sources {
     /// Directory of the Cedar schema and `tools/*.json` manifests.
     pub schemas_dir: PathBuf,
     /// Executables a manifest's `executor` may name (`[exec] programs`).
-    pub programs: crate::exec::Programs,
+    pub programs: crate::tools::Programs,
     /// The deny list (`[exec] deny`): policies see whether a path matches it
     /// (`context.paths.<arg>.denied`), with the matcher execution uses.
     pub deny: std::sync::Arc<crate::globs::PathGuard>,
@@ -44,7 +44,7 @@ impl Sources {
         Sources {
             policies_dir: policies_dir.into(),
             schemas_dir: schemas_dir.into(),
-            programs: crate::exec::Programs::default(),
+            programs: crate::tools::Programs::default(),
             deny: std::sync::Arc::default(),
         }
     }
@@ -190,7 +190,7 @@ fn check_template_scopes(
 
 fn compile_manifests(
     files: &[SourceFile],
-    programs: Option<&crate::exec::Programs>,
+    programs: Option<&crate::tools::Programs>,
     problems: &mut Vec<Problem>,
 ) -> BTreeMap<String, Tool> {
     let mut tools = BTreeMap::new();

@@ -9,12 +9,9 @@ mod diag;
 mod inputs;
 mod links;
 mod load;
-mod remember;
 pub mod schema_gen;
 mod slice;
-mod store;
 mod validate;
-mod watch;
 
 pub use diag::{Level, LoadError, Problem};
 pub use inputs::{
@@ -23,15 +20,8 @@ pub use inputs::{
 };
 pub use links::{GRANT_FILE, Link, LinkError};
 pub use load::{Loaded, Sources, build, build_with, load, load_tools};
-pub(crate) use remember::SledGoodSets;
-pub use remember::{GoodSets, StoredSet};
 pub use slice::Slices;
-pub use store::{
-    Held, HoldError, Origin, PolicyStore, ReloadOutcome, ReloadStats, Review, StoreOptions,
-    Widening,
-};
 pub use validate::LoadCache;
-pub use watch::{PolicyWatcher, WatchOptions};
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;

@@ -131,10 +131,10 @@ struct RawManifest {
     output_fields: Option<super::FieldPolicy>,
     /// How toolgate runs the tool itself (`POST /v1/execute`).
     #[serde(default)]
-    executor: Option<crate::exec::RawExecutor>,
+    executor: Option<crate::tools::RawExecutor>,
     /// A file tool toolgate implements itself (instead of an `executor`).
     #[serde(default)]
-    builtin: Option<crate::files::Builtin>,
+    builtin: Option<crate::tools::Builtin>,
 }
 
 /// MCP tool annotations: hints, checked against the classification so they cannot mislead.
@@ -201,7 +201,7 @@ impl ManifestError {
 pub fn compile_manifest(
     text: &str,
     file_stem: &str,
-    programs: Option<&crate::exec::Programs>,
+    programs: Option<&crate::tools::Programs>,
 ) -> Result<Tool, ManifestError> {
     let raw: RawManifest = serde_json::from_str(text).map_err(|e| ManifestError {
         message: format!("invalid manifest: {e}"),
@@ -250,7 +250,7 @@ pub fn compile_manifest(
     let executor = match raw.executor {
         None => None,
         Some(ex) => {
-            let any = crate::exec::Programs::any();
+            let any = crate::tools::Programs::any();
             let list = programs.unwrap_or(&any);
             Some(
                 ex.compile(&raw.input_schema, &raw.path_args, list)
@@ -288,7 +288,7 @@ pub fn compile_manifest(
 /// A built-in tool's manifest must describe what the built-in does: no `executor` beside it,
 /// only arguments it knows, the ones it needs required, `path` jailed, and a tool that
 /// changes files not classified `read`.
-fn check_builtin(raw: &RawManifest, builtin: crate::files::Builtin) -> Result<(), ManifestError> {
+fn check_builtin(raw: &RawManifest, builtin: crate::tools::Builtin) -> Result<(), ManifestError> {
     if raw.executor.is_some() {
         return Err(ManifestError::new(
             "a manifest has either `executor` or `builtin`, not both",
@@ -481,7 +481,7 @@ mod tests {
             None,
         )
         .unwrap();
-        assert_eq!(tool.builtin, Some(crate::files::Builtin::ReadFile));
+        assert_eq!(tool.builtin, Some(crate::tools::Builtin::ReadFile));
     }
 
     #[test]

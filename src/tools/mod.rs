@@ -6,15 +6,20 @@
 //! Cedar schema file (see `policy::schema_gen`) or any decision (see `authz`).
 
 mod args;
+mod builtin;
+mod executor;
 mod fields;
 mod manifest;
-mod paths;
 pub mod strict_json;
 
 pub use args::{ArgError, CedarType, RecordAttr};
+pub use builtin::Builtin;
+pub use executor::{
+    Access, CompileError, DEFAULT_PROGRAMS, Executor, GitSpec, Keep, LimitOverrides, Parser,
+    Program, Programs, RawAccess, RawExecutor, RenderError, Retry, Truncate,
+};
 pub use fields::{FieldPolicy, Filtered};
 pub use manifest::{Classification, Limits, ManifestError, Risk, compile_manifest};
-pub use paths::{PathError, PathFacts, normalize_path, path_facts};
 
 use cedar_policy::{EntityUid, RestrictedExpression};
 use serde_json::Value;
@@ -46,9 +51,9 @@ pub struct Tool {
     /// gate).
     pub output_fields: Option<FieldPolicy>,
     /// How toolgate runs the tool (`None`: the agent runtime runs it and reports results).
-    pub executor: Option<crate::exec::Executor>,
+    pub executor: Option<crate::tools::Executor>,
     /// The file tool toolgate implements itself, if this is one.
-    pub builtin: Option<crate::files::Builtin>,
+    pub builtin: Option<crate::tools::Builtin>,
     /// `Action::"<name>"`, built once.
     pub action_uid: EntityUid,
     /// `Tool::"<name>"`, built once.
@@ -156,7 +161,7 @@ impl Tool {
                 continue;
             };
             let denied = guard.refuses(path).is_some();
-            let f = path_facts(path);
+            let f = crate::paths::path_facts(path);
             let segments = RestrictedExpression::new_set(
                 f.segments.into_iter().map(RestrictedExpression::new_string),
             );

@@ -33,7 +33,7 @@ fn sidecar(ttl_secs: u64, retain_secs: u64) -> (Router, AppState, Arc<Audit>) {
         .unwrap()
         .with_retention(retain_secs);
     let state = AppState::with_services(
-        Arc::new(toolgate::policy::PolicyStore::new(shipped_snapshot(), None)),
+        Arc::new(toolgate::reload::PolicyStore::new(shipped_snapshot(), None)),
         demo_auth(),
         64 * 1024,
         audit.clone(),

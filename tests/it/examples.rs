@@ -29,7 +29,7 @@ fn every_example_config_loads() {
 /// why), and says so explicitly.
 #[test]
 fn widening_changes_are_held_by_default_and_the_quickstart_applies_them_explicitly() {
-    use toolgate::policy::Widening;
+    use toolgate::reload::Widening;
     assert_eq!(Config::defaults().widening, Widening::Hold);
     let quickstart = repo().join("examples/quickstart.toml");
     assert_eq!(

@@ -10,8 +10,9 @@ use axum::Router;
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 use toolgate::api::{AppState, router};
-use toolgate::exec::{ExecSettings, Programs, Runner};
+use toolgate::exec::{ExecSettings, Runner};
 use toolgate::policy::load;
+use toolgate::tools::Programs;
 
 use crate::helpers::*;
 

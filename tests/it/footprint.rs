@@ -43,7 +43,7 @@ fn decision(n: u64) -> Entry {
     Entry {
         kind: EntryKind::Decision,
         id: uuid::Uuid::now_v7().to_string(),
-        at_ms: toolgate::audit::now_ms(),
+        at_ms: toolgate::clock::now_ms(),
         principal: Some(format!("Agent::\"agent-{}\"", n % 4)),
         tool: Some("read_file".into()),
         risk: Some("low".into()),

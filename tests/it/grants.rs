@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use toolgate::api::{AppState, router};
-use toolgate::policy::{PolicyStore, StoreOptions, Widening};
+use toolgate::reload::{PolicyStore, StoreOptions, Widening};
 use toolgate::storage::Stores;
 
 use crate::helpers::*;
@@ -318,7 +318,7 @@ async fn grants_expire_on_time() {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let late = toolgate::audit::now_ms().saturating_sub(expires);
+    let late = toolgate::clock::now_ms().saturating_sub(expires);
     eprintln!("grant expired {late} ms after its expiry");
     // Tens of ms on an idle machine (a debug build relinks the set); generous for loaded CI.
     assert!(late < 2000, "expired {late} ms late");
@@ -359,7 +359,7 @@ fn start(
         stores.grants.clone(),
         audit.clone(),
         store.clone(),
-        toolgate::audit::now_ms(),
+        toolgate::clock::now_ms(),
     )
     .unwrap();
     let state = AppState::with_services(
@@ -421,7 +421,7 @@ async fn grants_survive_restarts_and_a_removed_template_grants_nothing() {
     std::fs::remove_file(set.policies().join("grants.cedar")).unwrap();
     assert!(matches!(
         store.reload(false),
-        toolgate::policy::ReloadOutcome::Applied { .. }
+        toolgate::reload::ReloadOutcome::Applied { .. }
     ));
     assert_eq!(authorize(&app, PO, &run_tests()).await["decision"], "deny");
     let (_, list) = send(&app, "GET", "/v1/grants", Some(ALICE), None).await;
@@ -440,7 +440,7 @@ async fn grants_survive_restarts_and_a_removed_template_grants_nothing() {
     .unwrap();
     assert!(matches!(
         store.reload(false),
-        toolgate::policy::ReloadOutcome::Applied { .. }
+        toolgate::reload::ReloadOutcome::Applied { .. }
     ));
     assert_eq!(authorize(&app, PO, &run_tests()).await["decision"], "allow");
 }

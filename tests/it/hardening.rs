@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 use toolgate::api::{AppState, router};
-use toolgate::exec::{ExecSettings, Programs, Runner};
+use toolgate::exec::{ExecSettings, Runner};
 use toolgate::policy::load;
+use toolgate::tools::Programs;
 
 use crate::helpers::*;
 use crate::process::*;

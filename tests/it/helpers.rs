@@ -235,7 +235,7 @@ pub async fn authorize(app: &Router, token: &str, body: &Value) -> Value {
 pub fn app_over_audit(audit: std::sync::Arc<toolgate::audit::Audit>) -> Router {
     let stores = toolgate::storage::Stores::temporary().unwrap();
     router(AppState::with_services(
-        std::sync::Arc::new(toolgate::policy::PolicyStore::new(shipped_snapshot(), None)),
+        std::sync::Arc::new(toolgate::reload::PolicyStore::new(shipped_snapshot(), None)),
         demo_auth(),
         64 * 1024,
         audit,

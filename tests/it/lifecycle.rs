@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use toolgate::api::{AppState, router};
-use toolgate::policy::{Origin, PolicyStore, ReloadOutcome, StoreOptions, Widening};
+use toolgate::reload::{Origin, PolicyStore, ReloadOutcome, StoreOptions, Widening};
 use toolgate::storage::Stores;
 
 use crate::helpers::*;

@@ -29,7 +29,7 @@ fn bounded(stores: Stores, bounds: Bounds, ttl_secs: u64) -> (Router, Arc<Audit>
     };
     let approvals = Approvals::new(stores.approvals, ttl, bounds).unwrap();
     let state = AppState::with_services(
-        Arc::new(toolgate::policy::PolicyStore::new(shipped_snapshot(), None)),
+        Arc::new(toolgate::reload::PolicyStore::new(shipped_snapshot(), None)),
         demo_auth(),
         64 * 1024,
         audit.clone(),

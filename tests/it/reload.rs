@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use toolgate::api::{AppState, router};
-use toolgate::policy::{
-    PolicyStore, PolicyWatcher, Sources, StoreOptions, WatchOptions, Widening, read_inputs,
-};
+use toolgate::policy::{Sources, read_inputs};
+use toolgate::reload::{PolicyStore, PolicyWatcher, StoreOptions, WatchOptions, Widening};
 
 use crate::helpers::*;
 

@@ -332,17 +332,17 @@ fn diff_treats_a_changed_template_as_widening() {
     let set = TempSet::new();
     let data = tempfile::tempdir().unwrap();
     let stores = toolgate::storage::Stores::open(data.path()).unwrap();
-    let options = toolgate::policy::StoreOptions {
+    let options = toolgate::reload::StoreOptions {
         remember: Some(stores.policies.clone()),
-        widening: toolgate::policy::Widening::Hold,
+        widening: toolgate::reload::Widening::Hold,
     };
-    let (store, _, _) = toolgate::policy::PolicyStore::start(set.sources(), options).unwrap();
+    let (store, _, _) = toolgate::reload::PolicyStore::start(set.sources(), options).unwrap();
     set.write(
         "policies/grants.cedar",
         "@id(\"grant-tool-access\")\npermit (principal in ?principal, action in [Action::\"read\", Action::\"write\", Action::\"destructive\"], resource == ?resource)\nwhen { context.usage.calls_last_minute < 1000 };\n",
     );
     match store.reload(false) {
-        toolgate::policy::ReloadOutcome::Held { review, .. } => {
+        toolgate::reload::ReloadOutcome::Held { review, .. } => {
             assert!(
                 review
                     .widened

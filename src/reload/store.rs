@@ -18,14 +18,10 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use serde::Serialize;
 
-use super::Snapshot;
-use super::diag::{LoadError, Problem};
-use super::inputs::read_stable;
-use super::links::{Link, LinkError};
-use super::load::{Sources, build_with};
 use super::remember::{GoodSets, StoredSet};
-use super::validate::LoadCache;
-use crate::audit::now_ms;
+use crate::clock::now_ms;
+use crate::policy::{Link, LinkError};
+use crate::policy::{LoadCache, LoadError, Problem, Snapshot, Sources, build_with, read_stable};
 
 /// What to do with a reload that lets some action do more than before, or that cannot be
 /// proved not to (no solver, a changed schema).

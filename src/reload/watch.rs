@@ -19,11 +19,10 @@ use sha2::{Digest as _, Sha256};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::diag::LoadError;
-use super::inputs::fingerprint;
-use super::load::Sources;
 use super::store::{PolicyStore, ReloadOutcome};
-use crate::audit::{Audit, Entry, EntryKind, now_ms};
+use crate::audit::{Audit, Entry, EntryKind};
+use crate::clock::now_ms;
+use crate::policy::{LoadError, Sources, fingerprint};
 
 /// How changes are noticed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

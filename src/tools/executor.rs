@@ -379,7 +379,7 @@ impl RawExecutor {
         }
         let cwd = match self.cwd.as_deref() {
             None => ".".to_owned(),
-            Some(c) => crate::tools::normalize_path(c).map_err(|e| {
+            Some(c) => crate::paths::normalize_path(c).map_err(|e| {
                 (
                     format!("`executor.cwd` `{c}`: {e}"),
                     "a directory relative to the service root".to_owned(),
@@ -462,7 +462,7 @@ fn compile_access(raw: RawAccess) -> Result<Access, CompileError> {
         list.into_iter()
             .map(|p| {
                 let help = || "paths below the service root, e.g. `target` or `node_modules` (never the root itself)".to_owned();
-                match crate::tools::normalize_path(&p) {
+                match crate::paths::normalize_path(&p) {
                     Ok(n) if n == "." => Err((
                         format!("`executor.sandbox.{key}` entry `{p}` names the whole service root"),
                         help(),

@@ -10,8 +10,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::inputs::{Inputs, SourceFile};
 use crate::audit::StoreError;
+use crate::policy::{Inputs, SourceFile};
 
 /// Where remembered sets are kept.
 pub trait GoodSets: Send + Sync + Debug {
@@ -80,7 +80,7 @@ impl StoredSet {
     /// Back to inputs, checked against today's allowlist of executables.
     pub fn into_inputs(
         self,
-        programs: crate::exec::Programs,
+        programs: crate::tools::Programs,
         deny: std::sync::Arc<crate::globs::PathGuard>,
     ) -> Inputs {
         let mut inputs = Inputs {
