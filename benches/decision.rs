@@ -388,16 +388,17 @@ mod approvals_bench {
     use serde_json::{Value, json};
     use tower::ServiceExt;
 
-    use toolgate::api::{AppState, router};
+    use toolgate::api::router;
     use toolgate::approvals::{Approval, Approvals, Bounds, Status, Ttl};
     use toolgate::audit::{Audit, Chain, Durability, Effect};
     use toolgate::auth::Authenticator;
     use toolgate::config::AuthConfig;
+    use toolgate::gateway::Gateway;
     use toolgate::storage::Stores;
 
     pub struct Sidecar {
         pub app: Router,
-        pub state: AppState,
+        pub state: Gateway,
         pub approvals: Arc<Approvals>,
     }
 
@@ -461,7 +462,7 @@ mod approvals_bench {
             ..AuthConfig::default()
         })
         .unwrap();
-        let state = AppState::with_services(
+        let state = Gateway::with_services(
             Arc::new(toolgate::reload::PolicyStore::new(snap, None)),
             auth,
             64 * 1024,
@@ -510,7 +511,7 @@ mod approvals_bench {
                 assert_eq!(denied["status"], "denied", "{denied}");
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
-            toolgate::api::expire_due(&s.state).await;
+            toolgate::gateway::expire_due(&s.state).await;
             spent
         })
     }
@@ -552,7 +553,7 @@ fn approvals(c: &mut Criterion) {
     );
     let mut g = c.benchmark_group("approvals_tick");
     g.bench_function("expire_due_100000_stored_none_due", |b| {
-        b.iter(|| rt.block_on(toolgate::api::expire_due(&s.state)))
+        b.iter(|| rt.block_on(toolgate::gateway::expire_due(&s.state)))
     });
     g.finish();
 }

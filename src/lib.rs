@@ -40,6 +40,7 @@ pub mod config;
 pub mod digest;
 pub mod exec;
 pub mod files;
+pub mod gateway;
 pub mod globs;
 pub mod grants;
 pub mod jail;

@@ -8,9 +8,9 @@ use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::handlers::human;
-use super::{ApiError, AppState};
+use super::handlers::credential;
 use crate::audit::Query as AuditQuery;
+use crate::gateway::{Error, Gateway, human};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -34,11 +34,11 @@ const HUMANS_ONLY: &str = "the audit log is for humans; agents cannot read it";
 
 /// `GET /v1/audit`.
 pub async fn query(
-    State(state): State<AppState>,
+    State(state): State<Gateway>,
     headers: HeaderMap,
     query: Result<Query<RawAuditQuery>, QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
-    human(&state, &headers, HUMANS_ONLY)?;
+) -> Result<Json<Value>, Error> {
+    human(&state, credential(&headers), HUMANS_ONLY)?;
     let Query(q) = query?;
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
     let query = AuditQuery {
@@ -56,10 +56,10 @@ pub async fn query(
     let audit = state.audit.clone();
     let records = tokio::task::spawn_blocking(move || audit.store().query(&query))
         .await
-        .map_err(|_| ApiError::StoreUnavailable)?
+        .map_err(|_| Error::StoreUnavailable)?
         .map_err(|e| {
             tracing::error!(error = %e, "audit query failed");
-            ApiError::StoreUnavailable
+            Error::StoreUnavailable
         })?;
     let next = (records.len() == limit)
         .then(|| records.last().map(|r| r.seq))
@@ -68,10 +68,7 @@ pub async fn query(
 }
 
 /// `GET /v1/audit/head`.
-pub async fn head(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
-    human(&state, &headers, HUMANS_ONLY)?;
+pub async fn head(State(state): State<Gateway>, headers: HeaderMap) -> Result<Json<Value>, Error> {
+    human(&state, credential(&headers), HUMANS_ONLY)?;
     Ok(Json(json!(state.audit.head())))
 }

@@ -1,5 +1,6 @@
-//! [`ApiError`]: every failure an HTTP caller can see, and the only code that picks status
-//! codes. Internal details are logged where they happen, never sent.
+//! The HTTP face of [`Error`]: the one table from errors to status codes and bodies, and the
+//! conversion of axum's body and query rejections into errors. Internal details are logged
+//! where they happen, never sent.
 
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
@@ -7,119 +8,11 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use super::body::DecisionBody;
-use crate::limits::{Limited, Per, Quota, Scope};
+use crate::gateway::{DecisionBody, Error, Refusal};
+use crate::limits::{Per, Quota, Scope};
 
 /// Fields a caller might use to claim an identity in the body; refused with a pointed message.
 const IDENTITY_FIELDS: [&str; 5] = ["principal", "agent", "user", "identity", "subject"];
-
-/// Why `/v1/execute` did not run a tool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// The decision was deny (403).
-    Denied,
-    /// The arguments cannot be run: a jailed path or an option-like value (422).
-    Arguments,
-    /// The tool has no executor (409).
-    NotExecutable,
-    /// Too many runs at once (429).
-    Busy,
-    /// Execution is off, the program is missing or the sandbox failed (503).
-    Unavailable,
-}
-
-impl Refusal {
-    fn code(self) -> &'static str {
-        match self {
-            Refusal::Denied => "denied",
-            Refusal::Arguments => "arguments_refused",
-            Refusal::NotExecutable => "not_executable",
-            Refusal::Busy => "executions_busy",
-            Refusal::Unavailable => "execution_unavailable",
-        }
-    }
-}
-
-/// An HTTP-visible failure.
-#[derive(Debug)]
-pub enum ApiError {
-    /// Malformed or invalid request.
-    BadRequest {
-        /// Stable code.
-        code: &'static str,
-        /// What is wrong.
-        message: String,
-        /// How to fix it.
-        suggestion: &'static str,
-    },
-    /// Body over the configured limit.
-    PayloadTooLarge,
-    /// The body did not arrive within `[server] body_timeout_ms` of the request head.
-    BodyTimeout,
-    /// Every connection slot (`[server] max_connections`) holds a request in progress.
-    TooManyConnections,
-    /// Body is not `application/json`.
-    UnsupportedMediaType,
-    /// Missing or invalid credential: a deny decided at the auth stage.
-    Unauthenticated(Box<DecisionBody>),
-    /// No such route.
-    NotFound,
-    /// Route exists, method does not.
-    MethodNotAllowed,
-    /// No valid policy set is loaded.
-    NotReady,
-    /// Authenticated, but this route is for another kind of principal.
-    Forbidden(&'static str),
-    /// The decision could not be recorded, so it is a deny and nothing else is claimed.
-    AuditUnavailable(Box<DecisionBody>),
-    /// The data store failed outside the decision path.
-    StoreUnavailable,
-    /// No approval with this id (or not visible to this caller).
-    ApprovalNotFound,
-    /// The approval cannot make this transition.
-    ApprovalConflict {
-        /// Stable code.
-        code: &'static str,
-        /// Why.
-        message: String,
-    },
-    /// Cedar says this human may not approve (or deny) this call.
-    NotEligible(String),
-    /// Cedar refused an operator action (explain, grant, kill switch, …): its advice says why
-    /// and what to do.
-    Refused(crate::authz::Advice),
-    /// The kill switch is forced on by the config or the environment.
-    KillSwitchForced(String),
-    /// A release named an agent that is not quarantined.
-    NotQuarantined(String),
-    /// No held policy change, or another revision than the one approved.
-    Held(crate::reload::HoldError),
-    /// `/v1/execute` did not run the tool: denied, refused arguments, not runnable here.
-    Execution(Refusal, Box<super::execute::ExecAnswer>),
-    /// A grant could not be made or found; nothing changed.
-    Grant(crate::grants::GrantError),
-    /// No such gate.
-    UnknownGate,
-    /// The redaction detectors are not available, so nothing is screened (fail closed).
-    GatesUnavailable,
-    /// A stream chunk was refused before it was screened.
-    Stream(crate::redact::StreamError),
-    /// A rate limit refused the call: a deny decided before Cedar, answered 429.
-    RateLimited {
-        /// The decision (recorded in the audit log).
-        body: Box<DecisionBody>,
-        /// Which bucket refused, and when to retry.
-        limited: Limited,
-    },
-    /// The call needs an approval, but a bound on pending approvals is reached: a deny at
-    /// stage `approval_limit` (recorded in the audit log), answered 429.
-    TooManyPendingApprovals {
-        /// The decision (recorded in the audit log).
-        body: Box<DecisionBody>,
-        /// Which bound refused.
-        full: crate::approvals::Full,
-    },
-}
 
 /// The 429 body for a full approval queue: what the client needs first, then the decision.
 #[derive(Serialize)]
@@ -164,71 +57,6 @@ struct ErrorBody<'a> {
     suggestion: &'a str,
 }
 
-impl std::fmt::Display for ApiError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let code = self.code();
-        match self {
-            ApiError::BadRequest { message, .. } => write!(f, "{code}: {message}"),
-            ApiError::Forbidden(m) => write!(f, "{code}: {m}"),
-            ApiError::NotEligible(m) => write!(f, "{code}: {m}"),
-            ApiError::Refused(a) => write!(f, "{code}: {}", a.message),
-            _ => f.write_str(code),
-        }
-    }
-}
-
-impl ApiError {
-    /// The stable code callers see in `error` (and in logs).
-    pub fn code(&self) -> &'static str {
-        match self {
-            ApiError::BadRequest { code, .. } | ApiError::ApprovalConflict { code, .. } => code,
-            ApiError::PayloadTooLarge => "body_too_large",
-            ApiError::BodyTimeout => "body_timeout",
-            ApiError::TooManyConnections => "too_many_connections",
-            ApiError::UnsupportedMediaType => "unsupported_media_type",
-            ApiError::Unauthenticated(_) => "unauthenticated",
-            ApiError::NotFound => "not_found",
-            ApiError::MethodNotAllowed => "method_not_allowed",
-            ApiError::NotReady => "not_ready",
-            ApiError::Forbidden(_) => "forbidden",
-            ApiError::AuditUnavailable(_) => "audit_unavailable",
-            ApiError::StoreUnavailable => "store_unavailable",
-            ApiError::ApprovalNotFound => "approval_not_found",
-            ApiError::NotEligible(_) | ApiError::Refused(_) => "not_eligible",
-            ApiError::RateLimited { .. } => "rate_limited",
-            ApiError::TooManyPendingApprovals { .. } => "too_many_pending_approvals",
-            ApiError::KillSwitchForced(_) => "kill_switch_forced",
-            ApiError::NotQuarantined(_) => "not_quarantined",
-            ApiError::Held(crate::reload::HoldError::NothingHeld) => "nothing_held",
-            ApiError::Held(crate::reload::HoldError::OtherRevision { .. }) => {
-                "held_revision_mismatch"
-            }
-            ApiError::Held(crate::reload::HoldError::NotRecorded(_)) => "store_unavailable",
-            ApiError::Grant(e) => match e {
-                crate::grants::GrantError::BadEntity { .. } => "invalid_entity",
-                crate::grants::GrantError::Link(_) => "grant_not_linkable",
-                crate::grants::GrantError::TooMany => "too_many_grants",
-                crate::grants::GrantError::NotFound(_) => "grant_not_found",
-                crate::grants::GrantError::Store(_) => "store_unavailable",
-            },
-            ApiError::UnknownGate => "unknown_gate",
-            ApiError::GatesUnavailable => "gates_unavailable",
-            ApiError::Stream(crate::redact::StreamError::TooMany(_)) => "too_many_streams",
-            ApiError::Stream(crate::redact::StreamError::Blocked) => "stream_blocked",
-            ApiError::Execution(r, _) => r.code(),
-        }
-    }
-
-    /// A 400 with a code and message.
-    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
-        ApiError::BadRequest {
-            code,
-            message: message.into(),
-            suggestion: "fix the request body; see docs/openapi.json",
-        }
-    }
-}
-
 /// serde quotes offending values (`invalid type: string "sk-live…"`); requests may carry
 /// secrets, so every double-quoted run is replaced before the message is sent back.
 fn unquote(message: &str) -> String {
@@ -254,13 +82,13 @@ fn unquote(message: &str) -> String {
     out
 }
 
-impl From<JsonRejection> for ApiError {
+impl From<JsonRejection> for Error {
     fn from(rejection: JsonRejection) -> Self {
         match rejection {
-            JsonRejection::MissingJsonContentType(_) => ApiError::UnsupportedMediaType,
-            r if super::serve::timed_out(&r) => ApiError::BodyTimeout,
-            r if r.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge,
-            JsonRejection::JsonSyntaxError(e) => ApiError::BadRequest {
+            JsonRejection::MissingJsonContentType(_) => Error::UnsupportedMediaType,
+            r if super::serve::timed_out(&r) => Error::BodyTimeout,
+            r if r.status() == StatusCode::PAYLOAD_TOO_LARGE => Error::PayloadTooLarge,
+            JsonRejection::JsonSyntaxError(e) => Error::BadRequest {
                 code: "invalid_json",
                 message: unquote(&e.body_text()),
                 suggestion: "send a well-formed JSON object",
@@ -271,7 +99,7 @@ impl From<JsonRejection> for ApiError {
                     .iter()
                     .any(|f| text.contains(&format!("unknown field `{f}`")));
                 if claims_identity {
-                    ApiError::BadRequest {
+                    Error::BadRequest {
                         code: "identity_in_body",
                         message: "the body may not name a principal: identity comes only from the \
                                   `Authorization` credential"
@@ -279,7 +107,7 @@ impl From<JsonRejection> for ApiError {
                         suggestion: "remove the field; authenticate as the principal instead",
                     }
                 } else {
-                    ApiError::BadRequest {
+                    Error::BadRequest {
                         code: "invalid_body",
                         message: text,
                         // Shared by every route: the message names the field and the ones expected.
@@ -287,7 +115,7 @@ impl From<JsonRejection> for ApiError {
                     }
                 }
             }
-            other => ApiError::BadRequest {
+            other => Error::BadRequest {
                 code: "invalid_body",
                 message: unquote(&other.body_text()),
                 suggestion: "send a JSON body",
@@ -296,9 +124,9 @@ impl From<JsonRejection> for ApiError {
     }
 }
 
-impl From<QueryRejection> for ApiError {
+impl From<QueryRejection> for Error {
     fn from(rejection: QueryRejection) -> Self {
-        ApiError::BadRequest {
+        Error::BadRequest {
             code: "invalid_query",
             message: unquote(&rejection.body_text()),
             suggestion: "see docs/openapi.json for this route's query parameters",
@@ -306,7 +134,7 @@ impl From<QueryRejection> for ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
+impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let plain = |status: StatusCode, error: &str, message: &str, suggestion: &str| {
             (
@@ -321,18 +149,18 @@ impl IntoResponse for ApiError {
         };
         let code = self.code();
         match self {
-            ApiError::BadRequest {
+            Error::BadRequest {
                 message,
                 suggestion,
                 ..
             } => plain(StatusCode::BAD_REQUEST, code, &message, suggestion),
-            ApiError::PayloadTooLarge => plain(
+            Error::PayloadTooLarge => plain(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 code,
                 "the request body is larger than the configured limit",
                 "send smaller arguments; the limit is `max_body_bytes` in the config",
             ),
-            ApiError::BodyTimeout => {
+            Error::BodyTimeout => {
                 let mut resp = plain(
                     StatusCode::REQUEST_TIMEOUT,
                     code,
@@ -343,7 +171,7 @@ impl IntoResponse for ApiError {
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));
                 resp
             }
-            ApiError::TooManyConnections => {
+            Error::TooManyConnections => {
                 let mut resp = plain(
                     StatusCode::SERVICE_UNAVAILABLE,
                     code,
@@ -355,82 +183,82 @@ impl IntoResponse for ApiError {
                 h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
                 resp
             }
-            ApiError::UnsupportedMediaType => plain(
+            Error::UnsupportedMediaType => plain(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 code,
                 "the body must be JSON",
                 "send `Content-Type: application/json`",
             ),
-            ApiError::Unauthenticated(body) => {
+            Error::Unauthenticated(body) => {
                 let mut resp = (StatusCode::UNAUTHORIZED, Json(body)).into_response();
                 resp.headers_mut()
                     .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
                 resp
             }
-            ApiError::NotFound => plain(
+            Error::NotFound => plain(
                 StatusCode::NOT_FOUND,
                 code,
                 "no such route",
                 "see docs/openapi.json for the routes",
             ),
-            ApiError::MethodNotAllowed => plain(
+            Error::MethodNotAllowed => plain(
                 StatusCode::METHOD_NOT_ALLOWED,
                 code,
                 "this route does not accept that method",
                 "see docs/openapi.json for the routes",
             ),
-            ApiError::Forbidden(message) => plain(
+            Error::Forbidden(message) => plain(
                 StatusCode::FORBIDDEN,
                 code,
                 message,
                 "use an operator's (human) credential",
             ),
-            ApiError::AuditUnavailable(body) => {
+            Error::AuditUnavailable(body) => {
                 (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
             }
-            ApiError::StoreUnavailable => plain(
+            Error::StoreUnavailable => plain(
                 StatusCode::SERVICE_UNAVAILABLE,
                 code,
                 "the data store failed; nothing was changed",
                 "retry later; operators: see /readyz and the logs",
             ),
-            ApiError::ApprovalNotFound => plain(
+            Error::ApprovalNotFound => plain(
                 StatusCode::NOT_FOUND,
                 code,
                 "no approval with this id is visible to you",
                 "use the `approval_id` from a pending_approval decision",
             ),
-            ApiError::ApprovalConflict { message, .. } => plain(
+            Error::ApprovalConflict { message, .. } => plain(
                 StatusCode::CONFLICT,
                 code,
                 &message,
                 "ask the agent to send the call again for a new approval",
             ),
-            ApiError::Refused(advice) => plain(
+            Error::Refused(advice) => plain(
                 StatusCode::FORBIDDEN,
                 code,
                 &advice.message,
                 &advice.suggestion,
             ),
-            ApiError::NotEligible(message) => plain(
+            Error::NotEligible(message) => plain(
                 StatusCode::FORBIDDEN,
                 code,
                 &message,
                 "ask an approver that the policies make eligible for this tool's risk tier",
             ),
-            ApiError::KillSwitchForced(by) => plain(
+            Error::KillSwitchForced(by) => plain(
                 StatusCode::CONFLICT,
                 code,
                 &format!("the kill switch is forced on by {by}"),
                 "remove `kill_switch = true` from the config or TOOLGATE_KILL_SWITCH from the environment, then restart",
             ),
-            ApiError::NotQuarantined(agent) => plain(
+            Error::NotQuarantined(agent) => plain(
                 StatusCode::NOT_FOUND,
                 code,
                 &format!("{agent} is not quarantined"),
                 "see GET /v1/admin/quarantine for the quarantined agents",
             ),
-            ApiError::Held(e) => plain(
+            Error::Held(e) => plain(
                 match e {
                     crate::reload::HoldError::NothingHeld => StatusCode::NOT_FOUND,
                     crate::reload::HoldError::OtherRevision { .. } => StatusCode::CONFLICT,
@@ -440,7 +268,7 @@ impl IntoResponse for ApiError {
                 &e.to_string(),
                 "GET /v1/policies shows the held change (`held.revision`) and its diff",
             ),
-            ApiError::Grant(e) => {
+            Error::Grant(e) => {
                 use crate::grants::GrantError as G;
                 let (status, suggestion) = match &e {
                     G::BadEntity { .. } => (
@@ -473,19 +301,19 @@ impl IntoResponse for ApiError {
                 };
                 plain(status, code, &message, suggestion)
             }
-            ApiError::UnknownGate => plain(
+            Error::UnknownGate => plain(
                 StatusCode::NOT_FOUND,
                 code,
                 "no such gate; the gates are input, context, tool_call, output and stream",
                 "POST /v1/gates/{input|context|tool_call|output|stream}",
             ),
-            ApiError::GatesUnavailable => plain(
+            Error::GatesUnavailable => plain(
                 StatusCode::SERVICE_UNAVAILABLE,
                 code,
                 "the redaction detectors are not available, so content cannot be screened (fail closed)",
                 "operators: see the logs at startup for why the detectors failed to build",
             ),
-            ApiError::Stream(e) => {
+            Error::Stream(e) => {
                 let status = match e {
                     crate::redact::StreamError::TooMany(_) => StatusCode::TOO_MANY_REQUESTS,
                     crate::redact::StreamError::Blocked => StatusCode::CONFLICT,
@@ -497,7 +325,7 @@ impl IntoResponse for ApiError {
                     "send each stream's chunks in order and end it with `\"final\": true`",
                 )
             }
-            ApiError::RateLimited { body, limited } => {
+            Error::RateLimited { body, limited } => {
                 let per = match limited.quota.per {
                     Per::Bucket => "burst".to_owned(),
                     window => format!("per {}", window.as_str()),
@@ -530,7 +358,7 @@ impl IntoResponse for ApiError {
                 );
                 resp
             }
-            ApiError::TooManyPendingApprovals { body, full } => {
+            Error::TooManyPendingApprovals { body, full } => {
                 let (message, suggestion) = body
                     .errors
                     .first()
@@ -553,13 +381,13 @@ impl IntoResponse for ApiError {
                 );
                 resp
             }
-            ApiError::NotReady => plain(
+            Error::NotReady => plain(
                 StatusCode::SERVICE_UNAVAILABLE,
                 code,
                 "no valid policy set is loaded",
                 "fix the policies (run `toolgate validate`)",
             ),
-            ApiError::Execution(refusal, body) => {
+            Error::Execution(refusal, body) => {
                 let status = match refusal {
                     Refusal::Denied => StatusCode::FORBIDDEN,
                     Refusal::Arguments => StatusCode::UNPROCESSABLE_ENTITY,

@@ -7,21 +7,21 @@ use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
 use axum::http::HeaderMap;
 
-use super::body::RawExplain;
-use super::handlers::human;
-use super::{ApiError, AppState};
+use super::handlers::credential;
 use crate::audit::{EntryKind, Operator};
 use crate::authz::{self, Explanation};
+use crate::gateway::RawExplain;
+use crate::gateway::{Error, Gateway, human};
 
 /// `POST /v1/explain`.
 pub async fn explain(
-    State(state): State<AppState>,
+    State(state): State<Gateway>,
     headers: HeaderMap,
     body: Result<Json<RawExplain>, JsonRejection>,
-) -> Result<Json<Explanation>, ApiError> {
+) -> Result<Json<Explanation>, Error> {
     let who = human(
         &state,
-        &headers,
+        credential(&headers),
         "explanations are for humans (auditors), not agents",
     )?;
     let snap = state.policy.current();
@@ -34,7 +34,7 @@ pub async fn explain(
     };
     let not_recorded = |e: crate::audit::StoreError| {
         tracing::error!(error = %e, "explain request not recorded; not answered");
-        ApiError::StoreUnavailable
+        Error::StoreUnavailable
     };
     // Who may ask is settled before the body is looked at.
     if let Err(advice) = authz::may_explain(&snap, &who) {
@@ -44,7 +44,7 @@ pub async fn explain(
             String::new(),
         );
         state.audit.record(entry).await.map_err(not_recorded)?;
-        return Err(ApiError::Refused(advice));
+        return Err(Error::Refused(advice));
     }
     let Json(body) = body?;
     let (agent, call, signals) = body.into_parts()?;

@@ -10,15 +10,15 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 
-use super::AppState;
 use crate::approvals::WebhookStats;
 use crate::clock::now_ms;
+use crate::gateway::Gateway;
 
 fn get(a: &AtomicU64) -> u64 {
     a.load(Ordering::Relaxed)
 }
 
-fn webhook(state: &AppState, name: &'static str, stats: Option<&WebhookStats>) {
+fn webhook(state: &Gateway, name: &'static str, stats: Option<&WebhookStats>) {
     let Some(w) = stats else { return };
     let m = &state.metrics;
     m.set_counter(name, &[("result", "delivered")], get(&w.delivered));
@@ -27,7 +27,7 @@ fn webhook(state: &AppState, name: &'static str, stats: Option<&WebhookStats>) {
 }
 
 /// Renders the metrics.
-pub async fn render(State(state): State<AppState>) -> impl IntoResponse {
+pub async fn render(State(state): State<Gateway>) -> impl IntoResponse {
     let snap = state.policy.current();
     let m = &state.metrics;
     m.set_counter(

@@ -10,10 +10,10 @@ use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::handlers::human;
-use super::{ApiError, AppState};
+use super::handlers::credential;
 use crate::audit::{Entry, EntryKind, Operator};
 use crate::authz;
+use crate::gateway::{Error, Gateway, human};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -34,22 +34,23 @@ fn entry(by: &str, live: &str, decision: &str, reasons: Vec<String>, detail: Str
 
 /// `POST /v1/policies/held/approve`.
 pub async fn approve_held(
-    State(state): State<AppState>,
+    State(state): State<Gateway>,
     headers: HeaderMap,
     body: Result<Json<ApproveBody>, JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let who = human(&state, &headers, "only humans approve policy changes")?;
+) -> Result<Json<Value>, Error> {
+    let who = human(
+        &state,
+        credential(&headers),
+        "only humans approve policy changes",
+    )?;
     let Json(body) = body?;
     let snap = state.policy.current();
     let by = who.uid.to_string();
     let not_recorded = |e: crate::audit::StoreError| {
         tracing::error!(error = %e, "policy approval not recorded; nothing changed");
-        ApiError::StoreUnavailable
+        Error::StoreUnavailable
     };
-    let held = state
-        .policy
-        .held_as(&body.revision)
-        .map_err(ApiError::Held)?;
+    let held = state.policy.held_as(&body.revision).map_err(Error::Held)?;
     // Decided by the live set: the change may not approve itself.
     let summary = held.review.summary();
     match authz::may_approve_policy_change(&snap, &who, &held.review.widened, held.review.proved) {
@@ -66,7 +67,7 @@ pub async fn approve_held(
                 ))
                 .await
                 .map_err(not_recorded)?;
-            Err(ApiError::Refused(advice))
+            Err(Error::Refused(advice))
         }
         Ok(policies) => {
             let detail = format!(
@@ -88,13 +89,13 @@ pub async fn approve_held(
                 })
             })
             .await
-            .map_err(|_| ApiError::StoreUnavailable)?;
+            .map_err(|_| Error::StoreUnavailable)?;
             let (from, to, review) = match swapped {
                 Ok(done) => done,
                 Err(crate::reload::HoldError::NotRecorded(e)) => return Err(not_recorded(e)),
                 // A newer edit replaced the held change after the check: nothing was recorded
                 // as applied.
-                Err(e) => return Err(ApiError::Held(e)),
+                Err(e) => return Err(Error::Held(e)),
             };
             tracing::info!(from, to, by, "held policy change approved and live");
             Ok(Json(json!({

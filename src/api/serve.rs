@@ -41,8 +41,8 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, Sleep};
 use tower_service::Service as _;
 
-use super::ApiError;
 use crate::config::ServerSettings;
+use crate::gateway::Error;
 
 /// Connections being answered 503 at once; past that an over-cap connection is closed unanswered.
 const REJECTING: usize = 64;
@@ -191,11 +191,11 @@ async fn accept_failed(e: &std::io::Error) {
     tokio::time::sleep(Duration::from_millis(100)).await;
 }
 
-/// Answers an over-cap connection's first request 503 (body by [`ApiError`]) and closes it.
+/// Answers an over-cap connection's first request 503 (body by [`Error`]) and closes it.
 async fn reject(stream: TcpStream, _permit: OwnedSemaphorePermit) {
     let answer = hyper::service::service_fn(|_req: hyper::Request<Incoming>| {
         std::future::ready(Ok::<_, Infallible>(
-            ApiError::TooManyConnections.into_response(),
+            Error::TooManyConnections.into_response(),
         ))
     });
     let mut http = http1::Builder::new();

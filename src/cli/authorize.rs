@@ -9,8 +9,8 @@ use clap::Args;
 use serde_json::Value;
 
 use super::{Common, load_or_report};
-use crate::api::RawCall;
 use crate::authz::{self, Principal, PrincipalKind};
+use crate::gateway::RawCall;
 
 /// Arguments of `toolgate authorize`.
 #[derive(Debug, Args)]

@@ -13,8 +13,8 @@ use serde_json::Value;
 use super::authorize::read_input;
 use super::client::{Client, Remote, field};
 use super::{Common, load_or_report};
-use crate::api::RawExplain;
 use crate::authz;
+use crate::gateway::RawExplain;
 
 /// Arguments of `toolgate explain`.
 #[derive(Debug, Args)]

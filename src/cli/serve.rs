@@ -13,12 +13,13 @@ use std::sync::Arc;
 use super::{Common, render, report_load_error};
 use crate::admin::Admin;
 use crate::anomaly::{Alerts, Monitor};
-use crate::api::{AppState, expire_due, expiry_timer, fit_to_fd_limit, raise_fd_limit, router};
+use crate::api::{fit_to_fd_limit, raise_fd_limit, router};
 use crate::approvals::{Approvals, Webhook, WebhookConfig, webhook_origin};
 use crate::audit::{Audit, EntryKind, Operator, Retention};
 use crate::auth::Authenticator;
 use crate::clock::now_ms;
 use crate::config::{Config, WebhookSettings};
+use crate::gateway::{Gateway, expire_due, expiry_timer};
 use crate::grants::Grants;
 use crate::limits::{Limiter, MonotonicClock};
 use crate::reload::{Origin, PolicyStore, PolicyWatcher, StoreOptions};
@@ -148,7 +149,7 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
         tracing::info!(grants = linked, "grants linked");
     }
     let grants = Arc::new(grants);
-    let state = AppState::with_services(
+    let state = Gateway::with_services(
         store.clone(),
         auth,
         cfg.max_body_bytes,
@@ -232,7 +233,7 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
             })
         };
         if let Some(grants) = &state.grants {
-            crate::api::forget_ended(&state, grants, &expired, now_ms()).await;
+            crate::gateway::forget_ended(&state, grants, &expired, now_ms()).await;
         }
         let grant_expiry = tokio::spawn(expiry_timer(state.clone()));
         let upkeep = {

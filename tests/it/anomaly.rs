@@ -9,8 +9,9 @@ use axum::http::StatusCode;
 use serde_json::{Value, json};
 
 use toolgate::anomaly::{Alerts, DetectorConfig, Monitor};
-use toolgate::api::{AppState, router};
+use toolgate::api::router;
 use toolgate::authz::AnomalyKind;
+use toolgate::gateway::Gateway;
 use toolgate::limits::ManualClock;
 
 use crate::helpers::*;
@@ -28,9 +29,9 @@ fn snapshot_with(policy: &str) -> toolgate::policy::Snapshot {
 fn detecting(
     snap: toolgate::policy::Snapshot,
     config: DetectorConfig,
-) -> (AppState, Arc<ManualClock>) {
+) -> (Gateway, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::default());
-    let state = AppState::new(snap, demo_auth(), 64 * 1024).unwrap();
+    let state = Gateway::new(snap, demo_auth(), 64 * 1024).unwrap();
     let alerts = Alerts {
         audit: Some(state.audit.clone()),
         webhook: None,
@@ -54,7 +55,7 @@ forbid (principal, action == Action::"echo", resource)
 when { context.usage.tool_last_minute >= 3 };"#,
     );
     let clock = Arc::new(ManualClock::default());
-    let state = AppState::new(snap, demo_auth(), 64 * 1024)
+    let state = Gateway::new(snap, demo_auth(), 64 * 1024)
         .unwrap()
         .with_monitor(Monitor::counting_only(clock.clone()));
     let app = router(state);
@@ -208,7 +209,7 @@ fn a_configured_sequence_alerts_through_the_signed_webhook_of_the_real_binary() 
 }
 
 /// Waits (bounded) until the detectors' thread has raised `kind` for the dev agent.
-async fn raised(state: &AppState, kind: AnomalyKind) {
+async fn raised(state: &Gateway, kind: AnomalyKind) {
     let start = Instant::now();
     while !state.monitor.raised_for(DEV_AGENT).contains(kind) {
         assert!(

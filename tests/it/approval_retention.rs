@@ -12,17 +12,19 @@ use axum::http::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::*;
-use toolgate::api::{AppState, expire_due, router};
+use toolgate::api::router;
 use toolgate::approvals::{Approvals, Bounds, Ttl};
 use toolgate::audit::{Audit, Chain, Durability, Record};
 use toolgate::config::Config;
+use toolgate::gateway::Gateway;
+use toolgate::gateway::expire_due;
 use toolgate::storage::Stores;
 
 const BOB: &str = "demo-bob-token";
 
 /// The router over the shipped set, approvals living `ttl_secs` and kept `retain_secs` after
 /// they end; also its state (to run the expiry tick) and audit trail.
-fn sidecar(ttl_secs: u64, retain_secs: u64) -> (Router, AppState, Arc<Audit>) {
+fn sidecar(ttl_secs: u64, retain_secs: u64) -> (Router, Gateway, Arc<Audit>) {
     let stores = Stores::temporary().unwrap();
     let audit = Arc::new(Audit::start(stores.audit, Chain::plain(), Durability::Group).unwrap());
     let ttl = Ttl {
@@ -32,7 +34,7 @@ fn sidecar(ttl_secs: u64, retain_secs: u64) -> (Router, AppState, Arc<Audit>) {
     let approvals = Approvals::new(stores.approvals, ttl, Bounds::default())
         .unwrap()
         .with_retention(retain_secs);
-    let state = AppState::with_services(
+    let state = Gateway::with_services(
         Arc::new(toolgate::reload::PolicyStore::new(shipped_snapshot(), None)),
         demo_auth(),
         64 * 1024,

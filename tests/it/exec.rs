@@ -9,8 +9,9 @@ use std::path::Path;
 use axum::Router;
 use axum::http::StatusCode;
 use serde_json::{Value, json};
-use toolgate::api::{AppState, router};
+use toolgate::api::router;
 use toolgate::exec::{ExecSettings, Runner};
+use toolgate::gateway::Gateway;
 use toolgate::policy::load;
 use toolgate::tools::Programs;
 
@@ -21,7 +22,7 @@ const PROGRAMS: [&str; 6] = ["printf", "git", "npm", "sh", "cat", "seq"];
 
 struct Rig {
     app: Router,
-    state: AppState,
+    state: Gateway,
     root: tempfile::TempDir,
     outside: tempfile::TempDir,
     _set: TempSet,
@@ -70,7 +71,7 @@ async fn rig(tools: &[Value]) -> Rig {
         .await
         .unwrap();
     assert_eq!(runner.protections().error, None);
-    let state = AppState::new(snap, demo_auth(), 64 * 1024)
+    let state = Gateway::new(snap, demo_auth(), 64 * 1024)
         .unwrap()
         .with_exec(runner);
     Rig {

@@ -8,8 +8,9 @@
 use axum::Router;
 use axum::http::StatusCode;
 use serde_json::{Value, json};
-use toolgate::api::{AppState, router};
+use toolgate::api::router;
 use toolgate::exec::{ExecSettings, Runner};
+use toolgate::gateway::Gateway;
 use toolgate::policy::Snapshot;
 
 use crate::helpers::*;
@@ -18,7 +19,7 @@ const BOB: &str = "demo-bob-token";
 
 pub(crate) struct Rig {
     pub(crate) app: Router,
-    pub(crate) state: AppState,
+    pub(crate) state: Gateway,
     pub(crate) root: tempfile::TempDir,
     pub(crate) locks: tempfile::TempDir,
 }
@@ -50,7 +51,7 @@ pub(crate) async fn rig_with(snap: Snapshot, lock_timeout_ms: u64, stale_lock_ms
     let runner = Runner::start(settings, env!("CARGO_BIN_EXE_toolgate").into())
         .await
         .unwrap();
-    let state = AppState::new(snap, demo_auth(), 4 * 1024 * 1024)
+    let state = Gateway::new(snap, demo_auth(), 4 * 1024 * 1024)
         .unwrap()
         .with_exec(runner);
     Rig {

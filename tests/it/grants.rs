@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use toolgate::api::{AppState, router};
+use toolgate::api::router;
+use toolgate::gateway::Gateway;
 use toolgate::reload::{PolicyStore, StoreOptions, Widening};
 use toolgate::storage::Stores;
 
@@ -295,7 +296,7 @@ async fn bad_grants_are_refused_with_what_to_fix_and_change_nothing() {
 async fn grants_expire_on_time() {
     let state = shipped_state();
     let app = router(state.clone());
-    let timer = tokio::spawn(toolgate::api::expiry_timer(state.clone()));
+    let timer = tokio::spawn(toolgate::gateway::expiry_timer(state.clone()));
     let (status, g) = post(
         &app,
         "/v1/grants",
@@ -362,7 +363,7 @@ fn start(
         toolgate::clock::now_ms(),
     )
     .unwrap();
-    let state = AppState::with_services(
+    let state = Gateway::with_services(
         store.clone(),
         demo_auth(),
         64 * 1024,

@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use serde_json::{Value, json};
-use toolgate::api::{AppState, router};
+use toolgate::api::router;
 use toolgate::exec::{ExecSettings, Runner};
+use toolgate::gateway::Gateway;
 use toolgate::policy::load;
 use toolgate::tools::Programs;
 
@@ -412,7 +413,7 @@ async fn an_argument_naming_a_time_limit_is_applied_within_the_manifests() {
         .await
         .unwrap();
     let app = router(
-        AppState::new(snap, demo_auth(), 64 * 1024)
+        Gateway::new(snap, demo_auth(), 64 * 1024)
             .unwrap()
             .with_exec(runner),
     );
@@ -550,7 +551,7 @@ async fn the_protected_set_holds_every_file_the_config_names() {
         .unwrap();
     let listed = runner.protections().protected.clone();
     let app = router(
-        AppState::new(shipped_snapshot(), demo_auth(), 64 * 1024)
+        Gateway::new(shipped_snapshot(), demo_auth(), 64 * 1024)
             .unwrap()
             .with_exec(runner),
     );

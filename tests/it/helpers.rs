@@ -9,9 +9,10 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 use tower::ServiceExt;
 
-use toolgate::api::{AppState, router};
+use toolgate::api::router;
 use toolgate::auth::Authenticator;
 use toolgate::config::AuthConfig;
+use toolgate::gateway::Gateway;
 use toolgate::policy::{Snapshot, Sources, load};
 
 pub const DEV: &str = "demo-dev-token";
@@ -75,12 +76,12 @@ pub fn app() -> Router {
 }
 
 pub fn app_with(snapshot: Snapshot, auth: Authenticator) -> Router {
-    router(AppState::new(snapshot, auth, 64 * 1024).unwrap())
+    router(Gateway::new(snapshot, auth, 64 * 1024).unwrap())
 }
 
 /// The state behind [`app`], for tests that read its audit log or swap a service.
-pub fn shipped_state() -> AppState {
-    AppState::new(shipped_snapshot(), demo_auth(), 64 * 1024).unwrap()
+pub fn shipped_state() -> Gateway {
+    Gateway::new(shipped_snapshot(), demo_auth(), 64 * 1024).unwrap()
 }
 
 /// A temp copy of the shipped policies and schemas, to break or extend.
@@ -234,7 +235,7 @@ pub async fn authorize(app: &Router, token: &str, body: &Value) -> Value {
 /// The router over the shipped set with `audit` as its audit trail (fault injection).
 pub fn app_over_audit(audit: std::sync::Arc<toolgate::audit::Audit>) -> Router {
     let stores = toolgate::storage::Stores::temporary().unwrap();
-    router(AppState::with_services(
+    router(Gateway::with_services(
         std::sync::Arc::new(toolgate::reload::PolicyStore::new(shipped_snapshot(), None)),
         demo_auth(),
         64 * 1024,

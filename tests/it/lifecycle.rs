@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use toolgate::api::{AppState, router};
+use toolgate::api::router;
+use toolgate::gateway::Gateway;
 use toolgate::reload::{Origin, PolicyStore, ReloadOutcome, StoreOptions, Widening};
 use toolgate::storage::Stores;
 
@@ -25,7 +26,7 @@ fn start(set: &TempSet, data: &std::path::Path, widening: Widening) -> (Arc<Poli
 }
 
 fn app_over(store: Arc<PolicyStore>) -> axum::Router {
-    router(AppState::with_store(store, demo_auth(), 64 * 1024).unwrap())
+    router(Gateway::with_store(store, demo_auth(), 64 * 1024).unwrap())
 }
 
 /// The app over `store` whose records go to `stores` (as `serve` composes them): an approved
@@ -43,7 +44,7 @@ fn app_with(store: Arc<PolicyStore>, stores: &Stores) -> axum::Router {
         Default::default(),
     )
     .unwrap();
-    router(AppState::with_services(
+    router(Gateway::with_services(
         store,
         demo_auth(),
         64 * 1024,

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use axum::http::StatusCode;
 use serde_json::json;
 
-use toolgate::api::{AppState, router};
+use toolgate::api::router;
+use toolgate::gateway::Gateway;
 use toolgate::limits::{LimitConfig, Limiter, ManualClock, Rate};
 
 use crate::helpers::*;
@@ -14,9 +15,9 @@ use crate::helpers::*;
 fn limited_app(
     config: LimitConfig,
     snapshot: toolgate::policy::Snapshot,
-) -> (axum::Router, AppState, Arc<ManualClock>) {
+) -> (axum::Router, Gateway, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::default());
-    let state = AppState::new(snapshot, demo_auth(), 64 * 1024)
+    let state = Gateway::new(snapshot, demo_auth(), 64 * 1024)
         .unwrap()
         .with_limiter(Limiter::new(config, clock.clone()));
     (router(state.clone()), state, clock)

@@ -11,10 +11,11 @@ use axum::http::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::*;
-use toolgate::api::{AppState, router};
+use toolgate::api::router;
 use toolgate::approvals::{Approvals, Bounds, Ttl};
 use toolgate::audit::{Audit, Chain, Durability};
 use toolgate::config::Config;
+use toolgate::gateway::Gateway;
 use toolgate::storage::Stores;
 
 const BOB: &str = "demo-bob-token";
@@ -28,7 +29,7 @@ fn bounded(stores: Stores, bounds: Bounds, ttl_secs: u64) -> (Router, Arc<Audit>
         ..Ttl::default()
     };
     let approvals = Approvals::new(stores.approvals, ttl, bounds).unwrap();
-    let state = AppState::with_services(
+    let state = Gateway::with_services(
         Arc::new(toolgate::reload::PolicyStore::new(shipped_snapshot(), None)),
         demo_auth(),
         64 * 1024,

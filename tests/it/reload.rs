@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use toolgate::api::{AppState, router};
+use toolgate::api::router;
+use toolgate::gateway::Gateway;
 use toolgate::policy::{Sources, read_inputs};
 use toolgate::reload::{PolicyStore, PolicyWatcher, StoreOptions, WatchOptions, Widening};
 
@@ -43,7 +44,7 @@ fn start(sources: Sources, opts: WatchOptions) -> Live {
         widening: Widening::Apply,
         ..StoreOptions::default()
     }));
-    let app = router(AppState::with_store(store.clone(), demo_auth(), 64 * 1024).unwrap());
+    let app = router(Gateway::with_store(store.clone(), demo_auth(), 64 * 1024).unwrap());
     let watcher = PolicyWatcher::spawn(store.clone(), opts);
     Live {
         store,

@@ -62,7 +62,8 @@ fn readyz(port: u16) -> Value {
     request(port, "GET", "/readyz", None, None).unwrap()
 }
 
-/// Polls `/readyz` until `done` holds (10 s at most).
+/// Polls `/readyz` until `done` holds (30 s at most: a held change waits for a cvc5 proof,
+/// which takes seconds on a loaded machine).
 fn wait_ready(port: u16, what: &str, done: impl Fn(&Value) -> bool) -> Value {
     let start = Instant::now();
     loop {
@@ -70,7 +71,7 @@ fn wait_ready(port: u16, what: &str, done: impl Fn(&Value) -> bool) -> Value {
         if done(&ready) {
             return ready;
         }
-        assert!(start.elapsed() < Duration::from_secs(10), "{what}: {ready}");
+        assert!(start.elapsed() < Duration::from_secs(30), "{what}: {ready}");
         std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -6,17 +6,12 @@
 //! the content nor a digest of it: a digest of a short output could be guessed) before it is
 //! answered.
 
-use axum::Json;
-use axum::extract::State;
-use axum::extract::rejection::JsonRejection;
-use axum::http::HeaderMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::handlers::authenticate;
-use super::{ApiError, AppState};
+use super::{Error, Gateway};
 use crate::audit::{Entry, EntryKind};
-use crate::authz::{Advice, PrincipalKind};
+use crate::authz::{Advice, Principal, PrincipalKind};
 use crate::clock::now_ms;
 use crate::redact::{Action, Gate, Gates, Violation, labels};
 
@@ -61,36 +56,36 @@ pub struct ResultAnswer {
     pub(super) errors: Vec<Advice>,
 }
 
-/// `POST /v1/results`.
-pub async fn report(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    body: Result<Json<ResultBody>, JsonRejection>,
-) -> Result<Json<ResultAnswer>, ApiError> {
-    let who = authenticate(&state, &headers)?;
+/// Screens a result an agent reports (`POST /v1/results`) and records the verdict. `body` is
+/// read after the caller is known to be an agent.
+pub async fn report_result(
+    state: &Gateway,
+    who: Principal,
+    body: Result<ResultBody, Error>,
+) -> Result<ResultAnswer, Error> {
     if who.kind != PrincipalKind::Agent {
-        return Err(ApiError::Forbidden(
+        return Err(Error::Forbidden(
             "results are reported with the agent's credential",
         ));
     }
-    let Json(body) = body?;
+    let body = body?;
     if let Some(id) = &body.decision_id
         && (id.is_empty() || id.len() > 64 || !id.bytes().all(|b| b.is_ascii_graphic()))
     {
-        return Err(ApiError::bad_request(
+        return Err(Error::bad_request(
             "invalid_decision_id",
             "`decision_id` must be the id from the decision that allowed the call",
         ));
     }
     let snap = state.policy.current();
     let Some(tool) = snap.tools.get(&body.tool) else {
-        return Err(ApiError::bad_request(
+        return Err(Error::bad_request(
             "unknown_tool",
             "no tool with this name is registered; report results of registered tools only",
         ));
     };
     let Some(gates) = state.gates.clone() else {
-        return Err(ApiError::GatesUnavailable);
+        return Err(Error::GatesUnavailable);
     };
     let cap = usize::try_from(tool.limits.max_output_bytes).unwrap_or(usize::MAX);
     let schema_errors = tool.check_output(&body.output);
@@ -137,8 +132,8 @@ pub async fn report(
         detail: Some(detail),
         ..Entry::default()
     };
-    super::handlers::record_or_refuse(&state, entry, "result").await?;
-    Ok(Json(screened))
+    super::decide::record_or_refuse(state, entry, "result").await?;
+    Ok(screened)
 }
 
 /// The screening of one result, in order: schema errors (block), field policy, output gate,

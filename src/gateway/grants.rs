@@ -1,4 +1,4 @@
-//! Grants through the API: `POST /v1/grants` links a template of the policy files for an agent
+//! Grants in the pipeline: `POST /v1/grants` links a template of the policy files for an agent
 //! or role and a tool until it expires, `GET /v1/grants` lists them, `POST
 //! /v1/grants/{id}/revoke` ends one early. Granting and revoking are Cedar decisions
 //! (`Action::"grant"` on the tool, with the template, grantee and duration in the context);
@@ -8,15 +8,10 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use axum::Json;
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::handlers::human;
-use super::{ApiError, AppState};
+use super::{Error, Gateway};
 use crate::audit::{Entry, EntryKind, Operator};
 use crate::authz::{self, Advice, GrantAsk, Principal};
 use crate::clock::now_ms;
@@ -69,7 +64,7 @@ fn grant_record<'a>(by: &'a str, revision: &'a str) -> Operator<'a> {
 
 /// One line for the audit log: what links to what, until when, and why. Entities are written
 /// as Cedar writes them (quotes escaped), so no id can forge the line's shape.
-pub(crate) fn describe(g: &Grant) -> String {
+pub fn describe(g: &Grant) -> String {
     let uid = |e: &EntityRef| {
         e.uid("entity")
             .map_or_else(|_| format!("{:?}", e.id), |u| u.to_string())
@@ -88,19 +83,19 @@ pub(crate) fn describe(g: &Grant) -> String {
     )
 }
 
-fn not_recorded(e: crate::audit::StoreError) -> ApiError {
+fn not_recorded(e: crate::audit::StoreError) -> Error {
     tracing::error!(error = %e, "grant request not recorded; nothing changed");
-    ApiError::StoreUnavailable
+    Error::StoreUnavailable
 }
 
-fn service(state: &AppState) -> Result<&Arc<Grants>, ApiError> {
-    state.grants.as_ref().ok_or(ApiError::StoreUnavailable)
+fn service(state: &Gateway) -> Result<&Arc<Grants>, Error> {
+    state.grants.as_ref().ok_or(Error::StoreUnavailable)
 }
 
-fn checked_reason(reason: Option<String>) -> Result<Option<String>, ApiError> {
+fn checked_reason(reason: Option<String>) -> Result<Option<String>, Error> {
     match reason {
         Some(r) if r.len() > MAX_REASON || r.chars().any(char::is_control) => {
-            Err(ApiError::bad_request(
+            Err(Error::bad_request(
                 "invalid_reason",
                 format!("`reason` must be at most {MAX_REASON} bytes without control characters"),
             ))
@@ -110,9 +105,9 @@ fn checked_reason(reason: Option<String>) -> Result<Option<String>, ApiError> {
 }
 
 /// Names and ids in a grant: 1 to 256 bytes without control characters.
-fn checked_name(field: &'static str, value: &str) -> Result<(), ApiError> {
+fn checked_name(field: &'static str, value: &str) -> Result<(), Error> {
     if value.is_empty() || value.len() > MAX_NAME || value.chars().any(char::is_control) {
-        return Err(ApiError::Grant(GrantError::BadEntity {
+        return Err(Error::Grant(GrantError::BadEntity {
             field,
             message: format!("must be 1 to {MAX_NAME} bytes without control characters"),
         }));
@@ -120,17 +115,17 @@ fn checked_name(field: &'static str, value: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn bad(field: &'static str, message: impl Into<String>) -> ApiError {
-    ApiError::Grant(GrantError::BadEntity {
+fn bad(field: &'static str, message: impl Into<String>) -> Error {
+    Error::Grant(GrantError::BadEntity {
         field,
         message: message.into(),
     })
 }
 
 /// The body, checked against the live set: a grant ready to ask Cedar about.
-fn checked_grant(snap: &Snapshot, who: &Principal, body: GrantBody) -> Result<Grant, ApiError> {
+fn checked_grant(snap: &Snapshot, who: &Principal, body: GrantBody) -> Result<Grant, Error> {
     if body.ttl_s == 0 || body.ttl_s > MAX_TTL_S {
-        return Err(ApiError::bad_request(
+        return Err(Error::bad_request(
             "invalid_ttl",
             format!("`ttl_s` must be 1 to {MAX_TTL_S} seconds (30 days)"),
         ));
@@ -154,7 +149,7 @@ fn checked_grant(snap: &Snapshot, who: &Principal, body: GrantBody) -> Result<Gr
             "no tool with this id is registered (GET /v1/tools)",
         ));
     }
-    let grantee = body.principal.uid("principal").map_err(ApiError::Grant)?;
+    let grantee = body.principal.uid("principal").map_err(Error::Grant)?;
     if body.principal.kind == "Role" && snap.entities.get(&grantee).is_none() {
         return Err(bad(
             "principal",
@@ -174,19 +169,19 @@ fn checked_grant(snap: &Snapshot, who: &Principal, body: GrantBody) -> Result<Gr
     })
 }
 
-/// `POST /v1/grants`.
-pub async fn create(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    body: Result<Json<GrantBody>, JsonRejection>,
-) -> Result<(StatusCode, Json<Listed>), ApiError> {
-    let who = human(&state, &headers, "only humans grant access")?;
-    let grants = service(&state)?.clone();
-    let Json(body) = body?;
+/// A human grants access (`POST /v1/grants`): a Cedar decision, recorded before it takes
+/// effect. `body` is read once the grant service is known to be there.
+pub async fn create_grant(
+    state: &Gateway,
+    who: Principal,
+    body: Result<GrantBody, Error>,
+) -> Result<Listed, Error> {
+    let grants = service(state)?.clone();
+    let body = body?;
     let snap = state.policy.current();
     let ttl_s = i64::try_from(body.ttl_s).unwrap_or(i64::MAX);
     let grant = checked_grant(&snap, &who, body)?;
-    let grantee = grant.principal.uid("principal").map_err(ApiError::Grant)?;
+    let grantee = grant.principal.uid("principal").map_err(Error::Grant)?;
     let ask = GrantAsk {
         tool: &grant.resource.id,
         template: &grant.template,
@@ -200,8 +195,8 @@ pub async fn create(
     drop(snap);
     let detail = describe(&grant);
     let id = grant.id.clone();
-    let listed = decided_change(
-        &state,
+    decided_change(
+        state,
         Verbs {
             who,
             revision,
@@ -214,11 +209,10 @@ pub async fn create(
         },
         decided,
         // A grant that cannot link is refused before anything is recorded as granted.
-        grants.check(&grant).map_err(ApiError::Grant),
+        grants.check(&grant).map_err(Error::Grant),
         move |record| async move { grants.create(grant, record).await },
     )
-    .await?;
-    Ok((StatusCode::CREATED, Json(listed)))
+    .await
 }
 
 /// One grant change: who asks, under which revision, about which grant (`id`, `detail`), and
@@ -240,12 +234,12 @@ struct Verbs {
 /// end in a spawned task (a client hanging up cannot stop it halfway), storing its record
 /// together with the change; a failure for another reason is recorded too.
 async fn decided_change<T: Send + 'static, F>(
-    state: &AppState,
+    state: &Gateway,
     verbs: Verbs,
     decided: Result<Vec<String>, Advice>,
-    ready: Result<(), ApiError>,
+    ready: Result<(), Error>,
     change: impl FnOnce(Entry) -> F + Send + 'static,
-) -> Result<T, ApiError>
+) -> Result<T, Error>
 where
     F: Future<Output = Result<T, GrantError>> + Send + 'static,
 {
@@ -270,7 +264,7 @@ where
                 detail,
             );
             state.audit.record(e).await.map_err(not_recorded)?;
-            return Err(ApiError::Refused(advice));
+            return Err(Error::Refused(advice));
         }
     };
     ready?;
@@ -288,45 +282,39 @@ where
                 let detail = format!("{id} {not}: {err}");
                 let e = entry(&who, &revision, failed, Vec::new(), detail);
                 audit.record(e).await.map_err(not_recorded)?;
-                Err(ApiError::Grant(err))
+                Err(Error::Grant(err))
             }
         }
     });
-    task.await.map_err(|_| ApiError::StoreUnavailable)?
+    task.await.map_err(|_| Error::StoreUnavailable)?
 }
 
-/// `GET /v1/grants`: the grants alive (humans only).
-pub async fn list(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
-    human(&state, &headers, "only humans see grants")?;
-    let grants = service(&state)?;
-    Ok(Json(json!({ "grants": grants.list().await })))
+/// The grants alive (`GET /v1/grants`, humans only).
+pub async fn list_grants(state: &Gateway) -> Result<Value, Error> {
+    let grants = service(state)?;
+    Ok(json!({ "grants": grants.list().await }))
 }
 
-/// `POST /v1/grants/{id}/revoke`.
-pub async fn revoke(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    body: Result<Json<RevokeBody>, JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let who = human(&state, &headers, "only humans revoke grants")?;
-    let grants = service(&state)?.clone();
-    // An empty body is a revocation without a reason.
-    let reason = match body {
-        Ok(Json(b)) => checked_reason(b.reason)?,
-        Err(JsonRejection::MissingJsonContentType(_)) => None,
-        Err(e) => return Err(e.into()),
+/// A human ends grant `id` early (`POST /v1/grants/{id}/revoke`); `body` is `None` for a
+/// revocation without a body (and so without a reason).
+pub async fn revoke_grant(
+    state: &Gateway,
+    who: Principal,
+    id: String,
+    body: Result<Option<RevokeBody>, Error>,
+) -> Result<Value, Error> {
+    let grants = service(state)?.clone();
+    let reason = match body? {
+        Some(b) => checked_reason(b.reason)?,
+        None => None,
     };
     let grant = grants.get(&id).await.ok_or_else(|| {
-        ApiError::Grant(GrantError::NotFound(
+        Error::Grant(GrantError::NotFound(
             id.chars().filter(|c| !c.is_control()).take(64).collect(),
         ))
     })?;
     let snap = state.policy.current();
-    let grantee = grant.principal.uid("principal").map_err(ApiError::Grant)?;
+    let grantee = grant.principal.uid("principal").map_err(Error::Grant)?;
     let ask = GrantAsk {
         tool: &grant.resource.id,
         template: &grant.template,
@@ -346,7 +334,7 @@ pub async fn revoke(
     let decided = authz::may_grant(&snap, &who, ask);
     drop(snap);
     let gone = decided_change(
-        &state,
+        state,
         Verbs {
             who,
             revision,
@@ -362,12 +350,12 @@ pub async fn revoke(
         move |record| async move { grants.revoke(&id, record).await },
     )
     .await?;
-    Ok(Json(json!({ "revoked": gone.id, "grant": gone })))
+    Ok(json!({ "revoked": gone.id, "grant": gone }))
 }
 
 /// Ends the grants expired now: unlinks them, records each, then removes them from the store
 /// (the expiry timer of `serve`).
-pub async fn expire_grants(state: &AppState) {
+pub async fn expire_grants(state: &Gateway) {
     let Some(grants) = &state.grants else {
         return;
     };
@@ -378,7 +366,7 @@ pub async fn expire_grants(state: &AppState) {
 
 /// Records each of `ended` as expired, then removes them from the store. A grant whose record
 /// failed stays stored, so the next start records it again.
-pub async fn forget_ended(state: &AppState, grants: &Grants, ended: &[Grant], now: u64) {
+pub async fn forget_ended(state: &Gateway, grants: &Grants, ended: &[Grant], now: u64) {
     if ended.is_empty() {
         return;
     }
@@ -415,7 +403,7 @@ pub fn grant_expired_entry(g: &Grant, now: u64, revision: &str) -> Entry {
 }
 
 /// Runs forever: expires each grant at its expiry (woken early when grants change).
-pub async fn expiry_timer(state: AppState) {
+pub async fn expiry_timer(state: Gateway) {
     let Some(grants) = state.grants.clone() else {
         return;
     };

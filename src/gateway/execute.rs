@@ -10,17 +10,13 @@
 //! Refusals before the decision (execution off, a tool without executor or program) change
 //! nothing and record nothing: no decision was made.
 
-use axum::Json;
-use axum::extract::State;
-use axum::extract::rejection::JsonRejection;
-use axum::http::{HeaderMap, StatusCode};
 use serde::Serialize;
 use serde_json::Value;
 
 use super::body::{DecisionBody, RawCall};
+use super::decide::{Credential, decide, record_or_refuse};
 use super::error::Refusal;
-use super::handlers::{decide, record_or_refuse};
-use super::{ApiError, AppState};
+use super::{Error, Gateway};
 use crate::audit::{Entry, EntryKind};
 use crate::authz::Outcome;
 use crate::clock::now_ms;
@@ -140,8 +136,8 @@ impl ExecAnswer {
     }
 }
 
-fn unavailable(code: &str, message: String, suggestion: &str) -> ApiError {
-    ApiError::Execution(
+fn unavailable(code: &str, message: String, suggestion: &str) -> Error {
+    Error::Execution(
         Refusal::Unavailable,
         Box::new(ExecAnswer::refused(
             String::new(),
@@ -163,12 +159,12 @@ enum Run<'a> {
 
 /// How toolgate runs the tool, or why it cannot: no executor (409), or its program is not
 /// installed on this machine (503).
-fn runnable(tool: &crate::tools::Tool) -> Result<Run<'_>, ApiError> {
+fn runnable(tool: &crate::tools::Tool) -> Result<Run<'_>, Error> {
     if let Some(builtin) = tool.builtin {
         return Ok(Run::Builtin(builtin));
     }
     match &tool.executor {
-        None => Err(ApiError::Execution(
+        None => Err(Error::Execution(
             Refusal::NotExecutable,
             Box::new(ExecAnswer::refused(
                 String::new(),
@@ -186,13 +182,21 @@ fn runnable(tool: &crate::tools::Tool) -> Result<Run<'_>, ApiError> {
     }
 }
 
-/// `POST /v1/execute`.
+/// How far a call got: it ran (or failed while running), or it waits for an approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// The tool ran; the answer holds its result.
+    Done,
+    /// The call waits for a human; re-send it with the approval id once approved.
+    Pending,
+}
+
+/// Decides `raw` and, when allowed, runs the tool (`POST /v1/execute`).
 pub async fn execute(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    body: Result<Json<RawCall>, JsonRejection>,
-) -> Result<(StatusCode, Json<ExecAnswer>), ApiError> {
-    let Json(raw) = body?;
+    state: &Gateway,
+    credential: Credential<'_>,
+    raw: RawCall,
+) -> Result<(Progress, ExecAnswer), Error> {
     let Some(runner) = state.exec.clone() else {
         return Err(unavailable(
             "execution_off",
@@ -205,7 +209,7 @@ pub async fn execute(
     if let Some(tool) = state.policy.current().tools.get(raw.tool_name()) {
         runnable(tool)?;
     }
-    let decided = decide(&state, &headers, Ok(Json(raw))).await?;
+    let decided = decide(state, credential, Ok(raw)).await?;
     let mut body = decided.body;
     let decision_id = body.decision_id.clone();
     match body.decision {
@@ -224,7 +228,7 @@ pub async fn execute(
                 output: None,
                 stderr: String::new(),
             };
-            return Ok((StatusCode::ACCEPTED, Json(answer)));
+            return Ok((Progress::Pending, answer));
         }
         Outcome::Deny => {
             let (code, message, suggestion) = body
@@ -234,7 +238,7 @@ pub async fn execute(
                 .unwrap_or(("denied", "the call was denied".to_owned(), String::new()));
             let mut answer = ExecAnswer::refused(decision_id, code, message, &suggestion);
             answer.decision = Some(body);
-            return Err(ApiError::Execution(Refusal::Denied, Box::new(answer)));
+            return Err(Error::Execution(Refusal::Denied, Box::new(answer)));
         }
     }
     let Some(call) = decided.call else {
@@ -277,7 +281,7 @@ pub async fn execute(
                 decision_id,
                 execution_id,
             };
-            return run_builtin(&state, &runner, run, args, entry).await;
+            return run_builtin(state, &runner, run, args, entry).await;
         }
     };
     let run = runner.execute(tool, ex, &args).await;
@@ -324,15 +328,15 @@ pub async fn execute(
             entry.decision = "refused".to_owned();
             entry.reasons = vec![code.to_owned()];
             entry.detail = Some(format!("decision_id={decision_id}"));
-            record_or_refuse(&state, entry, "execution").await?;
+            record_or_refuse(state, entry, "execution").await?;
             let mut answer = ExecAnswer::refused(decision_id, code, e.to_string(), suggestion);
             answer.metadata.execution_id = Some(execution_id);
-            return Err(ApiError::Execution(refusal, Box::new(answer)));
+            return Err(Error::Execution(refusal, Box::new(answer)));
         }
     };
-    let answer = finish(&state, tool, ex, ran, decision_id, execution_id, &mut entry).await?;
-    record_or_refuse(&state, entry, "execution").await?;
-    Ok((StatusCode::OK, Json(answer)))
+    let answer = finish(state, tool, ex, ran, decision_id, execution_id, &mut entry).await?;
+    record_or_refuse(state, entry, "execution").await?;
+    Ok((Progress::Done, answer))
 }
 
 /// A built-in tool's call, allowed.
@@ -346,12 +350,12 @@ struct BuiltinRun<'a> {
 /// Runs a built-in file tool, screens its result like any tool's output and records it. A
 /// path the jail refuses is 422 (nothing ran); every other outcome is a standard result.
 async fn run_builtin(
-    state: &AppState,
+    state: &Gateway,
     runner: &std::sync::Arc<crate::exec::Runner>,
     run: BuiltinRun<'_>,
     args: Value,
     mut entry: Entry,
-) -> Result<(StatusCode, Json<ExecAnswer>), ApiError> {
+) -> Result<(Progress, ExecAnswer), Error> {
     let BuiltinRun {
         tool,
         builtin,
@@ -392,9 +396,9 @@ async fn run_builtin(
                 ExecAnswer::refused(decision_id, e.code(), e.to_string(), &e.suggestion());
             answer.metadata = metadata;
             return if refused {
-                Err(ApiError::Execution(Refusal::Arguments, Box::new(answer)))
+                Err(Error::Execution(Refusal::Arguments, Box::new(answer)))
             } else {
-                Ok((StatusCode::OK, Json(answer)))
+                Ok((Progress::Done, answer))
             };
         }
     };
@@ -407,8 +411,8 @@ async fn run_builtin(
     entry.detail = Some(detail);
     record_or_refuse(state, entry, "execution").await?;
     Ok((
-        StatusCode::OK,
-        Json(ExecAnswer {
+        Progress::Done,
+        ExecAnswer {
             status,
             data: verdict.data,
             error: verdict.failure,
@@ -420,20 +424,20 @@ async fn run_builtin(
             decision: None,
             output: Some(verdict.report),
             stderr: String::new(),
-        }),
+        },
     ))
 }
 
 /// Parses and screens a run's output, and fills in its audit record.
 async fn finish(
-    state: &AppState,
+    state: &Gateway,
     tool: &crate::tools::Tool,
     ex: &crate::tools::Executor,
     ran: Execution,
     decision_id: String,
     execution_id: String,
     entry: &mut Entry,
-) -> Result<ExecAnswer, ApiError> {
+) -> Result<ExecAnswer, Error> {
     let outcome = ran.outcome.clone().unwrap_or_default();
     let mut failure = run_failure(&ran, tool.limits.timeout_ms);
     let parsed = crate::exec::parse(ex.parser, &ran.stdout);
@@ -519,15 +523,15 @@ struct Verdict {
 /// caller, field policy, output gate, cap) and, when given, its stderr through the output
 /// gate, off the async workers; counts the gate's verdict.
 async fn screen_output(
-    state: &AppState,
+    state: &Gateway,
     value: Value,
     schema_errors: Vec<crate::tools::ArgViolation>,
     fields: Option<crate::tools::FieldPolicy>,
     cap: usize,
     stderr: Option<String>,
-) -> Result<(Verdict, String), ApiError> {
+) -> Result<(Verdict, String), Error> {
     let Some(gates) = state.gates.clone() else {
-        return Err(ApiError::GatesUnavailable);
+        return Err(Error::GatesUnavailable);
     };
     let (screened, stderr) = super::gates::off_workers(move || {
         let out = super::results::screen(&gates, schema_errors, fields.as_ref(), cap, value);

@@ -1,19 +1,16 @@
-//! Approval routes, and the approval half of `POST /v1/authorize`: a pending decision opens
-//! (or reuses) an approval; a call re-sent with an approved `approval_id` uses it once.
+//! Approvals in the pipeline: the approval half of deciding a call (a pending decision opens
+//! or reuses an approval; a call re-sent with an approved `approval_id` uses it once),
+//! listing and long-polling them, a human's approve or deny, and expiry.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Json;
-use axum::extract::rejection::{JsonRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
 use cedar_policy::EntityUid;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::handlers::{authenticate, human, word};
-use super::{ApiError, AppState};
+use super::decide::word;
+use super::{Error, Gateway};
 use crate::approvals::{Approval, ApprovalError, Full, Open, OpenError, Planned, Scope, Status};
 use crate::audit::{Entry, EntryKind};
 use crate::authz::{self, Advice, Call, Outcome, Principal, PrincipalKind, Stage, Verdict};
@@ -23,15 +20,15 @@ use crate::policy::Snapshot;
 /// Longest long-poll.
 const MAX_WAIT: Duration = Duration::from_secs(60);
 
-fn store_failed(e: &impl std::fmt::Display) -> ApiError {
+fn store_failed(e: &impl std::fmt::Display) -> Error {
     tracing::error!(error = %e, "approval store failed");
-    ApiError::StoreUnavailable
+    Error::StoreUnavailable
 }
 
-fn refused(e: ApprovalError) -> ApiError {
+fn refused(e: ApprovalError) -> Error {
     match e {
-        ApprovalError::Refused(crate::approvals::Refusal::NotFound) => ApiError::ApprovalNotFound,
-        ApprovalError::Refused(r) => ApiError::ApprovalConflict {
+        ApprovalError::Refused(crate::approvals::Refusal::NotFound) => Error::ApprovalNotFound,
+        ApprovalError::Refused(r) => Error::ApprovalConflict {
             code: r.code(),
             message: r.to_string(),
         },
@@ -52,14 +49,14 @@ pub(super) struct Settled {
 
 /// Applies the approval rules to a fresh verdict.
 pub(super) async fn settle(
-    state: &AppState,
+    state: &Gateway,
     snap: &Snapshot,
     who: &Principal,
     (call, digest, preview): (&Call, &str, &str),
     approval_id: Option<String>,
     verdict: Verdict,
     decision_id: &str,
-) -> Result<Settled, ApiError> {
+) -> Result<Settled, Error> {
     let settled = |verdict, approval_id| Settled {
         verdict,
         approval_id,
@@ -176,6 +173,7 @@ fn visible(who: &Principal, a: &Approval) -> bool {
     who.kind == PrincipalKind::Human || a.principal == who.uid.to_string()
 }
 
+/// `GET /v1/approvals` query: a status filter and a limit.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
@@ -183,18 +181,12 @@ pub struct ListQuery {
     limit: Option<usize>,
 }
 
-/// `GET /v1/approvals?status=pending`.
-pub async fn list(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    query: Result<Query<ListQuery>, QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let who = authenticate(&state, &headers)?;
-    let Query(q) = query?;
+/// The approvals `who` may see (`GET /v1/approvals?status=pending`).
+pub fn list_approvals(state: &Gateway, who: &Principal, q: ListQuery) -> Result<Value, Error> {
     let status = match q.status.as_deref() {
         None | Some("all") => None,
         Some(s) => Some(Status::parse(s).ok_or_else(|| {
-            ApiError::bad_request(
+            Error::bad_request(
                 "invalid_query",
                 "`status` must be pending, approved, denied, expired, used or all",
             )
@@ -204,12 +196,13 @@ pub async fn list(
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
     let found = state
         .approvals
-        .list(status, now, limit, |a| visible(&who, a))
+        .list(status, now, limit, |a| visible(who, a))
         .map_err(|e| store_failed(&e))?;
     let approvals: Vec<Value> = found.iter().map(|a| view(a, now)).collect();
-    Ok(Json(json!({ "approvals": approvals })))
+    Ok(json!({ "approvals": approvals }))
 }
 
+/// `GET /v1/approvals/{id}` query.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ShowQuery {
@@ -226,19 +219,17 @@ fn parse_wait(text: &str) -> Option<Duration> {
     Some(Duration::from_millis(n.saturating_mul(unit)).min(MAX_WAIT))
 }
 
-/// `GET /v1/approvals/{id}` (`?wait=30s` waits until it is no longer pending).
-pub async fn show(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    query: Result<Query<ShowQuery>, QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let who = authenticate(&state, &headers)?;
-    let Query(q) = query?;
+/// One approval (`GET /v1/approvals/{id}`); `?wait=30s` waits until it is no longer pending.
+pub async fn show_approval(
+    state: &Gateway,
+    who: &Principal,
+    id: &str,
+    q: ShowQuery,
+) -> Result<Value, Error> {
     let wait = match q.wait.as_deref() {
         None => Duration::ZERO,
         Some(w) => parse_wait(w).ok_or_else(|| {
-            ApiError::bad_request("invalid_query", "`wait` must look like `30s` or `500ms`")
+            Error::bad_request("invalid_query", "`wait` must look like `30s` or `500ms`")
         })?,
     };
     let deadline = tokio::time::Instant::now() + wait;
@@ -247,12 +238,12 @@ pub async fn show(
         let now = now_ms();
         let a = state
             .approvals
-            .get(&id)
+            .get(id)
             .map_err(|e| store_failed(&e))?
-            .filter(|a| visible(&who, a))
-            .ok_or(ApiError::ApprovalNotFound)?;
+            .filter(|a| visible(who, a))
+            .ok_or(Error::ApprovalNotFound)?;
         if a.status_at(now) != Status::Pending || tokio::time::Instant::now() >= deadline {
-            return Ok(Json(view(&a, now)));
+            return Ok(view(&a, now));
         }
         // Wake at the next change, at expiry, or at the deadline.
         let until_expiry = Duration::from_millis(a.expires_ms.saturating_sub(now));
@@ -264,6 +255,7 @@ pub async fn show(
     }
 }
 
+/// `POST /v1/approvals/{id}/approve` (or `/deny`) body.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DecideBody {
@@ -271,62 +263,38 @@ pub struct DecideBody {
     reason: Option<String>,
 }
 
-/// `POST /v1/approvals/{id}/approve`.
-pub async fn approve(
-    state: State<AppState>,
-    headers: HeaderMap,
-    id: Path<String>,
-    body: Result<Json<DecideBody>, JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
-    decide(state, headers, id, body, true).await
-}
-
-/// `POST /v1/approvals/{id}/deny`.
-pub async fn deny(
-    state: State<AppState>,
-    headers: HeaderMap,
-    id: Path<String>,
-    body: Result<Json<DecideBody>, JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
-    decide(state, headers, id, body, false).await
-}
-
-async fn decide(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    body: Result<Json<DecideBody>, JsonRejection>,
+/// A human approves (or denies) approval `id`: eligibility is a Cedar decision under the live
+/// policies; the change takes effect with its audit record.
+pub async fn settle_approval(
+    state: &Gateway,
+    who: Principal,
+    id: &str,
+    body: DecideBody,
     approve: bool,
-) -> Result<Json<Value>, ApiError> {
-    let who = human(
-        &state,
-        &headers,
-        "only humans approve or deny; agents cannot decide approvals",
-    )?;
-    let Json(body) = body?;
+) -> Result<Value, Error> {
     let reason = body.reason.map(|r| r.chars().take(500).collect::<String>());
     let snap: Arc<Snapshot> = state.policy.current();
     let current = state
         .approvals
-        .get(&id)
+        .get(id)
         .map_err(|e| store_failed(&e))?
-        .ok_or(ApiError::ApprovalNotFound)?;
+        .ok_or(Error::ApprovalNotFound)?;
     // Eligibility is a Cedar decision under the live policies.
     let requester = requester_of(&current)
-        .ok_or_else(|| ApiError::NotEligible("the requester is not an agent".to_owned()))?;
+        .ok_or_else(|| Error::NotEligible("the requester is not an agent".to_owned()))?;
     let eligible = authz::may_approve(&snap, &who, &current.tool, &requester);
     if eligible.decision != Outcome::Allow {
         let why = eligible
             .errors
             .first()
             .map_or_else(|| "not eligible".to_owned(), |e| e.message.clone());
-        return Err(ApiError::NotEligible(why));
+        return Err(Error::NotEligible(why));
     }
     let approver = who.uid.to_string();
     let now = now_ms();
     let planned = state
         .approvals
-        .transition(&id, |a| a.decided(&approver, approve, reason.clone(), now))
+        .transition(id, |a| a.decided(&approver, approve, reason.clone(), now))
         .await
         .map_err(refused)?;
     let decided = planned.approval.clone();
@@ -355,13 +323,13 @@ async fn decide(
             Err(e) => {
                 task_state.approvals.abandon(planned);
                 tracing::error!(error = %e, "approval decision not recorded; nothing changed");
-                Err(ApiError::StoreUnavailable)
+                Err(Error::StoreUnavailable)
             }
         }
     })
     .await
-    .map_err(|_| ApiError::StoreUnavailable)??;
-    Ok(Json(view(&decided, now)))
+    .map_err(|_| Error::StoreUnavailable)??;
+    Ok(view(&decided, now))
 }
 
 /// The requesting agent as a principal, from its stored uid (`Agent::"name"`, Cedar escapes
@@ -390,7 +358,7 @@ fn approval_entry(a: &Approval, at_ms: u64, event: String) -> Entry {
 /// Marks overdue approvals expired (each recorded as denied by timeout, with the change), and
 /// removes approvals ended longer ago than the retention (recorded as one `approvals_removed`
 /// entry). Run periodically; a pass that cannot be recorded changes nothing and is tried again.
-pub async fn expire_due(state: &AppState) {
+pub async fn expire_due(state: &Gateway) {
     let now = now_ms();
     loop {
         match state.approvals.expiry(now).await {

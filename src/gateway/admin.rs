@@ -1,5 +1,5 @@
-//! Admin routes: `GET /v1/admin/kill-switch` (its state) and `POST /v1/admin/kill-switch`
-//! (`{"on": true, "reason": "..."}`). Only humans the policies allow may flip it
+//! Operators' stops in the pipeline: the kill switch (`{"on": true, "reason": "..."}`) and
+//! quarantine. Only humans the policies allow may flip it
 //! (`Action::"kill_switch"`); every attempt, allowed or refused, is in the audit log before
 //! the answer, and an allowed change is recorded before it takes effect.
 //!
@@ -9,18 +9,13 @@
 
 use std::sync::Arc;
 
-use axum::Json;
-use axum::extract::State;
-use axum::extract::rejection::JsonRejection;
-use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::handlers::{authenticate, human};
-use super::{ApiError, AppState};
+use super::{Error, Gateway};
 use crate::admin::{KillSwitch, Quarantined, SwitchError};
 use crate::audit::{Entry, EntryKind};
-use crate::authz;
+use crate::authz::{self, Principal};
 use crate::clock::now_ms;
 use crate::policy::Snapshot;
 
@@ -48,13 +43,14 @@ impl AdminRecord {
 }
 
 /// The answer when an admin request cannot be recorded: nothing changes (fail closed).
-fn not_recorded(what: &'static str) -> impl Fn(crate::audit::StoreError) -> ApiError {
+fn not_recorded(what: &'static str) -> impl Fn(crate::audit::StoreError) -> Error {
     move |e| {
         tracing::error!(error = %e, "{what} request not recorded; nothing changed");
-        ApiError::StoreUnavailable
+        Error::StoreUnavailable
     }
 }
 
+/// `POST /v1/admin/kill-switch` body.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KillSwitchBody {
@@ -63,7 +59,8 @@ pub struct KillSwitchBody {
     reason: Option<String>,
 }
 
-fn view(state: &AppState) -> Value {
+/// The kill switch as shown to callers.
+pub fn kill_switch_view(state: &Gateway) -> Value {
     let (set, forced_by) = state.admin.kill_switch();
     json!({
         "on": state.admin.kill_switch_on(),
@@ -72,23 +69,13 @@ fn view(state: &AppState) -> Value {
     })
 }
 
-/// `GET /v1/admin/kill-switch`: any authenticated caller may see whether calls are stopped.
-pub async fn show_kill_switch(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
-    authenticate(&state, &headers)?;
-    Ok(Json(view(&state)))
-}
-
-/// `POST /v1/admin/kill-switch`.
+/// A human flips the kill switch (`POST /v1/admin/kill-switch`), as the policies allow;
+/// recorded before it takes effect.
 pub async fn set_kill_switch(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    body: Result<Json<KillSwitchBody>, JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let who = human(&state, &headers, "only humans flip the kill switch")?;
-    let Json(body) = body?;
+    state: &Gateway,
+    who: Principal,
+    body: KillSwitchBody,
+) -> Result<Value, Error> {
     let reason = body.reason.map(|r| r.chars().take(500).collect::<String>());
     let snap: Arc<Snapshot> = state.policy.current();
     let by = who.uid.to_string();
@@ -112,7 +99,7 @@ pub async fn set_kill_switch(
                 .record(entry("kill_switch_refused", vec![advice.code.to_owned()]))
                 .await
                 .map_err(record_failed)?;
-            return Err(ApiError::Refused(advice));
+            return Err(Error::Refused(advice));
         }
     };
     if let (false, Some(forced_by)) = (body.on, state.admin.forced_by()) {
@@ -124,7 +111,7 @@ pub async fn set_kill_switch(
             ))
             .await
             .map_err(record_failed)?;
-        return Err(ApiError::KillSwitchForced(forced_by.to_owned()));
+        return Err(Error::KillSwitchForced(forced_by.to_owned()));
     }
     let next = KillSwitch {
         on: body.on,
@@ -134,25 +121,26 @@ pub async fn set_kill_switch(
     };
     let effect = crate::admin::kill_switch_effect(&next);
     change_in_order(
-        &state,
+        state,
         "kill switch",
         entry(word, allowed),
         effect,
         move |state| {
             state.admin.set_kill_switch(next).map_err(|e| match e {
-                SwitchError::Forced(by) => ApiError::KillSwitchForced(by),
+                SwitchError::Forced(by) => Error::KillSwitchForced(by),
                 SwitchError::Store(e) => {
                     tracing::error!(error = %e, "kill switch not stored");
-                    ApiError::StoreUnavailable
+                    Error::StoreUnavailable
                 }
             })
         },
     )
     .await?;
     tracing::warn!(on = body.on, by, "kill switch flipped");
-    Ok(Json(view(&state)))
+    Ok(kill_switch_view(state))
 }
 
+/// `POST /v1/admin/quarantine` body.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QuarantineBody {
@@ -167,16 +155,16 @@ pub struct QuarantineBody {
 /// own (a client hanging up cannot leave it stored but not in force) and in turn with other
 /// human admin changes, so they take force in the order recorded. If the record cannot be
 /// written, nothing changes (503).
-async fn change_in_order(
-    state: &AppState,
+pub async fn change_in_order(
+    state: &Gateway,
     what: &'static str,
     record: crate::audit::Entry,
     effect: Result<crate::audit::Effect, crate::audit::StoreError>,
-    in_force: impl FnOnce(&AppState) -> Result<(), ApiError> + Send + 'static,
-) -> Result<(), ApiError> {
+    in_force: impl FnOnce(&Gateway) -> Result<(), Error> + Send + 'static,
+) -> Result<(), Error> {
     let effect = effect.map_err(|e| {
         tracing::error!(error = %e, "{what} change not encoded");
-        ApiError::StoreUnavailable
+        Error::StoreUnavailable
     })?;
     let state = state.clone();
     tokio::spawn(async move {
@@ -189,13 +177,13 @@ async fn change_in_order(
         in_force(&state)
     })
     .await
-    .map_err(|_| ApiError::StoreUnavailable)?
+    .map_err(|_| Error::StoreUnavailable)?
 }
 
 /// `dev-agent` or `Agent::"dev-agent"` → the agent's uid; anything else is a 400.
-fn agent_uid(raw: &str) -> Result<cedar_policy::EntityUid, ApiError> {
+fn agent_uid(raw: &str) -> Result<cedar_policy::EntityUid, Error> {
     let bad = || {
-        ApiError::bad_request(
+        Error::bad_request(
             "invalid_agent",
             "`agent` must be an agent id (`dev-agent`) or uid (`Agent::\"dev-agent\"`)",
         )
@@ -217,27 +205,17 @@ fn agent_uid(raw: &str) -> Result<cedar_policy::EntityUid, ApiError> {
     Ok(uid)
 }
 
-fn quarantine_view(state: &AppState) -> Value {
+/// The quarantined agents as shown to humans.
+pub fn quarantine_view(state: &Gateway) -> Value {
     json!({ "quarantined": state.admin.quarantine().list() })
 }
 
-/// `GET /v1/admin/quarantine`: the quarantined agents (humans only).
-pub async fn show_quarantine(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
-    human(&state, &headers, "only humans see the quarantine list")?;
-    Ok(Json(quarantine_view(&state)))
-}
-
-/// `POST /v1/admin/quarantine`: quarantine an agent by hand or release it.
+/// A human quarantines an agent by hand or releases it (`POST /v1/admin/quarantine`).
 pub async fn set_quarantine(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    body: Result<Json<QuarantineBody>, JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let who = human(&state, &headers, "only humans quarantine or release agents")?;
-    let Json(body) = body?;
+    state: &Gateway,
+    who: Principal,
+    body: QuarantineBody,
+) -> Result<Value, Error> {
     let target = agent_uid(&body.agent)?;
     let target_id = target.to_string();
     let reason = body.reason.map(|r| r.chars().take(500).collect::<String>());
@@ -261,7 +239,7 @@ pub async fn set_quarantine(
                 .record(entry("quarantine_refused", vec![advice.code.to_owned()]))
                 .await
                 .map_err(record_failed)?;
-            return Err(ApiError::Refused(advice));
+            return Err(Error::Refused(advice));
         }
     };
     let quarantine = state.admin.quarantine();
@@ -274,9 +252,9 @@ pub async fn set_quarantine(
             .await
             .map_err(record_failed)?;
         if body.on {
-            return Ok(Json(quarantine_view(&state)));
+            return Ok(quarantine_view(state));
         }
-        return Err(ApiError::NotQuarantined(target_id));
+        return Err(Error::NotQuarantined(target_id));
     }
     let word = if body.on {
         "quarantine_on"
@@ -293,7 +271,7 @@ pub async fn set_quarantine(
     let effect = crate::admin::quarantine_effect(&target_id, entered.as_ref());
     let target = target_id.clone();
     change_in_order(
-        &state,
+        state,
         "quarantine",
         entry(word, allowed),
         effect,
@@ -312,5 +290,5 @@ pub async fn set_quarantine(
     )
     .await?;
     tracing::warn!(on = body.on, by, agent = target_id, "quarantine changed");
-    Ok(Json(quarantine_view(&state)))
+    Ok(quarantine_view(state))
 }

@@ -4,15 +4,10 @@
 //! authenticated principal may call them. A gate that finds something writes an audit record
 //! (the kinds found, never the content) before it answers.
 
-use axum::Json;
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State};
-use axum::http::HeaderMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::handlers::authenticate;
-use super::{ApiError, AppState};
+use super::{Error, Gateway};
 use crate::audit::{Entry, EntryKind};
 use crate::authz::Principal;
 use crate::clock::now_ms;
@@ -41,33 +36,33 @@ pub struct StreamAnswer {
     screened: ChunkScreened,
 }
 
-/// `POST /v1/gates/{gate}`.
-pub async fn screen(
-    State(state): State<AppState>,
-    Path(gate): Path<String>,
-    headers: HeaderMap,
-    body: Result<Json<GateBody>, JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let who = authenticate(&state, &headers)?;
-    let gate = Gate::parse(&gate).ok_or(ApiError::UnknownGate)?;
-    let Json(body) = body?;
+/// Screens content with one gate (`POST /v1/gates/{gate}`) and records what it found. The
+/// gate's name is checked before the body is read.
+pub async fn screen_content(
+    state: &Gateway,
+    who: Principal,
+    gate: &str,
+    body: Result<GateBody, Error>,
+) -> Result<Value, Error> {
+    let gate = Gate::parse(gate).ok_or(Error::UnknownGate)?;
+    let body = body?;
     // Fail closed: without detectors nothing is screened, so nothing passes.
     let Some(gates) = state.gates.clone() else {
-        return Err(ApiError::GatesUnavailable);
+        return Err(Error::GatesUnavailable);
     };
     if gate == Gate::Stream {
-        let answer = stream(&state, &who, gates, body).await?;
-        return Ok(Json(serde_json::to_value(answer).unwrap_or(Value::Null)));
+        let answer = stream(state, &who, gates, body).await?;
+        return Ok(serde_json::to_value(answer).unwrap_or(Value::Null));
     }
     if body.stream_id.is_some() || body.last {
-        return Err(ApiError::bad_request(
+        return Err(Error::bad_request(
             "invalid_body",
             "`stream_id` and `final` belong to the stream gate only",
         ));
     }
     let screened = off_workers(move || gates.screen(gate, &body.content)).await?;
     record(
-        &state,
+        state,
         &who,
         gate,
         (
@@ -78,40 +73,40 @@ pub async fn screen(
         None,
     )
     .await?;
-    Ok(Json(serde_json::to_value(screened).unwrap_or(Value::Null)))
+    Ok(serde_json::to_value(screened).unwrap_or(Value::Null))
 }
 
 /// One chunk through the stream gate.
 async fn stream(
-    state: &AppState,
+    state: &Gateway,
     who: &Principal,
     gates: std::sync::Arc<crate::redact::Gates>,
     body: GateBody,
-) -> Result<StreamAnswer, ApiError> {
+) -> Result<StreamAnswer, Error> {
     let Some(id) = body
         .stream_id
         .filter(|id| (1..=128).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_graphic()))
     else {
-        return Err(ApiError::bad_request(
+        return Err(Error::bad_request(
             "invalid_stream_id",
             "the stream gate needs `stream_id`: 1 to 128 printable ASCII characters, the same for every chunk of one stream",
         ));
     };
     let Value::String(chunk) = body.content else {
-        return Err(ApiError::bad_request(
+        return Err(Error::bad_request(
             "invalid_chunk",
             "a stream chunk's `content` must be a string",
         ));
     };
     if chunk.len() > MAX_CHUNK {
-        return Err(ApiError::PayloadTooLarge);
+        return Err(Error::PayloadTooLarge);
     }
     let principal = who.uid.to_string();
     let now = now_ms();
     let slot = state
         .streams
         .get(&principal, &id, now)
-        .map_err(ApiError::Stream)?;
+        .map_err(Error::Stream)?;
     let last = body.last;
     let screened = off_workers(move || {
         let mut s = slot.lock().unwrap_or_else(|p| p.into_inner());
@@ -119,7 +114,7 @@ async fn stream(
         gates.screen_chunk(&mut s, &chunk, last)
     })
     .await?
-    .map_err(ApiError::Stream)?;
+    .map_err(Error::Stream)?;
     // A blocked stream stays in the table (later chunks are refused) until it expires.
     if last && screened.decision != Action::Block {
         state.streams.finish(&principal, &id);
@@ -138,23 +133,23 @@ async fn stream(
 
 /// Runs a scan on the blocking pool: a large body takes milliseconds, which must not hold up
 /// the async workers that answer `/v1/authorize`. A scan that panics is refused (fail closed).
-pub(super) async fn off_workers<T: Send + 'static>(
+pub async fn off_workers<T: Send + 'static>(
     scan: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, ApiError> {
+) -> Result<T, Error> {
     tokio::task::spawn_blocking(scan).await.map_err(|e| {
         tracing::error!(error = %e, "content scan failed; refusing to answer");
-        ApiError::GatesUnavailable
+        Error::GatesUnavailable
     })
 }
 
 /// Counts the verdict, and records it in the audit log unless it is an allow.
 async fn record(
-    state: &AppState,
+    state: &Gateway,
     who: &Principal,
     gate: Gate,
     (decision, violations, found): (Action, &[Violation], usize),
     stream_id: Option<&str>,
-) -> Result<(), ApiError> {
+) -> Result<(), Error> {
     state.metrics.gate(gate.as_str(), decision.as_str());
     if decision == Action::Allow {
         return Ok(());
@@ -174,5 +169,5 @@ async fn record(
         detail: Some(detail),
         ..Entry::default()
     };
-    super::handlers::record_or_refuse(state, entry, "gate verdict").await
+    super::decide::record_or_refuse(state, entry, "gate verdict").await
 }

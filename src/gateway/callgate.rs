@@ -10,7 +10,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::AppState;
+use super::Gateway;
 use crate::audit::{args_preview, redacted_preview};
 use crate::authz::{self, Advice, Call, Outcome, Principal, Signals, Stage, Verdict};
 use crate::policy::Snapshot;
@@ -41,7 +41,7 @@ pub(super) struct Screened {
 }
 
 /// The redacted preview of `args` (shape only if the detectors are unavailable).
-pub(super) fn preview(state: &AppState, args: &Value) -> String {
+pub(super) fn preview(state: &Gateway, args: &Value) -> String {
     match &state.gates {
         Some(g) => redacted_preview(&g.redactor().redact_json(args)),
         None => args_preview(args),
@@ -51,7 +51,7 @@ pub(super) fn preview(state: &AppState, args: &Value) -> String {
 /// Runs the tool_call gate over `call` after `verdict` was decided. A call already refused
 /// at registry or validation keeps its deny.
 pub(super) fn screen(
-    state: &AppState,
+    state: &Gateway,
     snap: &Snapshot,
     who: &Principal,
     call: &Call,

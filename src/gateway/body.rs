@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::ApiError;
+use super::Error;
 use crate::authz::{Advice, Call, Correlation, Outcome, Stage, Verdict};
 use crate::tools::{Limits, Risk};
 
@@ -50,11 +50,11 @@ struct RawCorrelation {
 impl RawCall {
     /// Validates the envelope (not the arguments: those are the tool schema's job). Returns
     /// the call and the approval id it claims, if any.
-    pub fn into_call(self) -> Result<(Call, Option<String>), ApiError> {
+    pub fn into_call(self) -> Result<(Call, Option<String>), Error> {
         if let Some(id) = &self.approval_id
             && (id.is_empty() || id.len() > 64 || id.chars().any(|c| !c.is_ascii_graphic()))
         {
-            return Err(ApiError::bad_request(
+            return Err(Error::bad_request(
                 "invalid_approval_id",
                 "`approval_id` must be the id from a pending_approval decision",
             ));
@@ -63,7 +63,7 @@ impl RawCall {
         self.into_plain_call().map(|c| (c, approval_id))
     }
 
-    fn into_plain_call(self) -> Result<Call, ApiError> {
+    fn into_plain_call(self) -> Result<Call, Error> {
         let RawCorrelation {
             conv_id,
             trace_id,
@@ -73,7 +73,7 @@ impl RawCall {
             if v.as_ref()
                 .is_some_and(|s| s.len() > MAX_ID_LEN || s.chars().any(char::is_control))
             {
-                return Err(ApiError::bad_request(
+                return Err(Error::bad_request(
                     "invalid_context",
                     format!(
                         "`context.{name}` must be at most {MAX_ID_LEN} bytes without control characters"
@@ -82,7 +82,7 @@ impl RawCall {
             }
         }
         if iter.is_some_and(|i| i < 0) {
-            return Err(ApiError::bad_request(
+            return Err(Error::bad_request(
                 "invalid_context",
                 "`context.iter` must not be negative",
             ));
@@ -91,7 +91,7 @@ impl RawCall {
             || self.tool.len() > MAX_ID_LEN
             || self.tool.chars().any(char::is_control)
         {
-            return Err(ApiError::bad_request(
+            return Err(Error::bad_request(
                 "invalid_tool",
                 format!(
                     "`tool` must be a name of 1 to {MAX_ID_LEN} bytes without control characters"
@@ -190,12 +190,12 @@ impl RawExplain {
     /// The agent, its call and its signals, validated as `POST /v1/authorize` validates a call.
     pub fn into_parts(
         self,
-    ) -> Result<(crate::authz::Principal, Call, crate::authz::Signals), ApiError> {
+    ) -> Result<(crate::authz::Principal, Call, crate::authz::Signals), Error> {
         use crate::authz::{AnomalyKinds, Principal, PrincipalKind, Signals};
         let printable =
             |s: &str| !s.is_empty() && s.len() <= MAX_ID_LEN && !s.chars().any(char::is_control);
         if !printable(&self.agent) {
-            return Err(ApiError::bad_request(
+            return Err(Error::bad_request(
                 "invalid_agent",
                 format!(
                     "`agent` must be an agent id of 1 to {MAX_ID_LEN} bytes without control characters"
@@ -203,7 +203,7 @@ impl RawExplain {
             ));
         }
         if let Some(bad) = self.roles.iter().flatten().find(|r| !printable(r)) {
-            return Err(ApiError::bad_request(
+            return Err(Error::bad_request(
                 "invalid_roles",
                 format!(
                     "role `{}` must be 1 to {MAX_ID_LEN} bytes without control characters",
@@ -215,7 +215,7 @@ impl RawExplain {
             ));
         }
         let anomaly = AnomalyKinds::from_names(&self.anomaly)
-            .map_err(|m| ApiError::bad_request("invalid_anomaly", m))?;
+            .map_err(|m| Error::bad_request("invalid_anomaly", m))?;
         let mut agent = Principal::new(PrincipalKind::Agent, self.agent);
         if let Some(roles) = self.roles {
             agent = agent.with_token_roles(roles);

@@ -1,0 +1,431 @@
+//! Deciding one call: authenticate, the operators' stops, rate limits, Cedar, the tool_call
+//! gate, approvals, then the audit record before the answer. The snapshot is loaded once and
+//! used to the end, so the decision and its answer name the same revision.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::body::{DecisionBody, RawCall};
+use super::{Error, Gateway, approvals, callgate};
+use crate::audit::{Entry, EntryKind, args_digest};
+use crate::authz::{self, Advice, Principal, Stage, Verdict};
+use crate::clock::now_ms;
+use crate::limits::Quota;
+use crate::policy::Snapshot;
+
+fn new_decision_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+/// Authenticates, or produces the auth-stage deny.
+fn principal(
+    state: &Gateway,
+    credential: Credential<'_>,
+    snap: &Snapshot,
+) -> Result<Principal, Error> {
+    state.auth.authenticate(credential.0).map_err(|e| {
+        let decision_id = new_decision_id();
+        tracing::info!(decision_id, stage = "auth", reason = %e, "credential refused");
+        let verdict = Verdict::deny(
+            Stage::Auth,
+            None,
+            Advice::new(
+                "unauthenticated",
+                e.to_string(),
+                "send the agent's token as `Authorization: Bearer <token>`",
+            ),
+        );
+        Error::Unauthenticated(Box::new(DecisionBody::new(
+            verdict,
+            decision_id,
+            snap.revision.clone(),
+        )))
+    })
+}
+
+/// The credential a front end received (the `Authorization` header's value), not yet checked.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Credential<'a>(pub Option<&'a [u8]>);
+
+/// Authenticates against the live snapshot (routes that decide nothing themselves).
+pub fn authenticate(state: &Gateway, credential: Credential<'_>) -> Result<Principal, Error> {
+    let snap = state.policy.current();
+    principal(state, credential, &snap)
+}
+
+/// Authenticates a human; agents get a 403 saying `why` the route is not theirs.
+pub fn human(
+    state: &Gateway,
+    credential: Credential<'_>,
+    why: &'static str,
+) -> Result<Principal, Error> {
+    let who = authenticate(state, credential)?;
+    if who.kind != crate::authz::PrincipalKind::Human {
+        return Err(Error::Forbidden(why));
+    }
+    Ok(who)
+}
+
+/// A recorded decision, with what it was made on: the snapshot, the caller, and the call
+/// (`None` when an operator's stop denied it before the call was looked at).
+pub struct Decided {
+    /// The caller's quota after this call (rate-limit headers), when a limit applies.
+    pub quota: Option<Quota>,
+    /// The answer.
+    pub body: DecisionBody,
+    /// The policy snapshot the decision was made under (the request keeps using it).
+    pub snap: Arc<Snapshot>,
+    /// The authenticated caller (`Agent::"x"`).
+    pub principal: String,
+    /// The call.
+    pub call: Option<crate::authz::Call>,
+}
+
+/// The decision path of `/v1/authorize` and `/v1/execute`.
+/// A body that could not be read is refused after authentication, so an unauthenticated
+/// caller is told so (and recorded) whatever it sent.
+pub async fn decide(
+    state: &Gateway,
+    credential: Credential<'_>,
+    body: Result<RawCall, Error>,
+) -> Result<Decided, Error> {
+    let started = std::time::Instant::now();
+    let snap: Arc<Snapshot> = state.policy.current();
+    let who = match principal(state, credential, &snap) {
+        Ok(who) => who,
+        Err(Error::Unauthenticated(body)) => {
+            let entry = audit_entry(&body, None, None, started);
+            let body = commit(state, *body, entry, started).await?;
+            return Err(Error::Unauthenticated(Box::new(body)));
+        }
+        Err(other) => return Err(other),
+    };
+    let (call, approval_id) = body?.into_call()?;
+    // `Agent::"dev-agent"`: the key of the principal's limits, usage and signals.
+    let principal_id = who.uid.to_string();
+    let tool = snap.tools.get(&call.tool);
+    // Operators' stops come first: the kill switch, then this agent's quarantine.
+    if let Some((stage, advice)) = stopped(state, &principal_id) {
+        let verdict = Verdict::deny(stage, tool, advice);
+        let caller = (&who, principal_id.as_str());
+        let body = record_early(state, &snap, caller, &call, verdict, started).await?;
+        return Ok(Decided {
+            quota: None,
+            body,
+            snap,
+            principal: principal_id,
+            call: None,
+        });
+    }
+    // Limits come before Cedar: a flood costs a map lookup per call, not an evaluation.
+    let quota = match state.limiter.check(
+        &principal_id,
+        &call.tool,
+        tool.is_some(),
+        tool.and_then(|t| t.limits.rate),
+    ) {
+        Ok(quota) => quota,
+        Err(limited) => {
+            let caller = (&who, principal_id.as_str());
+            return Err(rate_limited(state, &snap, caller, &call, limited, started).await);
+        }
+    };
+    let signals = state
+        .monitor
+        .signals(&principal_id, &call.tool, tool.is_some());
+    let verdict = authz::decide_with(&snap, &who, &call, &signals);
+    // The tool_call gate may deny, or (apply_mask) decide again on masked arguments.
+    let gated = callgate::screen(state, &snap, &who, &call, verdict, &signals);
+    // Approvals and the audit record are bound to this one digest of the arguments.
+    let digest = args_digest(&call.args);
+    let decision_id = new_decision_id();
+    let approvals::Settled {
+        verdict,
+        approval_id: approval,
+        planned,
+        full,
+    } = approvals::settle(
+        state,
+        &snap,
+        &who,
+        (&call, &digest, &gated.preview),
+        approval_id,
+        gated.verdict,
+        &decision_id,
+    )
+    .await?;
+    state
+        .monitor
+        .observe(&principal_id, &call.tool, verdict.decision, verdict.stage);
+    tracing::info!(
+        decision_id,
+        principal = %who.uid,
+        tool = call.tool.chars().take(64).collect::<String>(),
+        decision = verdict.decision.as_str(),
+        stage = verdict.stage.as_str(),
+        revision = snap.revision,
+        "decision"
+    );
+    let mut body = DecisionBody::new(verdict, decision_id, snap.revision.clone());
+    body.approval_id = approval;
+    body.gate = gated.report;
+    body.arguments = gated.arguments;
+    let call_record = CallRecord {
+        call: &call,
+        digest: &digest,
+        preview: gated.preview,
+    };
+    let entry = audit_entry(&body, Some(&who), Some(call_record), started);
+    let body = match planned {
+        None => commit(state, body, entry, started).await?,
+        Some(planned) => commit_with(state, body, entry, started, planned).await?,
+    };
+    if let Some(full) = full {
+        // Recorded like every deny; answered 429, as a rate limit is.
+        return Err(Error::TooManyPendingApprovals {
+            body: Box::new(body),
+            full,
+        });
+    }
+    Ok(Decided {
+        quota,
+        body,
+        snap,
+        principal: principal_id,
+        call: Some(call),
+    })
+}
+
+/// Records `entry`, or refuses the answer with a 503: nothing is claimed without its record.
+/// `what` names the record in the log (e.g. "gate verdict").
+pub async fn record_or_refuse(state: &Gateway, entry: Entry, what: &str) -> Result<(), Error> {
+    state.audit.record(entry).await.map_err(|e| {
+        tracing::error!(error = %e, "{what} not recorded; refusing to answer");
+        Error::StoreUnavailable
+    })
+}
+
+/// Records `entry` (the audit record of `body`), then counts the answer in the metrics. A
+/// record that cannot be written turns the answer into a 503 deny at stage `audit`.
+async fn commit(
+    state: &Gateway,
+    body: DecisionBody,
+    entry: Entry,
+    started: std::time::Instant,
+) -> Result<DecisionBody, Error> {
+    let writing = std::time::Instant::now();
+    let recorded = state.audit.record(entry).await;
+    state.metrics.audit_write(writing.elapsed());
+    counted(state, body, recorded, started)
+}
+
+/// [`commit`] for a decision that changes an approval (opens one, or uses one): the change is
+/// stored with the record, in a task of its own so that a client hanging up cannot leave it
+/// stored but not in force. If the record fails, the approval is as it was: an approved call
+/// denied this way can be sent again.
+async fn commit_with(
+    state: &Gateway,
+    body: DecisionBody,
+    entry: Entry,
+    started: std::time::Instant,
+    planned: crate::approvals::Planned,
+) -> Result<DecisionBody, Error> {
+    let task_state = state.clone();
+    let effect = planned.effect.clone();
+    let writing = std::time::Instant::now();
+    let recorded = tokio::spawn(async move {
+        let recorded = task_state.audit.commit(vec![entry], vec![effect]).await;
+        match &recorded {
+            Ok(_) => task_state.approvals.done(planned),
+            Err(_) => task_state.approvals.abandon(planned),
+        }
+        recorded.map(|_| ())
+    })
+    .await
+    .unwrap_or_else(|e| {
+        Err(crate::audit::StoreError(format!(
+            "the commit task failed: {e}"
+        )))
+    });
+    state.metrics.audit_write(writing.elapsed());
+    counted(state, body, recorded, started)
+}
+
+/// Counts the answer in the metrics, by what the record's write did.
+fn counted(
+    state: &Gateway,
+    body: DecisionBody,
+    recorded: Result<(), crate::audit::StoreError>,
+    started: std::time::Instant,
+) -> Result<DecisionBody, Error> {
+    let (outcome, stage) = match &recorded {
+        Ok(()) => (body.decision, body.stage),
+        Err(_) => (crate::authz::Outcome::Deny, Stage::Audit),
+    };
+    state
+        .metrics
+        .decision(body.tool.as_deref(), outcome, stage, started.elapsed());
+    match recorded {
+        Ok(()) => Ok(body),
+        Err(e) => Err(audit_failed(body, &e)),
+    }
+}
+
+/// Whether an operator has stopped this principal's calls: the kill switch (everyone), or a
+/// quarantine (this agent). The stage and advice of the deny.
+fn stopped(state: &Gateway, principal_id: &str) -> Option<(Stage, Advice)> {
+    if state.admin.kill_switch_on() {
+        return Some((
+            Stage::KillSwitch,
+            Advice::new(
+                "kill_switch",
+                "an operator has stopped every tool call (kill switch on)",
+                "do not retry; wait until an operator turns the kill switch off",
+            ),
+        ));
+    }
+    let q = state.admin.quarantine().get(principal_id)?;
+    Some((
+        Stage::Quarantine,
+        Advice::new(
+            "quarantined",
+            format!(
+                "this agent is quarantined (cause: {}, since unix ms {}); its calls are denied until a human releases it",
+                q.cause, q.at_ms
+            ),
+            "do not retry; an operator reviews the audit log and releases it (POST /v1/admin/quarantine)",
+        ),
+    ))
+}
+
+/// The answer to a call a rate limit refused: recorded like any deny, then a 429.
+async fn rate_limited(
+    state: &Gateway,
+    snap: &Snapshot,
+    caller: (&Principal, &str),
+    call: &crate::authz::Call,
+    limited: crate::limits::Limited,
+    started: std::time::Instant,
+) -> Error {
+    let verdict = Verdict::deny(
+        Stage::RateLimit,
+        snap.tools.get(&call.tool),
+        Advice::new(
+            "rate_limited",
+            format!(
+                "rate limit reached; retry in {} s",
+                limited.retry_after_secs
+            ),
+            "wait before calling again",
+        ),
+    );
+    match record_early(state, snap, caller, call, verdict, started).await {
+        Ok(body) => Error::RateLimited {
+            body: Box::new(body),
+            limited,
+        },
+        Err(e) => e,
+    }
+}
+
+/// A deny decided before Cedar, counted and recorded like any other. `caller` is the
+/// principal and its id string.
+async fn record_early(
+    state: &Gateway,
+    snap: &Snapshot,
+    (who, principal_id): (&Principal, &str),
+    call: &crate::authz::Call,
+    verdict: Verdict,
+    started: std::time::Instant,
+) -> Result<DecisionBody, Error> {
+    state
+        .monitor
+        .observe(principal_id, &call.tool, verdict.decision, verdict.stage);
+    let body = DecisionBody::new(verdict, new_decision_id(), snap.revision.clone());
+    let digest = args_digest(&call.args);
+    let call_record = CallRecord {
+        call,
+        digest: &digest,
+        preview: callgate::preview(state, &call.args),
+    };
+    let entry = audit_entry(&body, Some(who), Some(call_record), started);
+    commit(state, body, entry, started).await
+}
+
+/// A call as its audit record keeps it: the digest and the redacted preview.
+struct CallRecord<'a> {
+    call: &'a crate::authz::Call,
+    digest: &'a str,
+    preview: String,
+}
+
+/// The audit entry for an answered decision.
+fn audit_entry(
+    body: &DecisionBody,
+    who: Option<&Principal>,
+    record: Option<CallRecord<'_>>,
+    started: std::time::Instant,
+) -> Entry {
+    let call = record.as_ref().map(|r| r.call);
+    let digest = record.as_ref().map(|r| r.digest);
+    Entry {
+        kind: EntryKind::Decision,
+        id: body.decision_id.clone(),
+        at_ms: now_ms(),
+        principal: who.map(|w| w.uid.to_string()),
+        tool: call.map(|c| c.tool.chars().take(128).collect()),
+        risk: body.risk.map(|r| r.as_str().to_owned()),
+        decision: word(&body.decision),
+        stage: Some(word(&body.stage)),
+        reasons: if body.reasons.is_empty() {
+            body.errors.iter().map(|e| e.code.to_owned()).collect()
+        } else {
+            body.reasons.clone()
+        },
+        policy_revision: Some(body.policy_revision.clone()),
+        args_sha256: digest.map(str::to_owned),
+        args_preview: record.map(|r| r.preview),
+        conv_id: call.and_then(|c| c.correlation.conv_id.clone()),
+        trace_id: call.and_then(|c| c.correlation.trace_id.clone()),
+        iter: call.and_then(|c| c.correlation.iter),
+        duration_us: Some(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX)),
+        detail: match (&body.approval_id, &body.gate) {
+            (Some(id), _) => Some(format!("approval {id}")),
+            (None, Some(g)) => Some(gate_detail(g)),
+            (None, None) => None,
+        },
+    }
+}
+
+/// What the tool_call gate found, for the audit record: actions and kinds, no values.
+fn gate_detail(report: &callgate::GateReport) -> String {
+    format!(
+        "tool_call gate {}: {}",
+        report.decision.as_str(),
+        crate::redact::labels(&report.violations).join(",")
+    )
+}
+
+/// The answer when a decision could not be recorded: a deny, whatever was decided.
+fn audit_failed(mut body: DecisionBody, error: &crate::audit::StoreError) -> Error {
+    tracing::error!(error = %error, decision_id = body.decision_id, "decision not recorded; denying");
+    body.decision = crate::authz::Outcome::Deny;
+    body.stage = Stage::Audit;
+    body.approval_id = None;
+    body.errors = vec![Advice::new(
+        "audit_unavailable",
+        "the decision could not be recorded in the audit log; denied (fail closed)",
+        "retry later; operators: see /readyz and the logs",
+    )];
+    Error::AuditUnavailable(Box::new(body))
+}
+
+/// The snake_case word a unit enum serializes to.
+pub fn word<T: Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(Value::String(s)) => s,
+        _ => String::new(),
+    }
+}
