@@ -30,6 +30,7 @@
 pub mod admin;
 pub mod anomaly;
 pub mod api;
+pub mod app;
 pub mod approvals;
 pub mod audit;
 pub mod auth;

@@ -27,7 +27,7 @@ pub struct Cli {
     #[command(subcommand)]
     command: Command,
     /// Log format.
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "TOOLGATE_LOG_FORMAT")]
     log_format: LogFormat,
 }
 
@@ -73,14 +73,22 @@ pub struct Common {
     /// Override the schemas directory.
     #[arg(long)]
     schemas: Option<PathBuf>,
+    /// Override `listen` (e.g. `0.0.0.0:8181` in a container).
+    #[arg(long, env = "TOOLGATE_LISTEN")]
+    listen: Option<String>,
+    /// Override `data_dir` (relative to the working directory).
+    #[arg(long, env = "TOOLGATE_DATA_DIR")]
+    data_dir: Option<PathBuf>,
 }
 
 impl Common {
     fn config(&self) -> anyhow::Result<Config> {
-        let mut cfg = match &self.config {
-            Some(path) => Config::from_file(path).map_err(|e| anyhow::anyhow!(render(&e)))?,
-            None => Config::defaults(),
+        let overrides = crate::config::Overrides {
+            listen: self.listen.clone(),
+            data_dir: self.data_dir.clone(),
         };
+        let mut cfg = Config::load(self.config.as_deref(), &overrides)
+            .map_err(|e| anyhow::anyhow!(render(&e)))?;
         if let Some(p) = &self.policies {
             cfg.sources.policies_dir.clone_from(p);
         }

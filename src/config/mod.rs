@@ -31,6 +31,16 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8181";
 /// Default request body limit.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024;
 
+/// Settings a container or a command line sets over the config file's (`--listen`,
+/// `TOOLGATE_LISTEN`, `--data-dir`, `TOOLGATE_DATA_DIR`).
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `listen`, as written (validated like the file's).
+    pub listen: Option<String>,
+    /// `data_dir`, relative to the working directory.
+    pub data_dir: Option<PathBuf>,
+}
+
 /// A config file that cannot be used.
 #[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum ConfigError {
@@ -51,17 +61,63 @@ pub enum ConfigError {
         /// The parser's message, with line and column.
         message: String,
     },
-    /// A value is out of range or inconsistent.
-    #[error("invalid config `{path}`: {message}")]
+    /// Values are out of range or inconsistent: every problem found, each naming its key.
+    #[error("invalid config `{path}`: {}", list(problems))]
     Invalid {
         /// The file.
         path: PathBuf,
-        /// What is wrong.
-        message: String,
-        /// How to fix it.
-        #[help]
-        help: String,
+        /// Each problem and how to fix it, in the order of the keys checked.
+        problems: Vec<KeyProblem>,
     },
+}
+
+/// One value of a config file that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyProblem {
+    /// What is wrong, naming the key (`` `listen` = `x` is not an address ``).
+    pub message: String,
+    /// How to fix it.
+    pub help: String,
+}
+
+/// One problem inline; several as a numbered list, one per line.
+fn list(problems: &[KeyProblem]) -> String {
+    match problems {
+        [one] => format!("{} (help: {})", one.message, one.help),
+        many => {
+            let mut out = format!("{} problems:", many.len());
+            for (i, p) in many.iter().enumerate() {
+                out.push_str(&format!("\n  {}. {} (help: {})", i + 1, p.message, p.help));
+            }
+            out
+        }
+    }
+}
+
+/// The problems found while validating one file: each check adds its own and the next check
+/// goes on with a stand-in value, so one run reports them all.
+#[derive(Default)]
+struct Problems(Vec<KeyProblem>);
+
+impl Problems {
+    fn add(&mut self, message: String, help: impl Into<String>) {
+        self.0.push(KeyProblem {
+            message,
+            help: help.into(),
+        });
+    }
+
+    /// `checked`'s value, or `stand_in` once its problem is noted.
+    fn take<T, H: Into<String>>(
+        &mut self,
+        checked: Result<T, (String, H)>,
+        stand_in: impl FnOnce() -> T,
+    ) -> T {
+        checked.unwrap_or_else(|(message, help)| {
+            self.add(message, help);
+            stand_in()
+        })
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -315,16 +371,40 @@ pub struct JwtConfig {
 impl Config {
     /// Reads and validates a config file.
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-        let raw: RawConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
-            path: path.to_owned(),
-            message: e.to_string().trim().replace('\n', " "),
-        })?;
-        let base = path.parent().unwrap_or_else(|| Path::new("."));
-        Config::from_raw(raw, base, path)
+        Config::load(Some(path), &Overrides::default())
+    }
+
+    /// Reads a config file (or, with none, starts from the defaults), applies the command
+    /// line's and the environment's `overrides`, then validates the result as one file.
+    pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
+        let (mut raw, base, shown) = match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.to_owned(),
+                    source,
+                })?;
+                let raw: RawConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+                    path: path.to_owned(),
+                    message: e.to_string().trim().replace('\n', " "),
+                })?;
+                let base = path.parent().unwrap_or_else(|| Path::new(".")).to_owned();
+                (raw, base, path.to_owned())
+            }
+            None => (
+                RawConfig::default(),
+                PathBuf::from("."),
+                PathBuf::from("<defaults>"),
+            ),
+        };
+        if let Some(listen) = &overrides.listen {
+            raw.listen = Some(listen.clone());
+        }
+        if let Some(dir) = &overrides.data_dir {
+            // A directory named on the command line or in the environment is relative to
+            // where the command runs, not to the config file.
+            raw.data_dir = Some(std::path::absolute(dir).unwrap_or_else(|_| dir.clone()));
+        }
+        Config::from_raw(raw, &base, &shown)
     }
 
     /// Defaults for running from a checkout: `./policies`, `./schemas`, no authentication.
@@ -367,39 +447,38 @@ impl Config {
     }
 
     fn from_raw(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, ConfigError> {
-        let invalid = |message: String, help: &str| ConfigError::Invalid {
-            path: path.to_owned(),
-            message,
-            help: help.to_owned(),
-        };
+        let mut problems = Problems::default();
         let listen_text = raw.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
-        let listen: SocketAddr = listen_text.parse().map_err(|_| {
-            invalid(
-                format!("`listen` = `{listen_text}` is not an address"),
-                "write it as `127.0.0.1:8181`",
-            )
-        })?;
+        let listen: SocketAddr = problems.take(
+            listen_text.parse().map_err(|_| {
+                (
+                    format!("`listen` = `{listen_text}` is not an address"),
+                    "write it as `127.0.0.1:8181`",
+                )
+            }),
+            || SocketAddr::from(([127, 0, 0, 1], 8181)),
+        );
         let max_body_bytes = raw.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES);
         if !(1024..=16 * 1024 * 1024).contains(&max_body_bytes) {
-            return Err(invalid(
+            problems.add(
                 format!("`max_body_bytes` = {max_body_bytes} is out of range"),
                 "use a value from 1024 to 16777216",
-            ));
+            );
         }
         if raw.auth.dev_principal.is_some() && !listen.ip().is_loopback() {
-            return Err(invalid(
+            problems.add(
                 "`auth.dev_principal` (dev mode) is set but `listen` is not a loopback address"
                     .to_owned(),
                 "dev mode trusts every caller: use it only on 127.0.0.1, or configure tokens or JWT",
-            ));
+            );
         }
         if raw.auth.dev_principal.is_some()
             && (raw.auth.tokens_file.is_some() || raw.auth.jwt.is_some())
         {
-            return Err(invalid(
+            problems.add(
                 "`auth.dev_principal` cannot be combined with `tokens_file` or `jwt`".to_owned(),
                 "dev mode ignores credentials; remove it to use real authentication",
-            ));
+            );
         }
         let jwt = raw.auth.jwt.map(|j| JwtConfig {
             issuer: j.issuer,
@@ -426,18 +505,19 @@ impl Config {
             && j.ed25519_public_key_files.is_empty()
             && j.jwks_file.is_none()
         {
-            return Err(invalid(
+            problems.add(
                 "`auth.jwt` has no keys".to_owned(),
                 "set `hs256_secret_file`, `rsa_public_key_files`, `ed25519_public_key_files` or `jwks_file`",
-            ));
+            );
         }
         let defaults = WatchOptions::default();
         let debounce = match raw.reload.debounce_ms {
             Some(ms) if !(10..=10_000).contains(&ms) => {
-                return Err(invalid(
+                problems.add(
                     format!("`reload.debounce_ms` = {ms} is out of range"),
                     "use a value from 10 to 10000",
-                ));
+                );
+                defaults.debounce
             }
             Some(ms) => Duration::from_millis(ms),
             None => defaults.debounce,
@@ -445,10 +525,11 @@ impl Config {
         let poll = match raw.reload.poll_ms {
             Some(0) => None,
             Some(ms) if ms < 100 => {
-                return Err(invalid(
+                problems.add(
                     format!("`reload.poll_ms` = {ms} is too small"),
                     "use 0 to disable polling, or at least 100",
-                ));
+                );
+                defaults.poll
             }
             Some(ms) => Some(Duration::from_millis(ms)),
             None => defaults.poll,
@@ -470,10 +551,11 @@ impl Config {
             Some("buffered") => Durability::Buffered,
             Some("off") => Durability::Off,
             Some(other) => {
-                return Err(invalid(
+                problems.add(
                     format!("`audit.sync` = `{other}` is not a mode"),
                     "use `group` (flushed before answering), `buffered` or `off` (benchmarks only)",
-                ));
+                );
+                Durability::Group
             }
         };
         let risks = ["low", "medium", "high", "critical"];
@@ -483,23 +565,24 @@ impl Config {
             .keys()
             .find(|k| !risks.contains(&k.as_str()))
         {
-            return Err(invalid(
+            problems.add(
                 format!("`approvals.ttl_secs_by_risk` names `{bad}`, which is not a risk tier"),
                 "use low, medium, high or critical",
-            ));
+            );
         }
-        let approval_bounds = approval_bounds(&raw.approvals).map_err(|(m, h)| invalid(m, &h))?;
+        let approval_bounds = problems.take(approval_bounds(&raw.approvals), Bounds::default);
         let approval_retain_secs = match raw.approvals.retain_secs {
             None => crate::approvals::RETAIN_SECS,
             Some(n) if (1..=MAX_APPROVAL_RETAIN_SECS).contains(&n) => n,
             Some(n) => {
-                return Err(invalid(
+                problems.add(
                     format!("`approvals.retain_secs` = {n} is out of range"),
-                    &format!(
+                    format!(
                         "use 1 to {MAX_APPROVAL_RETAIN_SECS} (a year): ended approvals (denied, used, expired) are removed that long after they end (default {}, a day); the audit log keeps their history",
                         crate::approvals::RETAIN_SECS
                     ),
-                ));
+                );
+                crate::approvals::RETAIN_SECS
             }
         };
         let approval_ttl = Ttl {
@@ -507,35 +590,37 @@ impl Config {
             by_risk: raw.approvals.ttl_secs_by_risk,
         };
         if approval_ttl.default_secs == 0 || approval_ttl.by_risk.values().any(|v| *v == 0) {
-            return Err(invalid(
+            problems.add(
                 "approval lifetimes must be at least 1 second".to_owned(),
                 "set `approvals.ttl_secs` (and `ttl_secs_by_risk`) to 1 or more",
-            ));
+            );
         }
         let store_reserve_bytes = match raw.audit.reserve_mb {
             None => crate::storage::DEFAULT_RESERVE_BYTES,
             Some(mb) if mb <= MAX_RESERVE_MB => mb * 1024 * 1024,
             Some(mb) => {
-                return Err(invalid(
+                problems.add(
                     format!("`audit.reserve_mb` = {mb} is out of range"),
-                    &format!(
+                    format!(
                         "use 0 to {MAX_RESERVE_MB} (MiB left free on the data directory's disk; default {})",
                         crate::storage::DEFAULT_RESERVE_BYTES / (1024 * 1024)
                     ),
-                ));
+                );
+                crate::storage::DEFAULT_RESERVE_BYTES
             }
         };
         let store_cache_bytes = match raw.audit.cache_mb {
             None => crate::storage::DEFAULT_CACHE_BYTES,
             Some(mb) if (MIN_CACHE_MB..=MAX_CACHE_MB).contains(&mb) => mb * 1024 * 1024,
             Some(mb) => {
-                return Err(invalid(
+                problems.add(
                     format!("`audit.cache_mb` = {mb} is out of range"),
-                    &format!(
+                    format!(
                         "use {MIN_CACHE_MB} to {MAX_CACHE_MB} (MiB of page cache for the data directory; default {})",
                         crate::storage::DEFAULT_CACHE_BYTES / (1024 * 1024)
                     ),
-                ));
+                );
+                crate::storage::DEFAULT_CACHE_BYTES
             }
         };
         let limits = &raw.rate_limits;
@@ -545,10 +630,10 @@ impl Config {
             ("per_principal_tool", &limits.per_principal_tool),
         ] {
             if let Some(Err(why)) = rate.as_ref().map(Rate::check) {
-                return Err(invalid(
+                problems.add(
                     format!("`rate_limits.{name}`: {why}"),
                     "e.g. `per_principal = { per_second = 10, burst = 20 }` or `{ per_hour = 500 }`",
-                ));
+                );
             }
         }
         let rate_limits = LimitConfig {
@@ -556,25 +641,29 @@ impl Config {
             per_principal: limits.per_principal,
             per_principal_tool: limits.per_principal_tool,
         };
-        let approval_webhook = webhook(
-            "approvals",
-            raw.approvals.webhook_url.as_deref(),
-            raw.approvals.webhook_secret_file.as_deref(),
-            raw.approvals.webhook_timeout_ms,
-            raw.approvals.webhook_attempts,
-            base,
-        )
-        .map_err(|(m, h)| invalid(m, h))?;
-        let anomaly_webhook = webhook(
-            "anomaly",
-            raw.anomaly.webhook_url.as_deref(),
-            raw.anomaly.webhook_secret_file.as_deref(),
-            raw.anomaly.webhook_timeout_ms,
-            raw.anomaly.webhook_attempts,
-            base,
-        )
-        .map_err(|(m, h)| invalid(m, h))?;
-        let quarantine_on = quarantine_kinds(&raw.anomaly).map_err(|(m, h)| invalid(m, h))?;
+        let approval_webhook = problems.take(
+            webhook(
+                "approvals",
+                raw.approvals.webhook_url.as_deref(),
+                raw.approvals.webhook_secret_file.as_deref(),
+                raw.approvals.webhook_timeout_ms,
+                raw.approvals.webhook_attempts,
+                base,
+            ),
+            || None,
+        );
+        let anomaly_webhook = problems.take(
+            webhook(
+                "anomaly",
+                raw.anomaly.webhook_url.as_deref(),
+                raw.anomaly.webhook_secret_file.as_deref(),
+                raw.anomaly.webhook_timeout_ms,
+                raw.anomaly.webhook_attempts,
+                base,
+            ),
+            || None,
+        );
+        let quarantine_on = problems.take(quarantine_kinds(&raw.anomaly), Default::default);
         let known_secret_files: Vec<PathBuf> = raw
             .redaction
             .known_secrets_files
@@ -582,13 +671,19 @@ impl Config {
             .flatten()
             .map(|p| base.join(p))
             .collect();
-        let redaction = gates::redaction(&raw.redaction, base).map_err(|(m, h)| invalid(m, h))?;
-        let gate_rules = gates::gate_rules(raw.gates).map_err(|(m, h)| invalid(m, h))?;
-        let data_dir = raw
-            .data_dir
-            .map_or_else(|| PathBuf::from("data"), |p| base.join(p));
-        let mut exec =
-            exec::settings(raw.exec, base, &data_dir).map_err(|(m, h)| invalid(m, &h))?;
+        let redaction = problems.take(gates::redaction(&raw.redaction, base), Default::default);
+        let gate_rules = problems.take(gates::gate_rules(raw.gates), || {
+            Gate::ALL
+                .into_iter()
+                .map(|g| (g, GateRules::default_for(g)))
+                .collect()
+        });
+        // Beside the config file, not wherever the sidecar happens to be started from.
+        let data_dir = base.join(raw.data_dir.unwrap_or_else(|| PathBuf::from("data")));
+        let mut exec = problems.take(
+            exec::settings(raw.exec, base, &data_dir),
+            crate::exec::ExecSettings::default,
+        );
         sources.programs = exec.programs.clone();
         // The sidecar's own files stay out of every tool's reach (the protected set; the
         // data and lock directories are in it already): policies, schemas, this config, and
@@ -622,13 +717,19 @@ impl Config {
         }
         exec.protected.extend(known_secret_files);
         sources.deny = std::sync::Arc::new(path_guard(&exec));
-        let server = server::settings(&raw.server).map_err(|(m, h)| invalid(m, h))?;
-        let anomaly = detector_config(raw.anomaly).map_err(|(m, h)| invalid(m, h))?;
+        let server = problems.take(server::settings(&raw.server), ServerSettings::default);
+        let anomaly = problems.take(detector_config(raw.anomaly), Default::default);
         if raw.audit.retain_records == Some(0) || raw.audit.retain_days == Some(0) {
-            return Err(invalid(
+            problems.add(
                 "audit retention of 0 would remove every record".to_owned(),
                 "set `audit.retain_records` and `audit.retain_days` to 1 or more, or leave them out to keep everything",
-            ));
+            );
+        }
+        if !problems.0.is_empty() {
+            return Err(ConfigError::Invalid {
+                path: path.to_owned(),
+                problems: problems.0,
+            });
         }
         let audit_retention = (raw.audit.retain_records.is_some()
             || raw.audit.retain_days.is_some())

@@ -9,6 +9,7 @@
 #![allow(missing_docs)]
 
 mod anomaly;
+mod app;
 mod approval_retention;
 mod approvals;
 mod audit;

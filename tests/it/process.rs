@@ -145,6 +145,9 @@ fn start_full(
         .arg(&config)
         .env_remove("RUST_MIN_STACK")
         .env_remove("TOOLGATE_KILL_SWITCH")
+        .env_remove("TOOLGATE_LISTEN")
+        .env_remove("TOOLGATE_DATA_DIR")
+        .env_remove("TOOLGATE_LOG_FORMAT")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(set.dir.path().join("serve.log")).unwrap());
     for (k, v) in env {

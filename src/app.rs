@@ -1,0 +1,442 @@
+//! Startup as a library: [`App::build`] turns a validated [`Config`] into a wired pipeline
+//! (stores opened, policies loaded or the last good set remembered, credentials checked), and
+//! [`App::serve`] runs it on a listener until shutdown. `toolgate serve` and the integration
+//! tests both start the sidecar this way.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+
+use crate::admin::Admin;
+use crate::anomaly::{Alerts, Monitor};
+use crate::api::{fit_to_fd_limit, raise_fd_limit, router};
+use crate::approvals::{Approvals, Webhook, WebhookConfig, webhook_origin};
+use crate::audit::{Audit, EntryKind, Operator, Retention};
+use crate::auth::{AuthSetupError, Authenticator};
+use crate::clock::now_ms;
+use crate::config::{Config, ServerSettings, WebhookSettings};
+use crate::gateway::{Gateway, expire_due, expiry_timer};
+use crate::grants::{Grant, Grants};
+use crate::limits::{Limiter, MonotonicClock};
+use crate::policy::LoadError;
+use crate::redact::Gates;
+use crate::reload::{Origin, PolicyStore, PolicyWatcher, StoreOptions, WatchOptions};
+use crate::storage::Stores;
+
+/// Why the sidecar could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The credentials config cannot be used.
+    #[error(transparent)]
+    Auth(AuthSetupError),
+    /// The policy files do not load and no good set was ever remembered.
+    #[error(transparent)]
+    Policies(LoadError),
+    /// Anything else: the data directory, the audit keys, a webhook's secret, …
+    #[error("{0:#}")]
+    Setup(#[from] anyhow::Error),
+}
+
+/// A sidecar ready to serve: the pipeline and what runs beside it.
+pub struct App {
+    gateway: Gateway,
+    store: Arc<PolicyStore>,
+    audit: Arc<Audit>,
+    /// Grants that expired while the sidecar was down, recorded once serving starts.
+    expired: Vec<Grant>,
+    /// An audit key that seals nothing yet: its start is recorded first.
+    key_started: Option<crate::audit::keys::Started>,
+    revision: String,
+    server: ServerSettings,
+    exec: crate::exec::ExecSettings,
+    reload: WatchOptions,
+    audit_retention: Option<Retention>,
+}
+
+impl App {
+    /// Opens the data directory, loads the policies (or the remembered last good set), checks
+    /// the credentials against the entities and wires the pipeline. Nothing listens yet.
+    pub fn build(cfg: Config) -> Result<App, StartError> {
+        // Before anything is opened: every connection is a descriptor, and the cap must fit.
+        let server = fit_to_fd_limit(cfg.server, raise_fd_limit());
+        // Credentials first: a config without authentication stops before anything is opened.
+        let auth = Authenticator::from_config(&cfg.auth).map_err(StartError::Auth)?;
+        let stores = Stores::open_configured(
+            &cfg.data_dir,
+            cfg.store_cache_bytes,
+            cfg.store_reserve_bytes,
+        )
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let cache_mb = stores.cache_bytes() / (1024 * 1024);
+        let grants_store = stores.grants.clone();
+        let options = StoreOptions {
+            remember: Some(stores.policies.clone()),
+            widening: cfg.widening,
+        };
+        let (store, warnings, error) =
+            PolicyStore::start(cfg.sources.clone(), options).map_err(StartError::Policies)?;
+        if let Some(e) = &error {
+            for p in &e.problems {
+                tracing::error!(problem = %p, "policy problem");
+            }
+            match store.origin() {
+                Origin::Remembered => tracing::warn!(
+                    revision = store.current().revision,
+                    "STALE: the policy files do not load; serving the last good set remembered in the data directory until they do"
+                ),
+                _ => tracing::error!(
+                    "NO POLICY SET: the files do not load and none was ever remembered; every call is denied and /readyz says not ready until they are fixed"
+                ),
+            }
+        }
+        for w in &warnings {
+            tracing::warn!(problem = %w, "policy warning");
+        }
+        if let Err(e) = crate::review::diff::find_solver() {
+            match store.widening() {
+                crate::reload::Widening::Hold => tracing::warn!(
+                    error = %e,
+                    "NO SOLVER: no policy change can be proved narrowing, so every change waits for a human's approval (/readyz `solver`)"
+                ),
+                crate::reload::Widening::Apply => tracing::warn!(
+                    error = %e,
+                    "NO SOLVER: policy changes apply unproved (reload.widening = \"apply\")"
+                ),
+            }
+        }
+        let snap = store.current();
+        for p in auth.token_principals() {
+            // With no policy set there are no entities to check against.
+            if store.origin() != Origin::Nothing && snap.entities.get(&p.uid).is_none() {
+                return Err(anyhow::anyhow!(
+                "the tokens file names {}, which is not in {}/entities.json; add the entity or remove the token",
+                p.uid,
+                cfg.sources.policies_dir.display()
+            )
+            .into());
+            }
+        }
+        if let Some(dev) = auth.dev_principal() {
+            tracing::warn!(principal = %dev.uid, "DEV MODE: every request is treated as this agent; never use in production");
+        }
+        tracing::info!(
+            revision = snap.revision,
+            policies = snap.policy_count(),
+            tools = snap.tools.len(),
+            "policy set loaded"
+        );
+        drop(snap);
+        let store = Arc::new(store);
+        // HMAC links are on by default: the keyring in the data directory holds a key generated
+        // at first start (or names `audit.hmac_key_file`); a key that seals nothing yet is
+        // recorded below, as the first record under it.
+        let revision = store.current().revision.clone();
+        let head_record = stores.audit.last().map_err(|e| anyhow::anyhow!("{e}"))?;
+        let (chain, key_started) = crate::audit::keys::open_for_serve(
+            &cfg.data_dir,
+            cfg.audit_hmac_key_file.as_deref(),
+            head_record.as_ref(),
+        )
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let audit = Arc::new(
+            Audit::start(stores.audit, chain, cfg.audit_durability)
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
+        );
+        let mut approvals = Approvals::new(
+            stores.approvals,
+            cfg.approval_ttl.clone(),
+            cfg.approval_bounds,
+        )
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .with_retention(cfg.approval_retain_secs);
+        if let Some(hook) = &cfg.approval_webhook {
+            approvals = approvals.with_webhook(start_webhook(hook, "approvals")?);
+            tracing::info!(to = %webhook_origin(&hook.url), "approver webhook on");
+        }
+        let approvals = Arc::new(approvals);
+        let forced = match (cfg.kill_switch, kill_switch_env()?) {
+            (true, _) => Some("the config (kill_switch = true)".to_owned()),
+            (false, true) => Some("the environment (TOOLGATE_KILL_SWITCH)".to_owned()),
+            (false, false) => None,
+        };
+        let admin =
+            Arc::new(Admin::open(Some(stores.admin), forced).map_err(|e| anyhow::anyhow!("{e}"))?);
+        if admin.kill_switch_on() {
+            tracing::warn!("KILL SWITCH ON: every tool call will be denied");
+        }
+        tracing::info!(data_dir = %cfg.data_dir.display(), head = audit.head().seq, cache_mb, "audit log open");
+        // Grants stored before the restart are linked again; those that expired meanwhile end now.
+        let (grants, expired) = Grants::start(grants_store, audit.clone(), store.clone(), now_ms())
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let linked = store.current().links().count();
+        if linked > 0 {
+            tracing::info!(grants = linked, "grants linked");
+        }
+        let grants = Arc::new(grants);
+        let state = Gateway::with_services(
+            store.clone(),
+            auth,
+            cfg.max_body_bytes,
+            audit.clone(),
+            approvals,
+        )
+        .with_limiter(Limiter::new(
+            cfg.rate_limits,
+            Arc::new(MonotonicClock::default()),
+        ))
+        .with_gates(
+            Gates::new(&cfg.redaction, cfg.gate_rules.clone())
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
+        )
+        .with_monitor(monitor(&cfg, &audit, &admin)?)
+        .with_admin(admin)
+        .with_grants(grants);
+        Ok(App {
+            gateway: state,
+            store,
+            audit,
+            expired,
+            key_started,
+            revision,
+            server,
+            exec: cfg.exec,
+            reload: cfg.reload,
+            audit_retention: cfg.audit_retention,
+        })
+    }
+
+    /// The pipeline this app serves (for front ends other than HTTP, and tests).
+    pub fn gateway(&self) -> &Gateway {
+        &self.gateway
+    }
+
+    /// Serves HTTP on `listener` until `shutdown` completes, with the policy watcher and the
+    /// background jobs running; then stores everything queued for the audit log.
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let App {
+            gateway: state,
+            store,
+            audit,
+            expired,
+            key_started,
+            revision,
+            server,
+            exec,
+            reload,
+            audit_retention,
+        } = self;
+        if let Some(started) = key_started {
+            let entry = Operator {
+                kind: EntryKind::Admin,
+                stage: "audit_key",
+                by: "toolgate",
+                revision: &revision,
+            }
+            .entry("key_started", vec![started.id.clone()], started.detail());
+            audit
+                .record(entry)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot record the audit key's start: {e}"))?;
+            tracing::info!(key = %started.id, from = started.from_seq, "audit key in use");
+        }
+        let state = match &exec.root {
+            None => state,
+            Some(root) => {
+                let launcher = std::env::current_exe()
+                    .context("cannot find this binary to use as the tool launcher")?;
+                let runner = toolgate_exec_runner(exec.clone(), launcher)
+                    .await
+                    .with_context(|| format!("cannot run tools in `{}`", root.display()))?;
+                let p = runner.protections();
+                match &p.error {
+                    Some(e) => {
+                        tracing::error!(error = %e, "tool execution unavailable: every /v1/execute is refused")
+                    }
+                    None => tracing::info!(
+                        root = %p.root,
+                        landlock = %p.landlock,
+                        process_limit = p.process_limit,
+                        "tool execution on"
+                    ),
+                }
+                state.with_exec(runner)
+            }
+        };
+        let addr = listener.local_addr()?;
+        tracing::info!(
+            addr = %addr,
+            max_connections = server.max_connections,
+            "toolgate listening"
+        );
+        let watcher = Arc::new(PolicyWatcher::spawn_audited(
+            store,
+            reload,
+            Some(audit.clone()),
+        ));
+        let sighup = reload_on_sighup(watcher.clone());
+        let expiry = {
+            let state = state.clone();
+            tokio::spawn(async move {
+                let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
+                loop {
+                    every.tick().await;
+                    expire_due(&state).await;
+                }
+            })
+        };
+        if let Some(grants) = &state.grants {
+            crate::gateway::forget_ended(&state, grants, &expired, now_ms()).await;
+        }
+        let grant_expiry = tokio::spawn(expiry_timer(state.clone()));
+        let upkeep = {
+            let metrics = state.metrics.clone();
+            tokio::spawn(async move {
+                // Folds recorded latencies into their histograms even when nobody scrapes.
+                let mut every = tokio::time::interval(std::time::Duration::from_secs(5));
+                loop {
+                    every.tick().await;
+                    metrics.upkeep();
+                }
+            })
+        };
+        let retention = audit_retention.map(|rule| tokio::spawn(retain(audit.clone(), rule)));
+        crate::api::serve(listener, router(state), server, shutdown).await;
+        drop(watcher);
+        // Stopped and awaited, so nothing of this app outlives `serve` but what the caller
+        // still holds.
+        let jobs = [
+            Some(sighup),
+            Some(expiry),
+            Some(grant_expiry),
+            Some(upkeep),
+            retention,
+        ];
+        for job in jobs.iter().flatten() {
+            job.abort();
+        }
+        for job in jobs.into_iter().flatten() {
+            let _ = job.await;
+        }
+        // Everything queued is stored before the process exits.
+        audit.close();
+        tracing::info!("toolgate stopped");
+        Ok(())
+    }
+}
+
+/// `TOOLGATE_KILL_SWITCH`: 1/true/on forces the kill switch on; unset, empty, 0/false/off
+/// leave it to the stored state. Anything else is an error (a typo must not leave it off).
+fn kill_switch_env() -> anyhow::Result<bool> {
+    match std::env::var("TOOLGATE_KILL_SWITCH") {
+        Err(std::env::VarError::NotPresent) => Ok(false),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            anyhow::bail!("TOOLGATE_KILL_SWITCH must be 1, true, on, 0, false or off")
+        }
+        Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
+            "1" | "true" | "on" | "yes" => Ok(true),
+            "" | "0" | "false" | "off" | "no" => Ok(false),
+            other => anyhow::bail!(
+                "TOOLGATE_KILL_SWITCH = `{other}`: use 1, true or on (or 0, false, off)"
+            ),
+        },
+    }
+}
+
+/// How often retention runs (also once at startup).
+const RETENTION_EVERY: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Applies the retention rule now and every [`RETENTION_EVERY`], off the request threads.
+async fn retain(audit: Arc<Audit>, rule: Retention) {
+    let mut every = tokio::time::interval(RETENTION_EVERY);
+    loop {
+        every.tick().await;
+        let (audit, rule) = (audit.clone(), rule.clone());
+        match tokio::task::spawn_blocking(move || audit.prune(&rule)).await {
+            Ok(Ok(Some(p))) => tracing::info!(
+                removed = p.removed,
+                checkpoint = p.checkpoint.seq,
+                "audit retention: old records removed; the chain verifies from the checkpoint"
+            ),
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "audit retention failed; nothing removed"),
+            Err(e) => tracing::error!(error = %e, "audit retention task failed"),
+        }
+    }
+}
+
+/// SIGHUP forces a reload, even of unchanged content.
+fn reload_on_sighup(watcher: Arc<PolicyWatcher>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            tracing::warn!("cannot listen for SIGHUP; reload by editing the files instead");
+            return;
+        };
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading policies");
+            watcher.force_reload();
+        }
+    })
+}
+
+async fn toolgate_exec_runner(
+    settings: crate::exec::ExecSettings,
+    launcher: std::path::PathBuf,
+) -> anyhow::Result<crate::exec::Runner> {
+    crate::exec::Runner::start(settings, launcher)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// The usage counters, and the anomaly detectors unless `[anomaly] enabled = false`.
+fn monitor(cfg: &Config, audit: &Arc<Audit>, admin: &Arc<Admin>) -> anyhow::Result<Monitor> {
+    let clock = Arc::new(MonotonicClock::default());
+    let Some(detectors) = cfg.anomaly.clone() else {
+        tracing::info!("anomaly detectors off; usage counters on");
+        return Ok(Monitor::counting_only(clock));
+    };
+    let webhook = match &cfg.anomaly_webhook {
+        Some(hook) => {
+            tracing::info!(to = %webhook_origin(&hook.url), "anomaly webhook on");
+            Some(start_webhook(hook, "anomaly")?)
+        }
+        None => None,
+    };
+    let alerts = Alerts {
+        audit: Some(audit.clone()),
+        webhook,
+        quarantine: (!cfg.quarantine_on.is_empty()).then(|| (admin.clone(), cfg.quarantine_on)),
+    };
+    Ok(Monitor::start(detectors, clock, alerts)?)
+}
+
+/// Starts a webhook's delivery thread; reads its secret file (`[section] webhook_secret_file`).
+fn start_webhook(hook: &WebhookSettings, section: &str) -> anyhow::Result<Webhook> {
+    let secret = match &hook.secret_file {
+        // A trailing newline (as editors and `echo` leave) is not part of the secret.
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| {
+                    format!(
+                        "cannot read {section}.webhook_secret_file {}",
+                        path.display()
+                    )
+                })?
+                .trim_end()
+                .as_bytes()
+                .to_vec(),
+        ),
+        None => None,
+    };
+    Ok(Webhook::start(WebhookConfig {
+        url: hook.url.clone(),
+        secret,
+        timeout: hook.timeout,
+        attempts: hook.attempts,
+        backoff: std::time::Duration::from_millis(250),
+    })?)
+}
