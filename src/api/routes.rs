@@ -198,8 +198,7 @@ pub async fn execute(
     headers: HeaderMap,
     body: Result<Json<RawCall>, JsonRejection>,
 ) -> Result<(StatusCode, Json<ExecAnswer>), Error> {
-    let raw = read(body)?;
-    let (progress, answer) = gateway::execute(&state, credential(&headers), raw).await?;
+    let (progress, answer) = gateway::execute(&state, credential(&headers), read(body)).await?;
     let status = match progress {
         Progress::Done => StatusCode::OK,
         Progress::Pending => StatusCode::ACCEPTED,

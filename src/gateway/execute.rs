@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::body::{DecisionBody, RawCall};
-use super::decide::{Credential, decide, record_or_refuse};
+use super::decide::{Credential, authenticate, decide, record_or_refuse};
 use super::error::Refusal;
 use super::{Error, Gateway};
 use crate::audit::{Entry, EntryKind};
@@ -192,11 +192,21 @@ pub enum Progress {
 }
 
 /// Decides `raw` and, when allowed, runs the tool (`POST /v1/execute`).
+/// The caller is checked first: an unknown caller gets the decision path's 401 (recorded),
+/// whatever its body says; then a body that cannot be read is refused.
 pub async fn execute(
     state: &Gateway,
     credential: Credential<'_>,
-    raw: RawCall,
+    body: Result<RawCall, Error>,
 ) -> Result<(Progress, ExecAnswer), Error> {
+    if authenticate(state, credential).is_err() {
+        // Refused there (auth comes first); were it to answer, it would still not be a run.
+        return match decide(state, credential, body).await {
+            Err(refused) => Err(refused),
+            Ok(_) => Err(Error::StoreUnavailable),
+        };
+    }
+    let raw = body?;
     let Some(runner) = state.exec.clone() else {
         return Err(unavailable(
             "execution_off",
