@@ -114,7 +114,7 @@ async fn audit_records_stay_small_on_disk() {
 }
 
 /// Measured here: 524 bytes per record with deflated blocks, 1,690 with the JSON blocks stored
-/// before (the README's Performance section has the same under load: 630 against 1,803). The
+/// before (docs/performance.md has the same under load: 630 against 1,803). The
 /// bound leaves room for sled's segment granularity and batch sizes, and fails on the old
 /// layout.
 const BYTES_PER_RECORD_BOUND: u64 = 1000;

@@ -48,6 +48,7 @@ mod pending;
 mod process;
 mod props;
 mod quarantine;
+mod readme;
 mod regressions;
 mod reload;
 mod reload_entries;
