@@ -25,7 +25,7 @@ pub struct SequenceRule {
     pub within_secs: u64,
 }
 
-/// Thresholds. The defaults are the ones documented in the README.
+/// Thresholds. The defaults are the ones documented in docs/configuration.md.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DetectorConfig {
     /// A spike: calls in the last 60 s above `spike_factor` × the principal's mean per minute

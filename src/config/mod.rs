@@ -54,7 +54,7 @@ pub enum ConfigError {
     },
     /// The TOML is malformed or has unknown keys.
     #[error("invalid config `{path}`: {message}")]
-    #[diagnostic(help("see examples/quickstart.toml for every key"))]
+    #[diagnostic(help("docs/configuration.md lists every key, with its default"))]
     Parse {
         /// The file.
         path: PathBuf,
@@ -909,7 +909,7 @@ fn detector_config(raw: RawAnomaly) -> Result<Option<DetectorConfig>, (String, &
     let bad = |m: String| {
         Err((
             m,
-            "see the `[anomaly]` section of the README for each setting's range",
+            "see docs/configuration.md (`[anomaly]`) for each setting's range",
         ))
     };
     if !(c.spike_factor.is_finite() && c.spike_factor >= 1.0) {

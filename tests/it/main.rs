@@ -37,6 +37,7 @@ mod http;
 mod integrity;
 mod jail;
 mod kill_switch;
+mod layers;
 mod leaks;
 mod ledger;
 mod lifecycle;
