@@ -1,4 +1,7 @@
 # Multi-stage build of the same binary the tests exercise (`cargo build --release --locked`).
+# tests/it/container.rs reads this file and rebuilds the runtime stage's layout in a temp dir
+# (the COPY, ENV, USER, WORKDIR, VOLUME, EXPOSE, ENTRYPOINT and CMD lines below), then starts
+# `serve` in it as the runtime user: keep those lines in the forms it reads.
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock clippy.toml ./
@@ -10,16 +13,26 @@ FROM debian:bookworm-slim
 # cvc5 (bookworm's 1.0.3): the solver the reload review proves policy changes with. Without
 # it no change can be proved narrowing, and under the default `reload.widening = "hold"`
 # every policy change would wait for a human's approval.
-RUN useradd --system --uid 10001 --no-create-home toolgate \
+# The runtime user is 10001:10001; the data directory is created for it, the rest is root's.
+RUN groupadd --system --gid 10001 toolgate \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin toolgate \
+ && install -d -o 10001 -g 10001 -m 0700 /var/lib/toolgate \
  && apt-get update && apt-get install -y --no-install-recommends curl ca-certificates cvc5 \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/release/toolgate /usr/local/bin/toolgate
+# Owned by root, read-only to the runtime user.
 COPY policies /etc/toolgate/policies
 COPY schemas /etc/toolgate/schemas
-# Mount a real config (tokens file or JWT keys) at /etc/toolgate/toolgate.toml. The sidecar
-# listens on loopback by default; in a pod, the agent container shares the network namespace.
-USER toolgate
-WORKDIR /etc/toolgate
+# A sample config that starts as shipped, with DEMO tokens (published in the README):
+# replace both before use (mount your own over /etc/toolgate/toolgate.toml).
+COPY examples/container.toml /etc/toolgate/toolgate.toml
+COPY examples/demo-tokens.json /etc/toolgate/demo-tokens.json
+COPY LICENSE /usr/share/doc/toolgate/LICENSE
+# The audit log, approvals, grants and the last good policy set: mount a volume to keep them.
+VOLUME /var/lib/toolgate
+# Numeric, so that a runtime can check it is not root (Kubernetes' runAsNonRoot).
+USER 10001:10001
+WORKDIR /var/lib/toolgate
 ENV TOOLGATE_CONFIG=/etc/toolgate/toolgate.toml
 EXPOSE 8181
 HEALTHCHECK --interval=10s --timeout=2s --retries=3 CMD curl -fsS http://127.0.0.1:8181/readyz || exit 1

@@ -11,12 +11,12 @@
 //! here gets a configured one ([`DEFAULT_CACHE_BYTES`], `[audit] cache_mb`), so the sidecar's
 //! memory has a bound someone chose.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::admin::{AdminStore, SledAdmin};
 use crate::approvals::{ApprovalStore, SledApprovals};
-use crate::audit::{AuditStore, SledAudit, SledCell, StoreError, sled_config};
+use crate::audit::{AuditStore, SledAudit, SledCell, StoreError, lock_held, sled_config};
 use crate::grants::{GrantStore, SledGrants};
 use crate::reload::{GoodSets, SledGoodSets};
 
@@ -68,18 +68,14 @@ impl Stores {
         reserve_bytes: u64,
     ) -> Result<Stores, StoreError> {
         std::fs::create_dir_all(dir).map_err(|e| {
-            StoreError(format!(
-                "cannot create data directory {}: {e}",
-                dir.display()
-            ))
+            StoreError(
+                access_problem(dir, &e).unwrap_or_else(|| {
+                    format!("cannot create data directory {}: {e}", dir.display())
+                }),
+            )
         })?;
         let config = sled_config(dir, cache_bytes);
-        let db = config.open().map_err(|e| {
-            StoreError(format!(
-                "cannot open data directory {} ({e}); is another toolgate using it?",
-                dir.display()
-            ))
-        })?;
+        let db = config.open().map_err(|e| open_failed(dir, &e))?;
         let cell = SledCell::new(db, Some((dir.to_path_buf(), config.cache_capacity)));
         let audit = SledAudit::with_ledger(cell.clone(), dir, reserve_bytes)?;
         Self::from_parts(&cell, audit, config.cache_capacity)
@@ -129,4 +125,108 @@ impl Stores {
             audit: Arc::new(audit),
         })
     }
+}
+
+/// Why sled could not open the data directory `dir`. Only a held lock suggests another
+/// toolgate; a permission problem names the path that refused and what to change.
+fn open_failed(dir: &Path, e: &sled::Error) -> StoreError {
+    if lock_held(e) {
+        return StoreError(format!(
+            "cannot open data directory {} ({e}); is another toolgate using it?",
+            dir.display()
+        ));
+    }
+    if let sled::Error::Io(io) = e
+        && let Some(why) = access_problem(dir, io)
+    {
+        return StoreError(why);
+    }
+    StoreError(format!("cannot open data directory {}: {e}", dir.display()))
+}
+
+/// What to fix when `e` is a permission error or a read-only file system under the data
+/// directory `dir`; `None` for any other error.
+fn access_problem(dir: &Path, e: &std::io::Error) -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    match e.kind() {
+        std::io::ErrorKind::ReadOnlyFilesystem => Some(format!(
+            "data directory {} is on a read-only file system ({e}); mount a writable volume there, or set `data_dir` to a writable directory",
+            dir.display()
+        )),
+        std::io::ErrorKind::PermissionDenied => {
+            let uid = rustix::process::getuid().as_raw();
+            let gid = rustix::process::getgid().as_raw();
+            let refused = refusing_path(dir);
+            let owner = std::fs::metadata(&refused)
+                .map(|m| {
+                    format!(
+                        " (owner {}:{}, mode {:04o})",
+                        m.uid(),
+                        m.gid(),
+                        m.mode() & 0o7777
+                    )
+                })
+                .unwrap_or_default();
+            let d = dir.display();
+            let fix = if dir.exists() {
+                format!("fix its owner and mode (`chown -R {uid}:{gid} {d}` and `chmod 700 {d}`)")
+            } else {
+                format!("create it for this user (`install -d -o {uid} -g {gid} -m 700 {d}`)")
+            };
+            Some(format!(
+                "permission denied on {}{owner}: toolgate runs as {uid}:{gid} and must be able to write its data directory {d}; {fix}, or set `data_dir` to a directory this user owns",
+                refused.display(),
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// The path that refused this process: the nearest existing ancestor when `dir` is missing,
+/// `dir` when it cannot be written, else the first entry below it (two levels down: sled's
+/// files and the ledger's) that cannot be. `dir` when nothing is found (e.g. as root).
+fn refusing_path(dir: &Path) -> PathBuf {
+    if !dir.exists() {
+        let mut at = dir;
+        while let Some(parent) = at.parent() {
+            if parent.exists() {
+                return parent.to_path_buf();
+            }
+            at = parent;
+        }
+        return dir.to_path_buf();
+    }
+    if !usable(dir, true) {
+        return dir.to_path_buf();
+    }
+    first_refused(dir, 1).unwrap_or_else(|| dir.to_path_buf())
+}
+
+/// The first entry below `dir`, `depth` levels further down at most, this process cannot use.
+fn first_refused(dir: &Path, depth: u8) -> Option<PathBuf> {
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        if !usable(&path, is_dir) {
+            return Some(path);
+        }
+        if is_dir
+            && depth > 0
+            && let Some(found) = first_refused(&path, depth - 1)
+        {
+            return Some(found);
+        }
+    }
+    None
+}
+
+/// Whether this process may write `path` (and, for a directory, enter it).
+fn usable(path: &Path, is_dir: bool) -> bool {
+    use rustix::fs::{Access, access};
+    let want = if is_dir {
+        Access::WRITE_OK | Access::EXEC_OK
+    } else {
+        Access::READ_OK | Access::WRITE_OK
+    };
+    access(path, want).is_ok()
 }

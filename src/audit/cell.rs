@@ -35,6 +35,12 @@ impl std::fmt::Debug for SledCell {
     }
 }
 
+/// Whether sled refused to open a database because a process holds its lock: another
+/// toolgate, or this one's old handle during a reopen.
+pub(crate) fn lock_held(e: &sled::Error) -> bool {
+    e.to_string().contains("could not acquire lock")
+}
+
 fn sled_err(e: impl std::fmt::Display) -> StoreError {
     StoreError(e.to_string())
 }
@@ -93,10 +99,7 @@ impl SledCell {
                     return Ok(());
                 }
                 // Requests still holding the old database keep its lock for a moment.
-                Err(e)
-                    if e.to_string().contains("could not acquire lock")
-                        && start.elapsed() < RELEASE_WAIT =>
-                {
+                Err(e) if lock_held(&e) && start.elapsed() < RELEASE_WAIT => {
                     tracing::debug!(error = %e, "waiting for the old database to close");
                     std::thread::sleep(Duration::from_millis(20));
                 }

@@ -12,7 +12,7 @@ mod store;
 mod verify;
 mod writer;
 
-pub(crate) use cell::{SledCell, sled_config};
+pub(crate) use cell::{SledCell, lock_held, sled_config};
 pub use ledger::Effect;
 pub use record::{
     Chain, Checkpoint, Entry, EntryKind, GENESIS, Link, LinkFault, Operator, Record, RingKey,

@@ -52,9 +52,9 @@ pub fn decide_with(
         return Verdict::deny(
             Stage::Registry,
             None,
-            Advice::new(
-                "unknown_tool",
-                format!("no tool named `{}` is registered", printable(&call.tool)),
+            unregistered(
+                snap,
+                &call.tool,
                 "call GET /v1/tools for the tools you may use",
             ),
         );
@@ -109,6 +109,23 @@ fn checked_args<'a>(tool: &Tool, args: &'a Value) -> Result<Cow<'a, Value>, Vec<
             )
         })
         .collect())
+}
+
+/// Why `tool` is not in `snap`. With no policy set loaded at all, no tool is registered, and
+/// the caller is told that (and how an operator finds the cause), not that one name is wrong.
+fn unregistered(snap: &Snapshot, tool: &str, suggestion: &str) -> Advice {
+    if snap.is_nothing() {
+        return Advice::new(
+            "no_policy_set",
+            "no policy set is loaded, so no tool is registered and every call is denied: the policy files did not load when toolgate started, and its data directory holds no last good set",
+            "not a problem with this call; an operator must fix the policy files: `toolgate validate` lists every problem, and GET /readyz names the first (`last_reload_error_at`); a fix is picked up without a restart",
+        );
+    }
+    Advice::new(
+        "unknown_tool",
+        format!("no tool named `{}` is registered", printable(tool)),
+        suggestion,
+    )
 }
 
 /// Tool names echoed back are cut short and stripped of control characters.
@@ -311,11 +328,7 @@ pub fn may_approve(
         return Verdict::deny(
             Stage::Registry,
             None,
-            Advice::new(
-                "unknown_tool",
-                format!("no tool named `{}` is registered", printable(tool_name)),
-                "check the tool name of the pending call",
-            ),
+            unregistered(snap, tool_name, "check the tool name of the pending call"),
         );
     };
     cedar::evaluate_approve(snap, approver, tool, requester)

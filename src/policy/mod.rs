@@ -30,6 +30,9 @@ use cedar_policy::{Authorizer, Entities, EntityUid, PolicySet, Schema};
 
 use crate::tools::Tool;
 
+/// The revision of [`Snapshot::nothing`] (a loaded set's starts `sha256:`).
+const NOTHING_REVISION: &str = "none";
+
 /// One complete, validated policy set. Requests load it once and use it to the end.
 #[derive(Debug)]
 pub struct Snapshot {
@@ -62,7 +65,7 @@ impl Snapshot {
     }
 
     /// The set served when nothing ever loaded: no policies, no tools, no entities, so every
-    /// call is denied (unknown tool) and every operator action refused.
+    /// call is denied (`no_policy_set`) and every operator action refused.
     pub fn nothing() -> Result<Self, LoadError> {
         let schema = Schema::from_schema_fragments([]).map_err(|e| LoadError {
             problems: vec![Problem::in_file(
@@ -72,7 +75,7 @@ impl Snapshot {
             )],
         })?;
         Ok(Snapshot {
-            revision: "none".to_owned(),
+            revision: NOTHING_REVISION.to_owned(),
             loaded_at: SystemTime::now(),
             policies: PolicySet::new(),
             slices: Slices::default(),
@@ -83,6 +86,11 @@ impl Snapshot {
             authorizer: Authorizer::new(),
             deny: std::sync::Arc::default(),
         })
+    }
+
+    /// Whether this is [`Snapshot::nothing`]: no policy set ever loaded.
+    pub fn is_nothing(&self) -> bool {
+        self.revision == NOTHING_REVISION
     }
 
     /// Number of policies.

@@ -1,5 +1,6 @@
-//! Everything under `examples/` keeps working: every config loads with the policies it names,
-//! and every ready-to-send request gets the decision its file name promises.
+//! Everything under `examples/` keeps working: every config loads with the policies it names
+//! (`container.toml` in the image's layout, in `container`), and every ready-to-send request
+//! gets the decision its file name promises.
 
 use serde_json::Value;
 
@@ -13,6 +14,10 @@ fn every_example_config_loads() {
     let mut seen = 0;
     for entry in std::fs::read_dir(repo().join("examples")).unwrap() {
         let path = entry.unwrap().path();
+        // The image's config names paths of the image's layout: `container` starts it there.
+        if path.ends_with("container.toml") {
+            continue;
+        }
         if path.extension().is_some_and(|e| e == "toml") {
             let cfg =
                 Config::from_file(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
