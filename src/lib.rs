@@ -16,7 +16,7 @@
 //!   (running programs under the launcher), [`files`] (the built-in file tools), [`jail`]
 //!   (opening files below the root), [`audit`] (the hash-chained log and its ledger),
 //!   [`storage`] (the data directory), [`metrics`], [`config`] (the TOML file → settings).
-//! - leaves: [`clock`], [`digest`] (HMAC), [`globs`], [`paths`] (normalization), [`sched`].
+//! - leaves: [`clock`], [`codes`] (the error-code vocabulary), [`digest`] (HMAC), [`globs`], [`paths`] (normalization), [`sched`].
 
 pub mod admin;
 pub mod anomaly;
@@ -28,6 +28,7 @@ pub mod auth;
 pub mod authz;
 pub mod cli;
 pub mod clock;
+pub mod codes;
 pub mod config;
 pub mod digest;
 pub mod exec;

@@ -8,6 +8,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use crate::codes::Code;
 use crate::gateway::{DecisionBody, Error, Refusal};
 use crate::limits::{Per, Quota, Scope};
 
@@ -17,7 +18,7 @@ const IDENTITY_FIELDS: [&str; 5] = ["principal", "agent", "user", "identity", "s
 /// The 429 body for a full approval queue: what the client needs first, then the decision.
 #[derive(Serialize)]
 struct PendingFullBody<'a> {
-    error: &'a str,
+    error: Code,
     retry_after: u64,
     message: String,
     suggestion: &'a str,
@@ -31,7 +32,7 @@ struct PendingFullBody<'a> {
 /// The 429 body: what a rate-limited client needs first, then the decision itself.
 #[derive(Serialize)]
 struct RateLimitedBody<'a> {
-    error: &'a str,
+    error: Code,
     retry_after: u64,
     message: String,
     suggestion: &'a str,
@@ -52,7 +53,7 @@ pub(super) fn quota_headers(quota: &Quota) -> HeaderMap {
 
 #[derive(Serialize)]
 struct ErrorBody<'a> {
-    error: &'a str,
+    error: Code,
     message: &'a str,
     suggestion: &'a str,
 }
@@ -89,7 +90,7 @@ impl From<JsonRejection> for Error {
             r if super::serve::timed_out(&r) => Error::BodyTimeout,
             r if r.status() == StatusCode::PAYLOAD_TOO_LARGE => Error::PayloadTooLarge,
             JsonRejection::JsonSyntaxError(e) => Error::BadRequest {
-                code: "invalid_json",
+                code: Code::InvalidJson,
                 message: unquote(&e.body_text()),
                 suggestion: "send a well-formed JSON object",
             },
@@ -100,7 +101,7 @@ impl From<JsonRejection> for Error {
                     .any(|f| text.contains(&format!("unknown field `{f}`")));
                 if claims_identity {
                     Error::BadRequest {
-                        code: "identity_in_body",
+                        code: Code::IdentityInBody,
                         message: "the body may not name a principal: identity comes only from the \
                                   `Authorization` credential"
                             .to_owned(),
@@ -108,7 +109,7 @@ impl From<JsonRejection> for Error {
                     }
                 } else {
                     Error::BadRequest {
-                        code: "invalid_body",
+                        code: Code::InvalidBody,
                         message: text,
                         // Shared by every route: the message names the field and the ones expected.
                         suggestion: "send only the fields the message lists (docs/openapi.json has each route's body)",
@@ -116,7 +117,7 @@ impl From<JsonRejection> for Error {
                 }
             }
             other => Error::BadRequest {
-                code: "invalid_body",
+                code: Code::InvalidBody,
                 message: unquote(&other.body_text()),
                 suggestion: "send a JSON body",
             },
@@ -127,7 +128,7 @@ impl From<JsonRejection> for Error {
 impl From<QueryRejection> for Error {
     fn from(rejection: QueryRejection) -> Self {
         Error::BadRequest {
-            code: "invalid_query",
+            code: Code::InvalidQuery,
             message: unquote(&rejection.body_text()),
             suggestion: "see docs/openapi.json for this route's query parameters",
         }
@@ -136,7 +137,10 @@ impl From<QueryRejection> for Error {
 
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
-        let plain = |status: StatusCode, error: &str, message: &str, suggestion: &str| {
+        // The status of every plain error body is its code's, from the one table (`codes`).
+        let plain = |error: Code, message: &str, suggestion: &str| {
+            let status =
+                StatusCode::from_u16(error.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             (
                 status,
                 Json(ErrorBody {
@@ -153,16 +157,22 @@ impl IntoResponse for Error {
                 message,
                 suggestion,
                 ..
-            } => plain(StatusCode::BAD_REQUEST, code, &message, suggestion),
+            } => (
+                StatusCode::BAD_REQUEST,
+                Json(ErrorBody {
+                    error: code,
+                    message: &message,
+                    suggestion,
+                }),
+            )
+                .into_response(),
             Error::PayloadTooLarge => plain(
-                StatusCode::PAYLOAD_TOO_LARGE,
                 code,
                 "the request body is larger than the configured limit",
                 "send smaller arguments; the limit is `max_body_bytes` in the config",
             ),
             Error::BodyTimeout => {
                 let mut resp = plain(
-                    StatusCode::REQUEST_TIMEOUT,
                     code,
                     "the request body did not arrive in time",
                     "send the whole body at once; the limit is `server.body_timeout_ms` in the config",
@@ -173,7 +183,6 @@ impl IntoResponse for Error {
             }
             Error::TooManyConnections => {
                 let mut resp = plain(
-                    StatusCode::SERVICE_UNAVAILABLE,
                     code,
                     "every connection slot holds a request in progress",
                     "retry shortly; operators: the limit is `server.max_connections` in the config",
@@ -184,7 +193,6 @@ impl IntoResponse for Error {
                 resp
             }
             Error::UnsupportedMediaType => plain(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 code,
                 "the body must be JSON",
                 "send `Content-Type: application/json`",
@@ -196,135 +204,80 @@ impl IntoResponse for Error {
                 resp
             }
             Error::NotFound => plain(
-                StatusCode::NOT_FOUND,
                 code,
                 "no such route",
                 "see docs/openapi.json for the routes",
             ),
             Error::MethodNotAllowed => plain(
-                StatusCode::METHOD_NOT_ALLOWED,
                 code,
                 "this route does not accept that method",
                 "see docs/openapi.json for the routes",
             ),
-            Error::Forbidden(message) => plain(
-                StatusCode::FORBIDDEN,
-                code,
-                message,
-                "use an operator's (human) credential",
-            ),
+            Error::Forbidden(message) => plain(code, message, code.hint()),
             Error::AuditUnavailable(body) => {
                 (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
             }
             Error::StoreUnavailable => plain(
-                StatusCode::SERVICE_UNAVAILABLE,
                 code,
                 "the data store failed; nothing was changed",
                 "retry later; operators: see /readyz and the logs",
             ),
             Error::ApprovalNotFound => plain(
-                StatusCode::NOT_FOUND,
                 code,
                 "no approval with this id is visible to you",
                 "use the `approval_id` from a pending_approval decision",
             ),
             Error::ApprovalConflict { message, .. } => plain(
-                StatusCode::CONFLICT,
                 code,
                 &message,
                 "ask the agent to send the call again for a new approval",
             ),
-            Error::Refused(advice) => plain(
-                StatusCode::FORBIDDEN,
-                code,
-                &advice.message,
-                &advice.suggestion,
-            ),
+            Error::Refused(advice) => plain(code, &advice.message, &advice.suggestion),
             Error::NotEligible(message) => plain(
-                StatusCode::FORBIDDEN,
                 code,
                 &message,
                 "ask an approver that the policies make eligible for this tool's risk tier",
             ),
             Error::KillSwitchForced(by) => plain(
-                StatusCode::CONFLICT,
                 code,
                 &format!("the kill switch is forced on by {by}"),
                 "remove `kill_switch = true` from the config or TOOLGATE_KILL_SWITCH from the environment, then restart",
             ),
             Error::NotQuarantined(agent) => plain(
-                StatusCode::NOT_FOUND,
                 code,
                 &format!("{agent} is not quarantined"),
                 "see GET /v1/admin/quarantine for the quarantined agents",
             ),
             Error::Held(e) => plain(
-                match e {
-                    crate::reload::HoldError::NothingHeld => StatusCode::NOT_FOUND,
-                    crate::reload::HoldError::OtherRevision { .. } => StatusCode::CONFLICT,
-                    crate::reload::HoldError::NotRecorded(_) => StatusCode::SERVICE_UNAVAILABLE,
-                },
                 code,
                 &e.to_string(),
                 "GET /v1/policies shows the held change (`held.revision`) and its diff",
             ),
             Error::Grant(e) => {
-                use crate::grants::GrantError as G;
-                let (status, suggestion) = match &e {
-                    G::BadEntity { .. } => (
-                        StatusCode::BAD_REQUEST,
-                        "name entities as {\"type\": \"Agent\", \"id\": \"dev-agent\"}",
-                    ),
-                    G::Link(_) => (
-                        StatusCode::UNPROCESSABLE_ENTITY,
-                        "grant a template of policies/ with ?principal and ?resource slots, an Agent or Role and a Tool",
-                    ),
-                    G::TooMany => (
-                        StatusCode::CONFLICT,
-                        "revoke grants no longer needed (GET /v1/grants)",
-                    ),
-                    G::NotFound(_) => (
-                        StatusCode::NOT_FOUND,
-                        "GET /v1/grants lists the grants alive",
-                    ),
-                    G::Store(err) => {
-                        tracing::error!(error = %err, "grant store failed");
-                        (
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            "retry later; operators: see /readyz and the logs",
-                        )
-                    }
-                };
                 let message = match &e {
-                    G::Store(_) => "the data store failed; nothing was changed".to_owned(),
+                    crate::grants::GrantError::Store(err) => {
+                        tracing::error!(error = %err, "grant store failed");
+                        "the data store failed; nothing was changed".to_owned()
+                    }
                     other => other.to_string(),
                 };
-                plain(status, code, &message, suggestion)
+                plain(code, &message, code.hint())
             }
             Error::UnknownGate => plain(
-                StatusCode::NOT_FOUND,
                 code,
                 "no such gate; the gates are input, context, tool_call, output and stream",
                 "POST /v1/gates/{input|context|tool_call|output|stream}",
             ),
             Error::GatesUnavailable => plain(
-                StatusCode::SERVICE_UNAVAILABLE,
                 code,
                 "the redaction detectors are not available, so content cannot be screened (fail closed)",
                 "operators: see the logs at startup for why the detectors failed to build",
             ),
-            Error::Stream(e) => {
-                let status = match e {
-                    crate::redact::StreamError::TooMany(_) => StatusCode::TOO_MANY_REQUESTS,
-                    crate::redact::StreamError::Blocked => StatusCode::CONFLICT,
-                };
-                plain(
-                    status,
-                    code,
-                    &e.to_string(),
-                    "send each stream's chunks in order and end it with `\"final\": true`",
-                )
-            }
+            Error::Stream(e) => plain(
+                code,
+                &e.to_string(),
+                "send each stream's chunks in order and end it with `\"final\": true`",
+            ),
             Error::RateLimited { body, limited } => {
                 let per = match limited.quota.per {
                     Per::Bucket => "burst".to_owned(),
@@ -382,7 +335,6 @@ impl IntoResponse for Error {
                 resp
             }
             Error::NotReady => plain(
-                StatusCode::SERVICE_UNAVAILABLE,
                 code,
                 "no valid policy set is loaded",
                 "fix the policies (run `toolgate validate`)",

@@ -40,7 +40,7 @@ pub async fn explain(
     if let Err(advice) = authz::may_explain(&snap, &who) {
         let entry = asked.entry(
             "explain_refused",
-            vec![advice.code.to_owned()],
+            vec![advice.code.to_string()],
             String::new(),
         );
         state.audit.record(entry).await.map_err(not_recorded)?;

@@ -62,7 +62,7 @@ pub async fn approve_held(
                     &by,
                     &snap.revision,
                     "held_approval_refused",
-                    vec![advice.code.to_owned()],
+                    vec![advice.code.to_string()],
                     detail,
                 ))
                 .await

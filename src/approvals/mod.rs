@@ -32,6 +32,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde::{Deserialize, Serialize};
 
 use crate::audit::{Effect, StoreError};
+use crate::codes::Code;
 use pending::Waiting;
 
 /// Where an approval stands.
@@ -122,14 +123,14 @@ pub enum Refusal {
 
 impl Refusal {
     /// A stable code for API errors.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> Code {
         match self {
-            Refusal::NotFound => "approval_not_found",
-            Refusal::Expired => "approval_expired",
-            Refusal::AlreadyDecided(_) => "approval_already_decided",
-            Refusal::NotApproved(_) => "approval_not_approved",
-            Refusal::Used => "approval_replayed",
-            Refusal::Mismatch(_) => "approval_mismatch",
+            Refusal::NotFound => Code::ApprovalNotFound,
+            Refusal::Expired => Code::ApprovalExpired,
+            Refusal::AlreadyDecided(_) => Code::ApprovalAlreadyDecided,
+            Refusal::NotApproved(_) => Code::ApprovalNotApproved,
+            Refusal::Used => Code::ApprovalReplayed,
+            Refusal::Mismatch(_) => Code::ApprovalMismatch,
         }
     }
 }

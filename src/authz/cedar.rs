@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::explain::{Check, PolicyCheck};
 use super::types::{Advice, Correlation, Outcome, Principal, Signals, Stage, Verdict, entity_uid};
+use crate::codes::Code;
 use crate::policy::Snapshot;
 use crate::tools::Tool;
 
@@ -29,7 +30,7 @@ pub(super) fn evaluate(
                 Stage::Validation,
                 Some(tool),
                 Advice::new(
-                    "invalid_argument",
+                    Code::InvalidArgument,
                     e.to_string(),
                     "send values within the declared types' ranges",
                 ),
@@ -81,7 +82,7 @@ pub(super) fn evaluate(
             Some(tool),
             blocking,
             vec![Advice::new(
-                "approval_required",
+                Code::ApprovalRequired,
                 format!(
                     "calling `{}` with these arguments needs a human approval",
                     tool.name
@@ -102,13 +103,13 @@ pub(super) fn evaluate(
 fn denial_advice(tool: &Tool, forbids: &[String]) -> Advice {
     if forbids.is_empty() {
         Advice::new(
-            "not_permitted",
+            Code::NotPermitted,
             format!("no policy permits this principal to call `{}`", tool.name),
             "call GET /v1/tools for the tools you may use, or ask the policy owners for access",
         )
     } else {
         Advice::new(
-            "forbidden",
+            Code::Forbidden,
             if forbids.len() == 1 {
                 format!("policy {} forbids this call", quoted_list(forbids))
             } else {
@@ -178,9 +179,9 @@ pub(super) fn evaluate_approve(
     }
     let advice = Advice::new(
         if determining.is_empty() {
-            "not_permitted"
+            Code::NotPermitted
         } else {
-            "forbidden"
+            Code::Forbidden
         },
         format!("this human may not approve calls to `{}`", tool.name),
         "ask an approver that the policies make eligible for this tool's risk tier",
@@ -226,7 +227,7 @@ pub(super) fn evaluate_admin_on(
     let refused = |e: String| {
         tracing::error!(error = %e, "could not build the admin request; refusing");
         Advice::new(
-            "policy_error",
+            Code::PolicyError,
             "the request could not be evaluated; refused (fail closed)",
             "check that the schema declares this action (run `toolgate schema`)",
         )
@@ -239,7 +240,7 @@ pub(super) fn evaluate_admin_on(
         .is_authorized(&request, snap.policies_for(&action), entities);
     if let Some(PolicyErrorDeny(failed)) = policy_errors(&response) {
         return Err(Advice::new(
-            "policy_error",
+            Code::PolicyError,
             format!(
                 "policy {} failed to evaluate; refused (fail closed)",
                 quoted_list(&failed)
@@ -253,9 +254,9 @@ pub(super) fn evaluate_admin_on(
     }
     Err(Advice::new(
         if determining.is_empty() {
-            "not_permitted"
+            Code::NotPermitted
         } else {
-            "forbidden"
+            Code::Forbidden
         },
         format!("the policies do not let this human use `{action}`"),
         "ask someone the admin policies allow (see policies/admin.cedar)",
@@ -340,7 +341,7 @@ struct PolicyErrorDeny(Vec<String>);
 impl PolicyErrorDeny {
     fn verdict(self, tool: &Tool) -> Verdict {
         let advice = Advice::new(
-            "policy_error",
+            Code::PolicyError,
             format!(
                 "policy {} failed to evaluate for this call; denied (fail closed)",
                 quoted_list(&self.0)
@@ -363,7 +364,7 @@ fn internal_deny(tool: &Tool, error: &str) -> Verdict {
         Stage::Policy,
         Some(tool),
         Advice::new(
-            "internal_error",
+            Code::InternalError,
             "the request could not be evaluated; denied (fail closed)",
             "retry later; if it persists, report it to the operators",
         ),
@@ -508,7 +509,7 @@ fn request_entities(
     Entities::from_entities(list, None).map(Some).map_err(|e| {
         tracing::error!(error = %e, "could not build the principal's entities; denying");
         Advice::new(
-            "invalid_principal",
+            Code::InvalidPrincipal,
             "the credential's principal could not be evaluated",
             "check the token's claims",
         )

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::types::{Advice, Call, Outcome, Principal, PrincipalKind, Signals, Stage};
 use super::{cedar, checked_args, decide_with, may_approve};
+use crate::codes::Code;
 use crate::policy::Snapshot;
 
 /// How one policy came out for one request.
@@ -104,7 +105,7 @@ pub fn explain(
     match cedar::each_policy(snap, principal, tool, &args, &call.correlation, signals) {
         Ok(checks) => explanation.policies = checks,
         Err(e) => explanation.errors.push(Advice::new(
-            "explain_failed",
+            Code::ExplainFailed,
             format!("the policies could not be evaluated one by one: {e}"),
             "the decision above failed closed for the same reason",
         )),

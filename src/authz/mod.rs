@@ -20,6 +20,7 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 
+use crate::codes::Code;
 use crate::paths::normalize_path;
 use crate::policy::Snapshot;
 use crate::tools::Tool;
@@ -42,7 +43,7 @@ pub fn decide_with(
             Stage::Auth,
             None,
             Advice::new(
-                "not_an_agent",
+                Code::NotAnAgent,
                 "only agents call tools; this credential belongs to a human",
                 "use the agent's own credential for tool calls",
             ),
@@ -86,7 +87,7 @@ fn checked_args<'a>(tool: &Tool, args: &'a Value) -> Result<Cow<'a, Value>, Vec<
                 }
             }
             Err(e) => errors.push(Advice::new(
-                "path_outside_root",
+                Code::PathOutsideRoot,
                 format!("argument `/{name}`: {e}"),
                 "use a path relative to the service root, without `..` segments that leave it",
             )),
@@ -103,7 +104,7 @@ fn checked_args<'a>(tool: &Tool, args: &'a Value) -> Result<Cow<'a, Value>, Vec<
         .into_iter()
         .map(|v| {
             Advice::new(
-                "invalid_argument",
+                Code::InvalidArgument,
                 format!("argument `{}` {}", v.at(), v.message),
                 "fix the argument to match the tool's inputSchema (GET /v1/tools)",
             )
@@ -116,13 +117,13 @@ fn checked_args<'a>(tool: &Tool, args: &'a Value) -> Result<Cow<'a, Value>, Vec<
 fn unregistered(snap: &Snapshot, tool: &str, suggestion: &str) -> Advice {
     if snap.is_nothing() {
         return Advice::new(
-            "no_policy_set",
+            Code::NoPolicySet,
             "no policy set is loaded, so no tool is registered and every call is denied: the policy files did not load when toolgate started, and its data directory holds no last good set",
             "not a problem with this call; an operator must fix the policy files: `toolgate validate` lists every problem, and GET /readyz names the first (`last_reload_error_at`); a fix is picked up without a restart",
         );
     }
     Advice::new(
-        "unknown_tool",
+        Code::UnknownTool,
         format!("no tool named `{}` is registered", printable(tool)),
         suggestion,
     )
@@ -151,7 +152,7 @@ fn human_only(who: &Principal, why: &str, fix: &str) -> Result<(), Advice> {
     if who.kind == PrincipalKind::Human {
         Ok(())
     } else {
-        Err(Advice::new("wrong_principal_kind", why, fix))
+        Err(Advice::new(Code::WrongPrincipalKind, why, fix))
     }
 }
 
@@ -318,7 +319,7 @@ pub fn may_approve(
             Stage::Auth,
             None,
             Advice::new(
-                "wrong_principal_kind",
+                Code::WrongPrincipalKind,
                 "approvers are humans and requesters are agents",
                 "check the approver's and requester's entity types",
             ),

@@ -1,6 +1,7 @@
 //! The decision's vocabulary: who calls ([`Principal`]), what is asked ([`Call`]) and what is
 //! answered ([`Verdict`]). Validated types only; HTTP and file formats convert into these.
 
+use crate::codes::Code;
 use cedar_policy::{EntityId, EntityTypeName, EntityUid};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -309,7 +310,7 @@ impl Stage {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Advice {
     /// Stable machine-readable code.
-    pub code: &'static str,
+    pub code: Code,
     /// What happened (never quoting argument values).
     pub message: String,
     /// What to do about it.
@@ -318,11 +319,7 @@ pub struct Advice {
 
 impl Advice {
     /// Builds advice.
-    pub fn new(
-        code: &'static str,
-        message: impl Into<String>,
-        suggestion: impl Into<String>,
-    ) -> Self {
+    pub fn new(code: Code, message: impl Into<String>, suggestion: impl Into<String>) -> Self {
         Advice {
             code,
             message: message.into(),

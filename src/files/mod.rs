@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::codes::Code;
 use crate::jail::{Jail, JailError};
 pub use crate::tools::Builtin;
 
@@ -96,24 +97,24 @@ pub enum FileError {
 
 impl FileError {
     /// The stable code an agent acts on.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> Code {
         match self {
-            FileError::PathDenied { .. } => "PathDenied",
-            FileError::FileNotFound(_) => "FileNotFound",
-            FileError::NotAFile(_) => "NotAFile",
-            FileError::NotADirectory(_) => "NotADirectory",
-            FileError::NotText { .. } => "NotText",
-            FileError::TooLarge { .. } => "TooLarge",
-            FileError::Edit(edit::EditError::MatchCountMismatch(_)) => "MatchCountMismatch",
-            FileError::Edit(edit::EditError::Overlapping { .. }) => "OverlappingEdits",
-            FileError::Edit(edit::EditError::OutOfTime) => "Timeout",
-            FileError::Edit(edit::EditError::TooLarge(_)) => "TooLarge",
-            FileError::Edit(edit::EditError::Invalid { .. }) => "InvalidEdit",
-            FileError::InvalidPattern(_) => "InvalidPattern",
-            FileError::ResourceBusy { .. } => "ResourceBusy",
-            FileError::Timeout(_) => "Timeout",
-            FileError::InvalidArguments(_) => "InvalidArguments",
-            FileError::Io { .. } => "IoError",
+            FileError::PathDenied { .. } => Code::PathDenied,
+            FileError::FileNotFound(_) => Code::FileNotFound,
+            FileError::NotAFile(_) => Code::NotAFile,
+            FileError::NotADirectory(_) => Code::NotADirectory,
+            FileError::NotText { .. } => Code::NotText,
+            FileError::TooLarge { .. } => Code::TooLarge,
+            FileError::Edit(edit::EditError::MatchCountMismatch(_)) => Code::MatchCountMismatch,
+            FileError::Edit(edit::EditError::Overlapping { .. }) => Code::OverlappingEdits,
+            FileError::Edit(edit::EditError::OutOfTime) => Code::Timeout,
+            FileError::Edit(edit::EditError::TooLarge(_)) => Code::TooLarge,
+            FileError::Edit(edit::EditError::Invalid { .. }) => Code::InvalidEdit,
+            FileError::InvalidPattern(_) => Code::InvalidPattern,
+            FileError::ResourceBusy { .. } => Code::ResourceBusy,
+            FileError::Timeout(_) => Code::Timeout,
+            FileError::InvalidArguments(_) => Code::InvalidArguments,
+            FileError::Io { .. } => Code::IoError,
         }
     }
 

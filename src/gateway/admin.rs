@@ -17,6 +17,7 @@ use crate::admin::{KillSwitch, Quarantined, SwitchError};
 use crate::audit::{Entry, EntryKind};
 use crate::authz::{self, Principal};
 use crate::clock::now_ms;
+use crate::codes::Code;
 use crate::policy::Snapshot;
 
 /// What an admin request's audit records share: who asked, under which revision, and why.
@@ -96,7 +97,7 @@ pub async fn set_kill_switch(
         Err(advice) => {
             state
                 .audit
-                .record(entry("kill_switch_refused", vec![advice.code.to_owned()]))
+                .record(entry("kill_switch_refused", vec![advice.code.to_string()]))
                 .await
                 .map_err(record_failed)?;
             return Err(Error::Refused(advice));
@@ -184,7 +185,7 @@ pub async fn change_in_order(
 fn agent_uid(raw: &str) -> Result<cedar_policy::EntityUid, Error> {
     let bad = || {
         Error::bad_request(
-            "invalid_agent",
+            Code::InvalidAgent,
             "`agent` must be an agent id (`dev-agent`) or uid (`Agent::\"dev-agent\"`)",
         )
     };
@@ -236,7 +237,7 @@ pub async fn set_quarantine(
         Err(advice) => {
             state
                 .audit
-                .record(entry("quarantine_refused", vec![advice.code.to_owned()]))
+                .record(entry("quarantine_refused", vec![advice.code.to_string()]))
                 .await
                 .map_err(record_failed)?;
             return Err(Error::Refused(advice));

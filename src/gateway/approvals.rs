@@ -15,6 +15,7 @@ use crate::approvals::{Approval, ApprovalError, Full, Open, OpenError, Planned, 
 use crate::audit::{Entry, EntryKind};
 use crate::authz::{self, Advice, Call, Outcome, Principal, PrincipalKind, Stage, Verdict};
 use crate::clock::now_ms;
+use crate::codes::Code;
 use crate::policy::Snapshot;
 
 /// Longest long-poll.
@@ -139,7 +140,7 @@ pub(super) async fn settle(
                 Stage::ApprovalLimit,
                 tool,
                 Advice::new(
-                    "too_many_pending_approvals",
+                    Code::TooManyPendingApprovals,
                     format!("this call needs a human approval, and {full}; none was opened"),
                     match full.scope {
                         Scope::Agent => {
@@ -187,7 +188,7 @@ pub fn list_approvals(state: &Gateway, who: &Principal, q: ListQuery) -> Result<
         None | Some("all") => None,
         Some(s) => Some(Status::parse(s).ok_or_else(|| {
             Error::bad_request(
-                "invalid_query",
+                Code::InvalidQuery,
                 "`status` must be pending, approved, denied, expired, used or all",
             )
         })?),
@@ -229,7 +230,7 @@ pub async fn show_approval(
     let wait = match q.wait.as_deref() {
         None => Duration::ZERO,
         Some(w) => parse_wait(w).ok_or_else(|| {
-            Error::bad_request("invalid_query", "`wait` must look like `30s` or `500ms`")
+            Error::bad_request(Code::InvalidQuery, "`wait` must look like `30s` or `500ms`")
         })?,
     };
     let deadline = tokio::time::Instant::now() + wait;

@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::Error;
 use crate::authz::{Advice, Call, Correlation, Outcome, Stage, Verdict};
+use crate::codes::Code;
 use crate::tools::{Limits, Risk};
 
 /// Longest accepted correlation id.
@@ -55,7 +56,7 @@ impl RawCall {
             && (id.is_empty() || id.len() > 64 || id.chars().any(|c| !c.is_ascii_graphic()))
         {
             return Err(Error::bad_request(
-                "invalid_approval_id",
+                Code::InvalidApprovalId,
                 "`approval_id` must be the id from a pending_approval decision",
             ));
         }
@@ -74,7 +75,7 @@ impl RawCall {
                 .is_some_and(|s| s.len() > MAX_ID_LEN || s.chars().any(char::is_control))
             {
                 return Err(Error::bad_request(
-                    "invalid_context",
+                    Code::InvalidContext,
                     format!(
                         "`context.{name}` must be at most {MAX_ID_LEN} bytes without control characters"
                     ),
@@ -83,7 +84,7 @@ impl RawCall {
         }
         if iter.is_some_and(|i| i < 0) {
             return Err(Error::bad_request(
-                "invalid_context",
+                Code::InvalidContext,
                 "`context.iter` must not be negative",
             ));
         }
@@ -92,7 +93,7 @@ impl RawCall {
             || self.tool.chars().any(char::is_control)
         {
             return Err(Error::bad_request(
-                "invalid_tool",
+                Code::InvalidTool,
                 format!(
                     "`tool` must be a name of 1 to {MAX_ID_LEN} bytes without control characters"
                 ),
@@ -196,7 +197,7 @@ impl RawExplain {
             |s: &str| !s.is_empty() && s.len() <= MAX_ID_LEN && !s.chars().any(char::is_control);
         if !printable(&self.agent) {
             return Err(Error::bad_request(
-                "invalid_agent",
+                Code::InvalidAgent,
                 format!(
                     "`agent` must be an agent id of 1 to {MAX_ID_LEN} bytes without control characters"
                 ),
@@ -204,7 +205,7 @@ impl RawExplain {
         }
         if let Some(bad) = self.roles.iter().flatten().find(|r| !printable(r)) {
             return Err(Error::bad_request(
-                "invalid_roles",
+                Code::InvalidRoles,
                 format!(
                     "role `{}` must be 1 to {MAX_ID_LEN} bytes without control characters",
                     bad.chars()
@@ -215,7 +216,7 @@ impl RawExplain {
             ));
         }
         let anomaly = AnomalyKinds::from_names(&self.anomaly)
-            .map_err(|m| Error::bad_request("invalid_anomaly", m))?;
+            .map_err(|m| Error::bad_request(Code::InvalidAnomaly, m))?;
         let mut agent = Principal::new(PrincipalKind::Agent, self.agent);
         if let Some(roles) = self.roles {
             agent = agent.with_token_roles(roles);

@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::Gateway;
 use crate::audit::{args_preview, redacted_preview};
 use crate::authz::{self, Advice, Call, Outcome, Principal, Signals, Stage, Verdict};
+use crate::codes::Code;
 use crate::policy::Snapshot;
 use crate::redact::{Action, Gate, Violation};
 
@@ -73,7 +74,7 @@ pub(super) fn screen(
                 Stage::Gate,
                 tool,
                 Advice::new(
-                    "gates_unavailable",
+                    Code::GatesUnavailable,
                     "the redaction detectors are not available, so the arguments cannot be screened; denied (fail closed)",
                     "retry later; operators: see the logs at startup",
                 ),
@@ -154,7 +155,7 @@ fn blocked(report: &GateReport) -> Advice {
         .collect();
     found.dedup();
     Advice::new(
-        "secret_in_arguments",
+        Code::SecretInArguments,
         format!(
             "the arguments contain what the tool_call gate blocks: {}",
             found.join(", ")
@@ -170,7 +171,11 @@ mod tests {
     #[test]
     fn masking_never_loosens_a_decision() {
         let with = |decision: Outcome, id: &str| {
-            let mut v = Verdict::deny(Stage::Policy, None, Advice::new("x", "", ""));
+            let mut v = Verdict::deny(
+                Stage::Policy,
+                None,
+                Advice::new(crate::codes::Code::Forbidden, "", ""),
+            );
             v.decision = decision;
             v.reasons = vec![id.to_owned()];
             v

@@ -12,6 +12,7 @@ use super::{Error, Gateway, approvals, callgate};
 use crate::audit::{Entry, EntryKind, args_digest};
 use crate::authz::{self, Advice, Principal, Stage, Verdict};
 use crate::clock::now_ms;
+use crate::codes::Code;
 use crate::limits::Quota;
 use crate::policy::Snapshot;
 
@@ -32,7 +33,7 @@ fn principal(
             Stage::Auth,
             None,
             Advice::new(
-                "unauthenticated",
+                Code::Unauthenticated,
                 e.to_string(),
                 "send the agent's token as `Authorization: Bearer <token>`",
             ),
@@ -280,7 +281,7 @@ fn stopped(state: &Gateway, principal_id: &str) -> Option<(Stage, Advice)> {
         return Some((
             Stage::KillSwitch,
             Advice::new(
-                "kill_switch",
+                Code::KillSwitch,
                 "an operator has stopped every tool call (kill switch on)",
                 "do not retry; wait until an operator turns the kill switch off",
             ),
@@ -290,7 +291,7 @@ fn stopped(state: &Gateway, principal_id: &str) -> Option<(Stage, Advice)> {
     Some((
         Stage::Quarantine,
         Advice::new(
-            "quarantined",
+            Code::Quarantined,
             format!(
                 "this agent is quarantined (cause: {}, since unix ms {}); its calls are denied until a human releases it",
                 q.cause, q.at_ms
@@ -313,7 +314,7 @@ async fn rate_limited(
         Stage::RateLimit,
         snap.tools.get(&call.tool),
         Advice::new(
-            "rate_limited",
+            Code::RateLimited,
             format!(
                 "rate limit reached; retry in {} s",
                 limited.retry_after_secs
@@ -380,7 +381,7 @@ fn audit_entry(
         decision: word(&body.decision),
         stage: Some(word(&body.stage)),
         reasons: if body.reasons.is_empty() {
-            body.errors.iter().map(|e| e.code.to_owned()).collect()
+            body.errors.iter().map(|e| e.code.to_string()).collect()
         } else {
             body.reasons.clone()
         },
@@ -415,7 +416,7 @@ fn audit_failed(mut body: DecisionBody, error: &crate::audit::StoreError) -> Err
     body.stage = Stage::Audit;
     body.approval_id = None;
     body.errors = vec![Advice::new(
-        "audit_unavailable",
+        Code::AuditUnavailable,
         "the decision could not be recorded in the audit log; denied (fail closed)",
         "retry later; operators: see /readyz and the logs",
     )];

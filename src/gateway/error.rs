@@ -2,6 +2,8 @@
 //! ([`Error::code`]). Front ends map it to their protocol (the HTTP status table is in
 //! `api::error`). Internal details are logged where they happen, never sent.
 
+use crate::codes::Code;
+
 /// Why `/v1/execute` did not run a tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
@@ -19,13 +21,13 @@ pub enum Refusal {
 
 impl Refusal {
     /// The stable code callers see.
-    pub fn code(self) -> &'static str {
+    pub fn code(self) -> Code {
         match self {
-            Refusal::Denied => "denied",
-            Refusal::Arguments => "arguments_refused",
-            Refusal::NotExecutable => "not_executable",
-            Refusal::Busy => "executions_busy",
-            Refusal::Unavailable => "execution_unavailable",
+            Refusal::Denied => Code::Denied,
+            Refusal::Arguments => Code::InvalidArgument,
+            Refusal::NotExecutable => Code::NotExecutable,
+            Refusal::Busy => Code::ExecutionsBusy,
+            Refusal::Unavailable => Code::ExecutionFailed,
         }
     }
 }
@@ -36,7 +38,7 @@ pub enum Error {
     /// Malformed or invalid request.
     BadRequest {
         /// Stable code.
-        code: &'static str,
+        code: Code,
         /// What is wrong.
         message: String,
         /// How to fix it.
@@ -69,7 +71,7 @@ pub enum Error {
     /// The approval cannot make this transition.
     ApprovalConflict {
         /// Stable code.
-        code: &'static str,
+        code: Code,
         /// Why.
         message: String,
     },
@@ -119,53 +121,56 @@ impl std::fmt::Display for Error {
             Error::Forbidden(m) => write!(f, "{code}: {m}"),
             Error::NotEligible(m) => write!(f, "{code}: {m}"),
             Error::Refused(a) => write!(f, "{code}: {}", a.message),
-            _ => f.write_str(code),
+            _ => f.write_str(code.as_str()),
         }
     }
 }
 
 impl Error {
     /// The stable code callers see in `error` (and in logs).
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> Code {
         match self {
-            Error::BadRequest { code, .. } | Error::ApprovalConflict { code, .. } => code,
-            Error::PayloadTooLarge => "body_too_large",
-            Error::BodyTimeout => "body_timeout",
-            Error::TooManyConnections => "too_many_connections",
-            Error::UnsupportedMediaType => "unsupported_media_type",
-            Error::Unauthenticated(_) => "unauthenticated",
-            Error::NotFound => "not_found",
-            Error::MethodNotAllowed => "method_not_allowed",
-            Error::NotReady => "not_ready",
-            Error::Forbidden(_) => "forbidden",
-            Error::AuditUnavailable(_) => "audit_unavailable",
-            Error::StoreUnavailable => "store_unavailable",
-            Error::ApprovalNotFound => "approval_not_found",
-            Error::NotEligible(_) | Error::Refused(_) => "not_eligible",
-            Error::RateLimited { .. } => "rate_limited",
-            Error::TooManyPendingApprovals { .. } => "too_many_pending_approvals",
-            Error::KillSwitchForced(_) => "kill_switch_forced",
-            Error::NotQuarantined(_) => "not_quarantined",
-            Error::Held(crate::reload::HoldError::NothingHeld) => "nothing_held",
-            Error::Held(crate::reload::HoldError::OtherRevision { .. }) => "held_revision_mismatch",
-            Error::Held(crate::reload::HoldError::NotRecorded(_)) => "store_unavailable",
+            Error::BadRequest { code, .. } | Error::ApprovalConflict { code, .. } => *code,
+            Error::PayloadTooLarge => Code::BodyTooLarge,
+            Error::BodyTimeout => Code::BodyTimeout,
+            Error::TooManyConnections => Code::TooManyConnections,
+            Error::UnsupportedMediaType => Code::UnsupportedMediaType,
+            Error::Unauthenticated(_) => Code::Unauthenticated,
+            Error::NotFound => Code::NotFound,
+            Error::MethodNotAllowed => Code::MethodNotAllowed,
+            Error::NotReady => Code::NotReady,
+            Error::Forbidden(_) => Code::WrongPrincipalKind,
+            Error::AuditUnavailable(_) => Code::AuditUnavailable,
+            Error::StoreUnavailable => Code::StoreUnavailable,
+            Error::ApprovalNotFound => Code::ApprovalNotFound,
+            Error::NotEligible(_) | Error::Refused(_) => Code::NotEligible,
+            Error::RateLimited { .. } => Code::RateLimited,
+            Error::TooManyPendingApprovals { .. } => Code::TooManyPendingApprovals,
+            Error::KillSwitchForced(_) => Code::KillSwitchForced,
+            Error::NotQuarantined(_) => Code::NotQuarantined,
+            Error::Held(crate::reload::HoldError::NothingHeld) => Code::NothingHeld,
+            Error::Held(crate::reload::HoldError::OtherRevision { .. }) => {
+                Code::HeldRevisionMismatch
+            }
+            Error::Held(crate::reload::HoldError::NotRecorded(_)) => Code::StoreUnavailable,
             Error::Grant(e) => match e {
-                crate::grants::GrantError::BadEntity { .. } => "invalid_entity",
-                crate::grants::GrantError::Link(_) => "grant_not_linkable",
-                crate::grants::GrantError::TooMany => "too_many_grants",
-                crate::grants::GrantError::NotFound(_) => "grant_not_found",
-                crate::grants::GrantError::Store(_) => "store_unavailable",
+                crate::grants::GrantError::BadEntity { .. } => Code::InvalidEntity,
+                crate::grants::GrantError::Link(_) => Code::GrantNotLinkable,
+                crate::grants::GrantError::TooMany => Code::TooManyGrants,
+                crate::grants::GrantError::NotFound(_) => Code::GrantNotFound,
+                crate::grants::GrantError::Store(_) => Code::StoreUnavailable,
             },
-            Error::UnknownGate => "unknown_gate",
-            Error::GatesUnavailable => "gates_unavailable",
-            Error::Stream(crate::redact::StreamError::TooMany(_)) => "too_many_streams",
-            Error::Stream(crate::redact::StreamError::Blocked) => "stream_blocked",
-            Error::Execution(r, _) => r.code(),
+            Error::UnknownGate => Code::UnknownGate,
+            Error::GatesUnavailable => Code::GatesUnavailable,
+            Error::Stream(crate::redact::StreamError::TooMany(_)) => Code::TooManyStreams,
+            Error::Stream(crate::redact::StreamError::Blocked) => Code::StreamBlocked,
+            // The run's own code when it has one (`path_denied`, `execution_off`, …).
+            Error::Execution(r, answer) => answer.error.as_ref().map_or(r.code(), |e| e.code),
         }
     }
 
     /// A 400 with a code and message.
-    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn bad_request(code: Code, message: impl Into<String>) -> Self {
         Error::BadRequest {
             code,
             message: message.into(),

@@ -20,6 +20,7 @@ use super::{Error, Gateway};
 use crate::audit::{Entry, EntryKind};
 use crate::authz::Outcome;
 use crate::clock::now_ms;
+use crate::codes::Code;
 use crate::exec::{ExecError, Execution};
 use crate::redact::labels;
 use crate::tools::RenderError;
@@ -28,7 +29,7 @@ use crate::tools::RenderError;
 #[derive(Debug, Serialize)]
 pub struct ExecFailure {
     /// Stable code.
-    pub code: String,
+    pub code: Code,
     /// What happened.
     pub message: String,
     /// What to do.
@@ -115,12 +116,12 @@ const MARKER_ROOM: usize = 64;
 const STDERR_ANSWERED: usize = 4096;
 
 impl ExecAnswer {
-    fn refused(decision_id: String, code: &str, message: String, suggestion: &str) -> Self {
+    fn refused(decision_id: String, code: Code, message: String, suggestion: &str) -> Self {
         ExecAnswer {
             status: "error",
             data: Value::Null,
             error: Some(ExecFailure {
-                code: code.to_owned(),
+                code,
                 message,
                 suggestion: suggestion.to_owned(),
             }),
@@ -136,7 +137,7 @@ impl ExecAnswer {
     }
 }
 
-fn unavailable(code: &str, message: String, suggestion: &str) -> Error {
+fn unavailable(code: Code, message: String, suggestion: &str) -> Error {
     Error::Execution(
         Refusal::Unavailable,
         Box::new(ExecAnswer::refused(
@@ -168,13 +169,13 @@ fn runnable(tool: &crate::tools::Tool) -> Result<Run<'_>, Error> {
             Refusal::NotExecutable,
             Box::new(ExecAnswer::refused(
                 String::new(),
-                "not_executable",
+                Code::NotExecutable,
                 format!("`{}` has no executor: toolgate does not run it", tool.name),
                 "authorize it with /v1/authorize, run it yourself, report the output to /v1/results",
             )),
         )),
         Some(ex) if ex.program.path.is_none() => Err(unavailable(
-            "program_missing",
+            Code::ProgramMissing,
             format!("`{}` is not installed on this machine", ex.program.written),
             "operators: install it (or give its absolute path in the manifest)",
         )),
@@ -209,7 +210,7 @@ pub async fn execute(
     let raw = body?;
     let Some(runner) = state.exec.clone() else {
         return Err(unavailable(
-            "execution_off",
+            Code::ExecutionOff,
             "this sidecar does not run tools".to_owned(),
             "operators: set `[exec] root` in the config; agents: run the tool yourself and report it to /v1/results",
         ));
@@ -245,7 +246,11 @@ pub async fn execute(
                 .errors
                 .first()
                 .map(|a| (a.code, a.message.clone(), a.suggestion.clone()))
-                .unwrap_or(("denied", "the call was denied".to_owned(), String::new()));
+                .unwrap_or((
+                    Code::Denied,
+                    "the call was denied".to_owned(),
+                    String::new(),
+                ));
             let mut answer = ExecAnswer::refused(decision_id, code, message, &suggestion);
             answer.decision = Some(body);
             return Err(Error::Execution(Refusal::Denied, Box::new(answer)));
@@ -253,7 +258,7 @@ pub async fn execute(
     }
     let Some(call) = decided.call else {
         return Err(unavailable(
-            "execution_failed",
+            Code::ExecutionFailed,
             "the allowed call was not available to run".to_owned(),
             "retry the call",
         ));
@@ -262,7 +267,7 @@ pub async fn execute(
     let snap = decided.snap;
     let Some(tool) = snap.tools.get(&call.tool) else {
         return Err(unavailable(
-            "execution_failed",
+            Code::ExecutionFailed,
             "the allowed tool is not in the policy snapshot".to_owned(),
             "retry the call",
         ));
@@ -301,42 +306,42 @@ pub async fn execute(
             let (refusal, code, suggestion) = match &e {
                 ExecError::Render(RenderError::Path { .. }) => (
                     Refusal::Arguments,
-                    "path_refused",
+                    Code::PathDenied,
                     "name a file below the service root that is not deny-listed",
                 ),
                 ExecError::Render(RenderError::OptionLike(_)) => (
                     Refusal::Arguments,
-                    "option_injection",
+                    Code::OptionInjection,
                     "values may not start with `-`; prefix a path with `./`",
                 ),
                 ExecError::Render(RenderError::Nul(_)) => (
                     Refusal::Arguments,
-                    "invalid_argument",
+                    Code::InvalidArgument,
                     "remove NUL bytes from the arguments",
                 ),
                 ExecError::Revision(_) => (
                     Refusal::Arguments,
-                    "invalid_revision",
+                    Code::InvalidRevision,
                     "name a commit of this repository (a branch, a tag, a hash, `HEAD~1`); ranges are not revisions",
                 ),
                 ExecError::NotAWorkTree => (
                     Refusal::Unavailable,
-                    "not_a_work_tree",
+                    Code::NotAWorkTree,
                     "operators: git tools need `[exec] root` to be the top of a git work tree",
                 ),
                 ExecError::Busy => (
                     Refusal::Busy,
-                    "executions_busy",
+                    Code::ExecutionsBusy,
                     "retry shortly; operators: `[exec] max_concurrent`",
                 ),
                 ExecError::ProgramMissing(_) | ExecError::Setup(_) => (
                     Refusal::Unavailable,
-                    "execution_failed",
+                    Code::ExecutionFailed,
                     "operators: see /readyz `execution` and the logs",
                 ),
             };
             entry.decision = "refused".to_owned();
-            entry.reasons = vec![code.to_owned()];
+            entry.reasons = vec![code.to_string()];
             entry.detail = Some(format!("decision_id={decision_id}"));
             record_or_refuse(state, entry, "execution").await?;
             let mut answer = ExecAnswer::refused(decision_id, code, e.to_string(), suggestion);
@@ -398,7 +403,7 @@ async fn run_builtin(
         Err(e) => {
             let refused = matches!(e, crate::files::FileError::PathDenied { .. });
             entry.decision = if refused { "refused" } else { "error" }.to_owned();
-            entry.reasons = vec![e.code().to_owned()];
+            entry.reasons = vec![e.code().to_string()];
             entry.reasons.extend(takeover);
             entry.detail = Some(detail);
             record_or_refuse(state, entry, "execution").await?;
@@ -463,7 +468,7 @@ async fn finish(
         }
         Err(e) => {
             failure.get_or_insert(ExecFailure {
-                code: "output_unparsable".to_owned(),
+                code: Code::OutputUnparsable,
                 message: e.to_string(),
                 suggestion: "the tool's output did not match its parser; see stderr".to_owned(),
             });
@@ -573,7 +578,7 @@ fn outcome_on_record(
         "success"
     };
     entry.decision = status.to_owned();
-    entry.reasons = failure.iter().map(|f| f.code.clone()).collect();
+    entry.reasons = failure.iter().map(|f| f.code.to_string()).collect();
     entry.reasons.extend(labels(&report.violations));
     status
 }
@@ -581,13 +586,13 @@ fn outcome_on_record(
 fn verdict(screened: super::results::ResultAnswer) -> Verdict {
     let failure = if let Some(e) = screened.errors.first() {
         Some(ExecFailure {
-            code: e.code.to_owned(),
+            code: e.code,
             message: e.message.clone(),
             suggestion: e.suggestion.clone(),
         })
     } else if screened.decision == crate::redact::Action::Block {
         Some(ExecFailure {
-            code: "output_blocked".to_owned(),
+            code: Code::OutputBlocked,
             message: format!(
                 "the output gate blocked the output ({})",
                 labels(&screened.violations).join(", ")
@@ -613,30 +618,30 @@ fn verdict(screened: super::results::ResultAnswer) -> Verdict {
 
 /// The run's own failure, if any: no report, timeout, a signal, a non-zero exit.
 fn run_failure(ran: &Execution, timeout_ms: u64) -> Option<ExecFailure> {
-    let fail = |code: &str, message: String, suggestion: &str| {
+    let fail = |code: Code, message: String, suggestion: &str| {
         Some(ExecFailure {
-            code: code.to_owned(),
+            code,
             message,
             suggestion: suggestion.to_owned(),
         })
     };
     let Some(o) = &ran.outcome else {
         return fail(
-            "launcher_failed",
+            Code::LauncherFailed,
             "the launcher ended without a report".to_owned(),
             "operators: see the sidecar's logs",
         );
     };
     if let Some(e) = &o.error {
         return fail(
-            "launch_failed",
+            Code::LaunchFailed,
             e.clone(),
             "operators: see /readyz `execution`",
         );
     }
     if o.timed_out {
         return fail(
-            "timeout",
+            Code::Timeout,
             format!(
                 "stopped after {timeout_ms} ms{}",
                 if o.killed {
@@ -650,7 +655,7 @@ fn run_failure(ran: &Execution, timeout_ms: u64) -> Option<ExecFailure> {
     }
     if let Some(sig) = o.signal {
         return fail(
-            "killed",
+            Code::Killed,
             format!("ended by signal {sig} (a resource limit, or killed)"),
             "the tool hit a limit; see `[exec.limits]`",
         );
@@ -658,12 +663,12 @@ fn run_failure(ran: &Execution, timeout_ms: u64) -> Option<ExecFailure> {
     match o.exit_code {
         Some(0) => None,
         Some(code) => fail(
-            "exit_nonzero",
+            Code::ExitNonzero,
             format!("exited with code {code}"),
             "read `data` and `stderr` for why",
         ),
         None => fail(
-            "launcher_failed",
+            Code::LauncherFailed,
             "no exit status".to_owned(),
             "operators: see the sidecar's logs",
         ),

@@ -11,6 +11,7 @@ use super::{Error, Gateway};
 use crate::audit::{Entry, EntryKind};
 use crate::authz::Principal;
 use crate::clock::now_ms;
+use crate::codes::Code;
 use crate::redact::{Action, ChunkScreened, Gate, MAX_CHUNK, Violation, labels};
 
 /// The request body.
@@ -56,7 +57,7 @@ pub async fn screen_content(
     }
     if body.stream_id.is_some() || body.last {
         return Err(Error::bad_request(
-            "invalid_body",
+            Code::InvalidBody,
             "`stream_id` and `final` belong to the stream gate only",
         ));
     }
@@ -88,13 +89,13 @@ async fn stream(
         .filter(|id| (1..=128).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_graphic()))
     else {
         return Err(Error::bad_request(
-            "invalid_stream_id",
+            Code::InvalidStreamId,
             "the stream gate needs `stream_id`: 1 to 128 printable ASCII characters, the same for every chunk of one stream",
         ));
     };
     let Value::String(chunk) = body.content else {
         return Err(Error::bad_request(
-            "invalid_chunk",
+            Code::InvalidChunk,
             "a stream chunk's `content` must be a string",
         ));
     };

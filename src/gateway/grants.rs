@@ -15,6 +15,7 @@ use super::{Error, Gateway};
 use crate::audit::{Entry, EntryKind, Operator};
 use crate::authz::{self, Advice, GrantAsk, Principal};
 use crate::clock::now_ms;
+use crate::codes::Code;
 use crate::grants::{EntityRef, Grant, GrantError, Grants, Listed, MAX_TTL_S};
 use crate::policy::Snapshot;
 
@@ -96,7 +97,7 @@ fn checked_reason(reason: Option<String>) -> Result<Option<String>, Error> {
     match reason {
         Some(r) if r.len() > MAX_REASON || r.chars().any(char::is_control) => {
             Err(Error::bad_request(
-                "invalid_reason",
+                Code::InvalidReason,
                 format!("`reason` must be at most {MAX_REASON} bytes without control characters"),
             ))
         }
@@ -126,7 +127,7 @@ fn bad(field: &'static str, message: impl Into<String>) -> Error {
 fn checked_grant(snap: &Snapshot, who: &Principal, body: GrantBody) -> Result<Grant, Error> {
     if body.ttl_s == 0 || body.ttl_s > MAX_TTL_S {
         return Err(Error::bad_request(
-            "invalid_ttl",
+            Code::InvalidTtl,
             format!("`ttl_s` must be 1 to {MAX_TTL_S} seconds (30 days)"),
         ));
     }
@@ -260,7 +261,7 @@ where
                 &who,
                 &revision,
                 refused,
-                vec![advice.code.to_owned()],
+                vec![advice.code.to_string()],
                 detail,
             );
             state.audit.record(e).await.map_err(not_recorded)?;

@@ -13,6 +13,7 @@ use super::{Error, Gateway};
 use crate::audit::{Entry, EntryKind};
 use crate::authz::{Advice, Principal, PrincipalKind};
 use crate::clock::now_ms;
+use crate::codes::Code;
 use crate::redact::{Action, Gate, Gates, Violation, labels};
 
 /// Largest result body accepted (the size cap then applies per tool).
@@ -73,14 +74,14 @@ pub async fn report_result(
         && (id.is_empty() || id.len() > 64 || !id.bytes().all(|b| b.is_ascii_graphic()))
     {
         return Err(Error::bad_request(
-            "invalid_decision_id",
+            Code::InvalidDecisionId,
             "`decision_id` must be the id from the decision that allowed the call",
         ));
     }
     let snap = state.policy.current();
     let Some(tool) = snap.tools.get(&body.tool) else {
         return Err(Error::bad_request(
-            "unknown_tool",
+            Code::UnknownTool,
             "no tool with this name is registered; report results of registered tools only",
         ));
     };
@@ -102,7 +103,7 @@ pub async fn report_result(
     screened.result_id = uuid::Uuid::now_v7().to_string();
     // Kinds found, or why the output was refused (a schema mismatch has no findings).
     let mut reasons = labels(&screened.violations);
-    reasons.extend(screened.errors.iter().map(|e| e.code.to_owned()));
+    reasons.extend(screened.errors.iter().map(|e| e.code.to_string()));
     reasons.dedup();
     let detail = format!(
         "{} bytes{}; {} fields dropped{}",
@@ -197,7 +198,7 @@ impl ResultAnswer {
                 .into_iter()
                 .map(|v| {
                     Advice::new(
-                        "output_schema_mismatch",
+                        Code::OutputSchemaMismatch,
                         format!("output `{}` {}", v.at(), v.message),
                         "the tool returned something its outputSchema does not allow; do not pass it on",
                     )

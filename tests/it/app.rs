@@ -77,7 +77,8 @@ fn logged_ids(data: &Path) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_app_built_from_a_config_serves_decides_and_records_until_shutdown() {
     let set = TempSet::new();
-    let config = write_config(&set, "");
+    // A small page cache: this test shares its process (and its RSS) with the others.
+    let config = write_config(&set, "[audit]\ncache_mb = 4");
     let cfg = Config::from_file(&config).unwrap();
     let data = cfg.data_dir.clone();
     let app = App::build(cfg).unwrap();

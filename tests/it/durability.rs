@@ -171,7 +171,7 @@ fn each_durable_answer_is_written_after_an_fdatasync_of_its_record() {
             .count()
     };
     let waiting = Instant::now();
-    while seen() < n && waiting.elapsed() < Duration::from_secs(10) {
+    while seen() < n && waiting.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(500));
@@ -223,7 +223,14 @@ fn each_durable_answer_is_written_after_an_fdatasync_of_its_record() {
         .values()
         .filter_map(|(asked, answer)| Some(((*asked)?, (*answer)?)))
         .collect();
-    assert_eq!(answered.len(), n, "not every answer was seen in the trace");
+    assert_eq!(
+        answered.len(),
+        n,
+        "not every answer was seen in the trace (kept as {}): {conns:?}",
+        std::env::temp_dir()
+            .join("toolgate-fdatasync-trace.txt")
+            .display()
+    );
     for (asked, answer) in answered {
         let covered = syncs.iter().any(|s| s.start >= asked && s.end <= answer);
         assert!(

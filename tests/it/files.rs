@@ -142,16 +142,16 @@ async fn reads_lists_searches_and_counts() {
     let (_, v) = execute(&r.app, DEV, "read_file", json!({"path": "main_link"})).await;
     assert_eq!(v["data"]["path"], "src/main.rs", "{v}");
     let cases = [
-        (json!({"path": "blob.bin"}), "NotText", "binary"),
-        (json!({"path": "latin1.txt"}), "NotText", "UTF-8"),
-        (json!({"path": "big.txt"}), "TooLarge", "max_bytes"),
+        (json!({"path": "blob.bin"}), "not_text", "binary"),
+        (json!({"path": "latin1.txt"}), "not_text", "UTF-8"),
+        (json!({"path": "big.txt"}), "too_large", "max_bytes"),
         (
             json!({"path": "src/main.rs", "max_bytes": 5}),
-            "TooLarge",
+            "too_large",
             "max_bytes",
         ),
-        (json!({"path": "nope.txt"}), "FileNotFound", "list_files"),
-        (json!({"path": "src"}), "NotAFile", "list_files"),
+        (json!({"path": "nope.txt"}), "file_not_found", "list_files"),
+        (json!({"path": "src"}), "not_a_file", "list_files"),
     ];
     for (args, want, hint) in cases {
         let (s, v) = execute(&r.app, DEV, "read_file", args.clone()).await;
@@ -234,7 +234,7 @@ async fn reads_lists_searches_and_counts() {
         (2, &json!(true))
     );
     let (_, v) = execute(&r.app, DEV, "list_files", json!({"path": "src/main.rs"})).await;
-    assert_eq!(code(&v), "NotADirectory", "{v}");
+    assert_eq!(code(&v), "not_a_directory", "{v}");
 
     // Search: line numbers and snippets; deny-listed and binary files are never searched.
     let (_, v) = execute(&r.app, DEV, "search_files", json!({"regex": r"fn \w+\("})).await;
@@ -271,7 +271,7 @@ async fn reads_lists_searches_and_counts() {
         json!({"regex": "(", "path": "src"}),
     )
     .await;
-    assert_eq!(code(&v), "InvalidPattern", "{v}");
+    assert_eq!(code(&v), "invalid_pattern", "{v}");
     let (_, v) = execute(
         &r.app,
         DEV,
@@ -376,7 +376,7 @@ async fn writes_need_approval_are_atomic_and_never_carry_a_secret() {
         json!({"path": "nodir/x.txt", "content": "x"}),
     )
     .await;
-    assert_eq!(code(&v), "FileNotFound", "{v}");
+    assert_eq!(code(&v), "file_not_found", "{v}");
     let (_, v) = approved(
         &r.app,
         DEV,
@@ -385,7 +385,7 @@ async fn writes_need_approval_are_atomic_and_never_carry_a_secret() {
         json!({"path": "docs", "content": "x"}),
     )
     .await;
-    assert_eq!(code(&v), "NotAFile", "{v}");
+    assert_eq!(code(&v), "not_a_file", "{v}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -411,12 +411,12 @@ async fn edits_apply_all_or_nothing_with_codes_an_agent_can_act_on() {
     let refusals = [
         (
             json!([{"operation": "replace", "spec": "beta", "content": "B"}]),
-            "MatchCountMismatch",
+            "match_count_mismatch",
             "found 2",
         ),
         (
             json!([{"operation": "delete", "spec": "zeta"}]),
-            "MatchCountMismatch",
+            "match_count_mismatch",
             "found 0",
         ),
         (
@@ -424,17 +424,17 @@ async fn edits_apply_all_or_nothing_with_codes_an_agent_can_act_on() {
                 {"operation": "replace", "spec": "alpha", "content": "A"},
                 {"operation": "replace", "spec": "ha\nbe", "content": "B"},
             ]),
-            "OverlappingEdits",
+            "overlapping_edits",
             "overlapping",
         ),
         (
             json!([{"operation": "replace", "spec": "alpha"}]),
-            "InvalidEdit",
+            "invalid_edit",
             "required",
         ),
         (
             json!([{"operation": "replace", "match_mode": "regex", "spec": "(", "content": "x"}]),
-            "InvalidEdit",
+            "invalid_edit",
             "regular expression",
         ),
     ];
@@ -455,7 +455,7 @@ async fn edits_apply_all_or_nothing_with_codes_an_agent_can_act_on() {
         json!({"path": "missing.txt", "edits": [{"operation": "delete", "spec": "x"}]}),
     )
     .await;
-    assert_eq!(code(&v), "FileNotFound", "{v}");
+    assert_eq!(code(&v), "file_not_found", "{v}");
     // Edits to build and CI files wait for a human.
     std::fs::write(r.path("Cargo.toml"), "[package]\n").unwrap();
     let (s, v) = execute(&r.app, DEV, "edit_file", json!({"path": "Cargo.toml", "edits": [{"operation": "append_after", "spec": "[package]\n", "content": "x = 1\n"}]})).await;
@@ -465,7 +465,7 @@ async fn edits_apply_all_or_nothing_with_codes_an_agent_can_act_on() {
     let recs = recorded_at(&r.state.audit, "execution");
     assert!(
         recs.iter()
-            .any(|x| x.entry.reasons == ["MatchCountMismatch"]),
+            .any(|x| x.entry.reasons == ["match_count_mismatch"]),
         "{recs:?}"
     );
 }
@@ -509,7 +509,7 @@ async fn deletions_are_critical_and_only_of_files() {
     );
     assert!(!r.path("old.log").exists());
     let (_, v) = approved(&r.app, SRE, ALICE, "delete_file", json!({"path": "dir"})).await;
-    assert_eq!(code(&v), "NotAFile", "{v}");
+    assert_eq!(code(&v), "not_a_file", "{v}");
     assert!(r.path("dir").is_dir());
     let (_, v) = approved(
         &r.app,
@@ -519,7 +519,7 @@ async fn deletions_are_critical_and_only_of_files() {
         json!({"path": "old.log"}),
     )
     .await;
-    assert_eq!(code(&v), "FileNotFound", "{v}");
+    assert_eq!(code(&v), "file_not_found", "{v}");
 }
 
 /// The lock file of `rel` in the rig's lock directory.
@@ -541,7 +541,7 @@ async fn a_held_lock_is_busy_and_a_stale_one_is_taken_over_on_the_record() {
     let args =
         json!({"path": "f.txt", "edits": [{"operation": "replace", "spec": "a", "content": "b"}]});
     let (_, v) = execute(&r.app, DEV, "edit_file", args.clone()).await;
-    assert_eq!(code(&v), "ResourceBusy", "{v}");
+    assert_eq!(code(&v), "resource_busy", "{v}");
     assert!(
         v["error"]["message"].as_str().unwrap().contains("waited"),
         "{v}"
@@ -709,9 +709,9 @@ fn edit_lists_match_the_model_and_aborted_ones_change_nothing() {
                 prop_assert_eq!(String::from_utf8(now).unwrap(), want);
             } else {
                 let want_code = if abort == 1 {
-                    "MatchCountMismatch"
+                    "match_count_mismatch"
                 } else {
-                    "OverlappingEdits"
+                    "overlapping_edits"
                 };
                 prop_assert_eq!(code(&v), want_code, "{}", v);
                 prop_assert_eq!(now, original.into_bytes());

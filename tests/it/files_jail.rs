@@ -164,7 +164,7 @@ async fn hard_links_linked_directories_and_the_sidecars_own_files_are_refused() 
             axum::http::StatusCode::UNPROCESSABLE_ENTITY,
             "{tool} {args}: {v}"
         );
-        assert_eq!(v["error"]["code"], "PathDenied", "{tool} {args}: {v}");
+        assert_eq!(v["error"]["code"], "path_denied", "{tool} {args}: {v}");
         assert!(!v.to_string().contains("CANARY"), "{v}");
     }
     let (_, v) = execute(
@@ -227,7 +227,7 @@ async fn a_replaced_file_never_gains_a_setuid_bit_and_edits_cannot_balloon() {
         json!({"path": "x.txt", "edits": edits}),
     )
     .await;
-    assert_eq!(v["error"]["code"], "TooLarge", "{v}");
+    assert_eq!(v["error"]["code"], "too_large", "{v}");
     assert_eq!(
         std::fs::read_to_string(root.join("x.txt")).unwrap(),
         "x".repeat(100)

@@ -568,7 +568,7 @@ async fn the_protected_set_holds_every_file_the_config_names() {
         assert!(listed.contains(&canon), "{f} not in {listed:?}");
         let (s, v) = execute(&app, DEV, "read_file", json!({"path": f})).await;
         assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{f}: {v}");
-        assert_eq!(v["error"]["code"], "PathDenied", "{f}: {v}");
+        assert_eq!(v["error"]["code"], "path_denied", "{f}: {v}");
     }
     let (s, v) = execute(&app, DEV, "read_file", json!({"path": "plain.txt"})).await;
     assert_eq!(

@@ -24,6 +24,7 @@ mod corpus;
 mod crash;
 mod decisions;
 mod durability;
+mod error_codes;
 mod examples;
 mod exec;
 mod explain;

@@ -148,7 +148,7 @@ async fn bad_reports_are_refused() {
             ALICE,
             json!({"tool": "search_files", "output": "x"}),
             StatusCode::FORBIDDEN,
-            "forbidden",
+            "wrong_principal_kind",
         ),
     ] {
         let (s, v) = report(&app, token, &body).await;
