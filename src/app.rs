@@ -230,13 +230,11 @@ impl App {
             audit_retention,
         } = self;
         if let Some(started) = key_started {
-            let entry = Operator {
-                kind: EntryKind::Admin,
-                stage: "audit_key",
-                by: "toolgate",
-                revision: &revision,
-            }
-            .entry("key_started", vec![started.id.clone()], started.detail());
+            let entry = Operator::by(EntryKind::Admin, "audit_key", "toolgate", &revision).entry(
+                "key_started",
+                vec![started.id.clone()],
+                started.detail(),
+            );
             audit
                 .record(entry)
                 .await

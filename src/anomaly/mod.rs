@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 
 use crate::admin::{Admin, Quarantined};
 use crate::approvals::{Webhook, WebhookStats};
-use crate::audit::{Audit, Entry, EntryKind};
+use crate::audit::{Audit, EntryKind, Event, Sidecar};
 use crate::authz::{AnomalyKind, AnomalyKinds, Outcome, Signals, Stage};
 use crate::clock::now_ms;
 use crate::limits::Clock;
@@ -295,16 +295,18 @@ fn alert(raised: &Raised, stats: &AnomalyStats, alerts: &Alerts) {
     let id = uuid::Uuid::now_v7().to_string();
     let quarantined = quarantine(raised, alerts);
     if let Some(audit) = &alerts.audit {
-        audit.record_detached(Entry {
-            kind: EntryKind::Anomaly,
-            id: id.clone(),
-            at_ms: now_ms(),
-            principal: Some(raised.principal.clone()),
-            decision: raised.kind.as_str().to_owned(),
-            stage: Some("anomaly".to_owned()),
-            detail: Some(raised.detail.clone()),
-            ..Entry::default()
-        });
+        audit.record_detached(
+            Event::Sidecar(Sidecar {
+                kind: EntryKind::Anomaly,
+                id: Some(id.clone()),
+                principal: Some(raised.principal.clone()),
+                decision: raised.kind.as_str().to_owned(),
+                stage: Some("anomaly".to_owned()),
+                detail: Some(raised.detail.clone()),
+                ..Sidecar::default()
+            })
+            .into(),
+        );
     }
     if let Some(hook) = &alerts.webhook {
         hook.send(serde_json::json!({
@@ -348,17 +350,16 @@ fn quarantine(raised: &Raised, alerts: &Alerts) -> bool {
         "principal quarantined"
     );
     if let Some(audit) = &alerts.audit {
-        let record = Entry {
+        let record = Event::Sidecar(Sidecar {
             kind: EntryKind::Admin,
-            id: uuid::Uuid::now_v7().to_string(),
-            at_ms: now_ms(),
             principal: Some(raised.principal.clone()),
             decision: "quarantined".to_owned(),
             stage: Some("anomaly".to_owned()),
             reasons: vec![raised.kind.as_str().to_owned()],
             detail: Some(raised.detail.clone()),
-            ..Entry::default()
-        };
+            ..Sidecar::default()
+        })
+        .into();
         let stored = effect.and_then(|effect| audit.commit_blocking(vec![record], vec![effect]));
         if let Err(e) = stored {
             tracing::error!(error = %e, principal = raised.principal, "quarantine not stored; in force until restart");

@@ -26,12 +26,7 @@ pub async fn explain(
     )?;
     let snap = state.policy.current();
     let by = who.uid.to_string();
-    let asked = Operator {
-        kind: EntryKind::Admin,
-        stage: "explain",
-        by: &by,
-        revision: &snap.revision,
-    };
+    let asked = Operator::by(EntryKind::Admin, "explain", &by, &snap.revision);
     let not_recorded = |e: crate::audit::StoreError| {
         tracing::error!(error = %e, "explain request not recorded; not answered");
         Error::StoreUnavailable

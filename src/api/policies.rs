@@ -23,13 +23,7 @@ pub struct ApproveBody {
 }
 
 fn entry(by: &str, live: &str, decision: &str, reasons: Vec<String>, detail: String) -> Entry {
-    let reload = Operator {
-        kind: EntryKind::Reload,
-        stage: "reload",
-        by,
-        revision: live,
-    };
-    reload.entry(decision, reasons, detail)
+    Operator::by(EntryKind::Reload, "reload", by, live).entry(decision, reasons, detail)
 }
 
 /// `POST /v1/policies/held/approve`.

@@ -546,7 +546,7 @@ mod tests {
         Entry {
             id: format!("e{n}"),
             decision: "allow".into(),
-            ..Entry::default()
+            ..Entry::blank()
         }
     }
 

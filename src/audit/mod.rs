@@ -5,6 +5,7 @@
 //! [`keys`].
 
 mod cell;
+mod event;
 pub mod keys;
 mod ledger;
 mod record;
@@ -13,10 +14,14 @@ mod verify;
 mod writer;
 
 pub(crate) use cell::{SledCell, lock_held, sled_config};
+pub use event::{
+    Approval as ApprovalEvent, CallFacts, Decision as DecisionEvent, Event,
+    Execution as ExecutionEvent, Operator, Screened, Sidecar,
+};
 pub use ledger::Effect;
 pub use record::{
-    Chain, Checkpoint, Entry, EntryKind, GENESIS, Link, LinkFault, Operator, Record, RingKey,
-    args_digest, args_preview, canonical_json, key_id, redacted_preview,
+    Chain, Checkpoint, Entry, EntryKind, GENESIS, Link, LinkFault, Record, RingKey, args_digest,
+    args_preview, canonical_json, key_id, redacted_preview,
 };
 pub(crate) use store::SledAudit;
 pub use store::{AuditStore, Query, StoreError, Stored};

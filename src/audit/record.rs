@@ -6,7 +6,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::clock::now_ms;
 use crate::digest::hmac_sha256_hex;
 
 /// What an entry is about.
@@ -37,7 +36,17 @@ pub enum EntryKind {
 /// The fields are declared in the byte order of their names, so serializing an entry gives
 /// its canonical JSON directly (the chain hashes it without building a `Value`; a test holds
 /// the two equal).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+///
+/// An entry is built from an [`Event`](super::Event); its fields can be read anywhere but not
+/// written out one by one outside this module, not even on top of another entry:
+///
+/// ```compile_fail
+/// let stored: toolgate::audit::Entry = serde_json::from_str(
+///     r#"{"at_ms": 0, "decision": "deny", "id": "d1", "kind": "decision"}"#,
+/// ).unwrap();
+/// let forged = toolgate::audit::Entry { decision: "allow".into(), ..stored };
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Entry {
     /// The arguments, redacted (secrets, personal data and high-entropy tokens masked),
@@ -90,36 +99,38 @@ pub struct Entry {
     /// Trace id.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
+    /// Keeps entries from being written out field by field outside this module: an entry is
+    /// built from an [`Event`](super::Event) (or read back from the store).
+    #[serde(skip)]
+    pub(super) sealed: Sealed,
 }
 
-/// Who did what to the sidecar itself, under which policy revision: the fields every
-/// operator record shares (reloads, explanations, grants).
-#[derive(Debug, Clone, Copy)]
-pub struct Operator<'a> {
-    /// What kind of record.
-    pub kind: EntryKind,
-    /// The stage (`reload`, `explain`, `grant`).
-    pub stage: &'a str,
-    /// Who acted (`Human::"alice"`).
-    pub by: &'a str,
-    /// The policy revision acted under.
-    pub revision: &'a str,
-}
+/// The private part of an [`Entry`] (see its `sealed` field).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sealed;
 
-impl Operator<'_> {
-    /// A new entry, stamped now: `decision`, with the determining `reasons` and a `detail`.
-    pub fn entry(self, decision: &str, reasons: Vec<String>, detail: String) -> Entry {
+impl Entry {
+    /// An entry with nothing said yet (for [`super::Event`] to fill in).
+    pub(super) fn blank() -> Entry {
         Entry {
-            kind: self.kind,
-            id: uuid::Uuid::now_v7().to_string(),
-            at_ms: now_ms(),
-            principal: Some(self.by.to_owned()),
-            stage: Some(self.stage.to_owned()),
-            decision: decision.to_owned(),
-            reasons,
-            policy_revision: Some(self.revision.to_owned()),
-            detail: Some(detail),
-            ..Entry::default()
+            args_preview: None,
+            args_sha256: None,
+            at_ms: 0,
+            conv_id: None,
+            decision: String::new(),
+            detail: None,
+            duration_us: None,
+            id: String::new(),
+            iter: None,
+            kind: EntryKind::Decision,
+            policy_revision: None,
+            principal: None,
+            reasons: Vec::new(),
+            risk: None,
+            stage: None,
+            tool: None,
+            trace_id: None,
+            sealed: Sealed,
         }
     }
 }
@@ -568,6 +579,7 @@ mod tests {
             iter: Some(-3),
             duration_us: Some(9),
             detail: Some("x".into()),
+            sealed: Sealed,
         };
         let mut canonical = Vec::new();
         canonical_json(&serde_json::to_value(&e).unwrap(), &mut canonical);
@@ -580,7 +592,7 @@ mod tests {
             kind: EntryKind::Decision,
             id: "d1".into(),
             decision: "allow".into(),
-            ..Entry::default()
+            ..Entry::blank()
         };
         let plain = Chain::plain();
         let h = plain.link(GENESIS, 1, &e);

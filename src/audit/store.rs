@@ -856,7 +856,7 @@ mod tests {
             at_ms: n,
             principal: Some("Agent::\"a\"".into()),
             decision: "allow".into(),
-            ..Entry::default()
+            ..Entry::blank()
         }
     }
 

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use super::event::{Event, Sidecar};
 use super::ledger::Effect;
 use super::record::{Chain, Checkpoint, Entry, EntryKind, GENESIS};
 use super::store::{AuditStore, StoreError};
@@ -355,15 +356,16 @@ impl Audit {
             }
         }
         let checkpoint = self.chain.checkpoint(last.seq, &last.hash, now_ms());
-        let entry = Entry {
+        let entry = Event::Sidecar(Sidecar {
             kind: EntryKind::Admin,
-            id: format!("retention-{}", checkpoint.seq),
-            at_ms: checkpoint.at_ms,
+            id: Some(format!("retention-{}", checkpoint.seq)),
+            at_ms: Some(checkpoint.at_ms),
             decision: "retention".to_owned(),
             reasons: rule_words(rule),
             detail: Some(checkpoint.attestation()),
-            ..Entry::default()
-        };
+            ..Sidecar::default()
+        })
+        .into();
         let (ack, done) = tokio::sync::oneshot::channel();
         self.send(Job::one(entry, Some(ack)))?;
         done.blocking_recv()
@@ -545,14 +547,16 @@ impl Writer {
         let owed = self.outage.borrow().clone();
         let mut entries: Vec<Entry> = Vec::new();
         if let Some(outage) = &owed {
-            entries.push(Entry {
-                kind: EntryKind::Admin,
-                id: format!("audit-failure-{}", now_ms()),
-                at_ms: now_ms(),
-                decision: "audit_failure".to_owned(),
-                detail: Some(outage.text()),
-                ..Entry::default()
-            });
+            entries.push(
+                Event::Sidecar(Sidecar {
+                    kind: EntryKind::Admin,
+                    id: Some(format!("audit-failure-{}", now_ms())),
+                    decision: "audit_failure".to_owned(),
+                    detail: Some(outage.text()),
+                    ..Sidecar::default()
+                })
+                .into(),
+            );
         }
         if entries.is_empty() && queued.is_empty() {
             return;

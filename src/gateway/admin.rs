@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::{Error, Gateway};
 use crate::admin::{KillSwitch, Quarantined, SwitchError};
-use crate::audit::{Entry, EntryKind};
+use crate::audit::{Entry, EntryKind, Event, Operator};
 use crate::authz::{self, Principal};
 use crate::clock::now_ms;
 use crate::codes::Code;
@@ -29,17 +29,16 @@ struct AdminRecord {
 
 impl AdminRecord {
     fn entry(&self, decision: &str, reasons: Vec<String>) -> Entry {
-        Entry {
+        Event::Operator(Operator {
             kind: EntryKind::Admin,
-            id: uuid::Uuid::now_v7().to_string(),
-            at_ms: now_ms(),
-            principal: Some(self.by.clone()),
+            by: self.by.clone(),
+            revision: self.revision.clone(),
             decision: decision.to_owned(),
             reasons,
-            policy_revision: Some(self.revision.clone()),
-            detail: Some(self.detail.clone()),
-            ..Entry::default()
-        }
+            detail: self.detail.clone(),
+            ..Operator::default()
+        })
+        .into()
     }
 }
 

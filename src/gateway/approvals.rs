@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::decide::word;
 use super::{Error, Gateway};
 use crate::approvals::{Approval, ApprovalError, Full, Open, OpenError, Planned, Scope, Status};
-use crate::audit::{Entry, EntryKind};
+use crate::audit::{ApprovalEvent, Entry, EntryKind, Event, Sidecar};
 use crate::authz::{self, Advice, Call, Outcome, Principal, PrincipalKind, Stage, Verdict};
 use crate::clock::now_ms;
 use crate::codes::Code;
@@ -299,18 +299,19 @@ pub async fn settle_approval(
         .await
         .map_err(refused)?;
     let decided = planned.approval.clone();
-    let entry = Entry {
+    let entry: Entry = Event::Approval(ApprovalEvent {
         principal: Some(approver),
         reasons: eligible.reasons,
-        policy_revision: Some(snap.revision.clone()),
+        revision: Some(snap.revision.clone()),
         args_preview: Some(decided.args_preview.clone()),
         detail: Some(format!(
             "requester {}; reason: {}",
             decided.principal,
             decided.reason.as_deref().unwrap_or("-")
         )),
-        ..approval_entry(&decided, now, word(&decided.status))
-    };
+        ..approval_event(&decided, now, word(&decided.status))
+    })
+    .into();
     // The decision takes effect with its record, in a task of its own: a client that hangs
     // up cannot leave it stored but not in force.
     let task_state = state.clone();
@@ -341,18 +342,16 @@ fn requester_of(a: &Approval) -> Option<Principal> {
         .then(|| Principal::new(PrincipalKind::Agent, uid.id().unescaped()))
 }
 
-/// What every audit entry about approval `a` says: which approval, call and event.
-fn approval_entry(a: &Approval, at_ms: u64, event: String) -> Entry {
-    Entry {
-        kind: EntryKind::Approval,
+/// What every audit record about approval `a` says: which approval, call and event.
+fn approval_event(a: &Approval, at_ms: u64, event: String) -> ApprovalEvent {
+    ApprovalEvent {
         id: a.id.clone(),
         at_ms,
-        tool: Some(a.tool.clone()),
-        risk: Some(a.risk.clone()),
-        decision: event,
-        stage: Some("approval".to_owned()),
-        args_sha256: Some(a.args_sha256.clone()),
-        ..Entry::default()
+        tool: a.tool.clone(),
+        risk: a.risk.clone(),
+        event,
+        args_sha256: a.args_sha256.clone(),
+        ..ApprovalEvent::default()
     }
 }
 
@@ -368,10 +367,13 @@ pub async fn expire_due(state: &Gateway) {
                 let entries = pass
                     .approvals
                     .iter()
-                    .map(|a| Entry {
-                        principal: Some(a.principal.clone()),
-                        reasons: vec!["approval_timeout".to_owned()],
-                        ..approval_entry(a, now, "expired".to_owned())
+                    .map(|a| {
+                        Event::Approval(ApprovalEvent {
+                            principal: Some(a.principal.clone()),
+                            reasons: vec!["approval_timeout".to_owned()],
+                            ..approval_event(a, now, "expired".to_owned())
+                        })
+                        .into()
                     })
                     .collect();
                 match state.audit.commit(entries, pass.effects.clone()).await {
@@ -393,10 +395,9 @@ pub async fn expire_due(state: &Gateway) {
             Ok(None) => break,
             Ok(Some(pass)) => {
                 let ids: Vec<&str> = pass.approvals.iter().map(|a| a.id.as_str()).collect();
-                let entry = Entry {
+                let entry = Event::Sidecar(Sidecar {
                     kind: EntryKind::Admin,
-                    id: uuid::Uuid::now_v7().to_string(),
-                    at_ms: now,
+                    at_ms: Some(now),
                     stage: Some("approval".to_owned()),
                     decision: "approvals_removed".to_owned(),
                     reasons: vec!["retention".to_owned()],
@@ -405,8 +406,9 @@ pub async fn expire_due(state: &Gateway) {
                         ids.len(),
                         ids.join(" ")
                     )),
-                    ..Entry::default()
-                };
+                    ..Sidecar::default()
+                })
+                .into();
                 match state.audit.commit(vec![entry], pass.effects.clone()).await {
                     Ok(_) => state.approvals.passed(pass),
                     Err(e) => {

@@ -9,9 +9,8 @@ use serde_json::Value;
 
 use super::body::{DecisionBody, RawCall};
 use super::{Error, Gateway, approvals, callgate};
-use crate::audit::{Entry, EntryKind, args_digest};
+use crate::audit::{CallFacts, DecisionEvent, Entry, Event, args_digest};
 use crate::authz::{self, Advice, Principal, Stage, Verdict};
-use crate::clock::now_ms;
 use crate::codes::Code;
 use crate::limits::Quota;
 use crate::policy::Snapshot;
@@ -370,34 +369,34 @@ fn audit_entry(
     started: std::time::Instant,
 ) -> Entry {
     let call = record.as_ref().map(|r| r.call);
-    let digest = record.as_ref().map(|r| r.digest);
-    Entry {
-        kind: EntryKind::Decision,
+    Event::Decision(DecisionEvent {
         id: body.decision_id.clone(),
-        at_ms: now_ms(),
         principal: who.map(|w| w.uid.to_string()),
         tool: call.map(|c| c.tool.chars().take(128).collect()),
         risk: body.risk.map(|r| r.as_str().to_owned()),
-        decision: word(&body.decision),
-        stage: Some(word(&body.stage)),
+        outcome: body.decision.as_str().to_owned(),
+        stage: body.stage.as_str().to_owned(),
         reasons: if body.reasons.is_empty() {
             body.errors.iter().map(|e| e.code.to_string()).collect()
         } else {
             body.reasons.clone()
         },
-        policy_revision: Some(body.policy_revision.clone()),
-        args_sha256: digest.map(str::to_owned),
-        args_preview: record.map(|r| r.preview),
-        conv_id: call.and_then(|c| c.correlation.conv_id.clone()),
-        trace_id: call.and_then(|c| c.correlation.trace_id.clone()),
-        iter: call.and_then(|c| c.correlation.iter),
+        revision: body.policy_revision.clone(),
+        call: record.map(|r| CallFacts {
+            args_sha256: r.digest.to_owned(),
+            args_preview: r.preview,
+            conv_id: r.call.correlation.conv_id.clone(),
+            trace_id: r.call.correlation.trace_id.clone(),
+            iter: r.call.correlation.iter,
+        }),
         duration_us: Some(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX)),
         detail: match (&body.approval_id, &body.gate) {
             (Some(id), _) => Some(format!("approval {id}")),
             (None, Some(g)) => Some(gate_detail(g)),
             (None, None) => None,
         },
-    }
+    })
+    .into()
 }
 
 /// What the tool_call gate found, for the audit record: actions and kinds, no values.

@@ -17,9 +17,8 @@ use super::body::{DecisionBody, RawCall};
 use super::decide::{Credential, authenticate, decide, record_or_refuse};
 use super::error::Refusal;
 use super::{Error, Gateway};
-use crate::audit::{Entry, EntryKind};
+use crate::audit::{Event, ExecutionEvent};
 use crate::authz::Outcome;
-use crate::clock::now_ms;
 use crate::codes::Code;
 use crate::exec::{ExecError, Execution};
 use crate::redact::labels;
@@ -276,16 +275,14 @@ pub async fn execute(
     // Execution receives what the policy allowed: the masked arguments under `apply_mask`.
     let args = body.arguments.take().unwrap_or(call.args);
     let execution_id = uuid::Uuid::now_v7().to_string();
-    let mut entry = Entry {
-        kind: EntryKind::Execution,
+    let mut entry = ExecutionEvent {
         id: execution_id.clone(),
-        at_ms: now_ms(),
-        tool: Some(tool.name.clone()),
-        risk: Some(tool.risk.as_str().to_owned()),
-        stage: Some("execution".to_owned()),
-        policy_revision: Some(snap.revision.clone()),
-        principal: Some(decided.principal),
-        ..Entry::default()
+        at_ms: crate::clock::now_ms(),
+        tool: tool.name.clone(),
+        risk: tool.risk.as_str().to_owned(),
+        revision: snap.revision.clone(),
+        principal: decided.principal,
+        ..ExecutionEvent::default()
     };
     let ex = match how {
         Run::Program(ex) => ex,
@@ -340,17 +337,17 @@ pub async fn execute(
                     "operators: see /readyz `execution` and the logs",
                 ),
             };
-            entry.decision = "refused".to_owned();
+            entry.outcome = "refused".to_owned();
             entry.reasons = vec![code.to_string()];
             entry.detail = Some(format!("decision_id={decision_id}"));
-            record_or_refuse(state, entry, "execution").await?;
+            record_or_refuse(state, Event::Execution(entry).into(), "execution").await?;
             let mut answer = ExecAnswer::refused(decision_id, code, e.to_string(), suggestion);
             answer.metadata.execution_id = Some(execution_id);
             return Err(Error::Execution(refusal, Box::new(answer)));
         }
     };
     let answer = finish(state, tool, ex, ran, decision_id, execution_id, &mut entry).await?;
-    record_or_refuse(state, entry, "execution").await?;
+    record_or_refuse(state, Event::Execution(entry).into(), "execution").await?;
     Ok((Progress::Done, answer))
 }
 
@@ -369,7 +366,7 @@ async fn run_builtin(
     runner: &std::sync::Arc<crate::exec::Runner>,
     run: BuiltinRun<'_>,
     args: Value,
-    mut entry: Entry,
+    mut entry: ExecutionEvent,
 ) -> Result<(Progress, ExecAnswer), Error> {
     let BuiltinRun {
         tool,
@@ -402,11 +399,11 @@ async fn run_builtin(
         Ok(data) => data,
         Err(e) => {
             let refused = matches!(e, crate::files::FileError::PathDenied { .. });
-            entry.decision = if refused { "refused" } else { "error" }.to_owned();
+            entry.outcome = if refused { "refused" } else { "error" }.to_owned();
             entry.reasons = vec![e.code().to_string()];
             entry.reasons.extend(takeover);
             entry.detail = Some(detail);
-            record_or_refuse(state, entry, "execution").await?;
+            record_or_refuse(state, Event::Execution(entry).into(), "execution").await?;
             let mut answer =
                 ExecAnswer::refused(decision_id, e.code(), e.to_string(), &e.suggestion());
             answer.metadata = metadata;
@@ -424,7 +421,7 @@ async fn run_builtin(
     let status = outcome_on_record(&mut entry, verdict.failure.as_ref(), &verdict.report);
     entry.reasons.extend(takeover);
     entry.detail = Some(detail);
-    record_or_refuse(state, entry, "execution").await?;
+    record_or_refuse(state, Event::Execution(entry).into(), "execution").await?;
     Ok((
         Progress::Done,
         ExecAnswer {
@@ -451,7 +448,7 @@ async fn finish(
     ran: Execution,
     decision_id: String,
     execution_id: String,
-    entry: &mut Entry,
+    entry: &mut ExecutionEvent,
 ) -> Result<ExecAnswer, Error> {
     let outcome = ran.outcome.clone().unwrap_or_default();
     let mut failure = run_failure(&ran, tool.limits.timeout_ms);
@@ -568,7 +565,7 @@ async fn screen_output(
 /// Sets a run's record to its status and reasons (the failure's code, then what the output
 /// gate found), and answers the status.
 fn outcome_on_record(
-    entry: &mut Entry,
+    entry: &mut ExecutionEvent,
     failure: Option<&ExecFailure>,
     report: &OutputReport,
 ) -> &'static str {
@@ -577,7 +574,7 @@ fn outcome_on_record(
     } else {
         "success"
     };
-    entry.decision = status.to_owned();
+    entry.outcome = status.to_owned();
     entry.reasons = failure.iter().map(|f| f.code.to_string()).collect();
     entry.reasons.extend(labels(&report.violations));
     status

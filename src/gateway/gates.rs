@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{Error, Gateway};
-use crate::audit::{Entry, EntryKind};
+use crate::audit::{Event, Screened};
 use crate::authz::Principal;
 use crate::clock::now_ms;
 use crate::codes::Code;
@@ -159,16 +159,14 @@ async fn record(
         Some(id) => format!("{found} violations in stream {id}"),
         None => format!("{found} violations"),
     };
-    let entry = Entry {
-        kind: EntryKind::Gate,
-        id: uuid::Uuid::now_v7().to_string(),
-        at_ms: now_ms(),
-        principal: Some(who.uid.to_string()),
-        decision: decision.as_str().to_owned(),
-        stage: Some(gate.as_str().to_owned()),
+    let entry = Event::Gate(Screened {
+        principal: who.uid.to_string(),
+        action: decision.as_str().to_owned(),
+        gate: gate.as_str().to_owned(),
         reasons: labels(violations),
-        detail: Some(detail),
-        ..Entry::default()
-    };
+        detail,
+        ..Screened::default()
+    })
+    .into();
     super::decide::record_or_refuse(state, entry, "gate verdict").await
 }

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{Error, Gateway};
-use crate::audit::{Entry, EntryKind, Operator};
+use crate::audit::{Entry, EntryKind, Event, Operator};
 use crate::authz::{self, Advice, GrantAsk, Principal};
 use crate::clock::now_ms;
 use crate::codes::Code;
@@ -50,16 +50,33 @@ fn entry(
     reasons: Vec<String>,
     detail: String,
 ) -> Entry {
-    let by = who.uid.to_string();
-    grant_record(&by, revision).entry(decision, reasons, detail)
+    Event::Operator(grant_record(
+        &who.uid.to_string(),
+        revision,
+        decision,
+        reasons,
+        detail,
+    ))
+    .into()
 }
 
-fn grant_record<'a>(by: &'a str, revision: &'a str) -> Operator<'a> {
+/// A grant's record: stage `grant`, by whom, under which revision.
+fn grant_record(
+    by: &str,
+    revision: &str,
+    decision: &str,
+    reasons: Vec<String>,
+    detail: String,
+) -> Operator {
     Operator {
         kind: EntryKind::Admin,
-        stage: "grant",
-        by,
-        revision,
+        stage: Some("grant".to_owned()),
+        by: by.to_owned(),
+        revision: revision.to_owned(),
+        decision: decision.to_owned(),
+        reasons,
+        detail,
+        at_ms: None,
     }
 }
 
@@ -392,15 +409,17 @@ pub async fn forget_ended(state: &Gateway, grants: &Grants, ended: &[Grant], now
 
 /// The audit record of `g` expiring at `now`.
 pub fn grant_expired_entry(g: &Grant, now: u64, revision: &str) -> Entry {
-    let expired = grant_record(&g.granted_by, revision).entry(
-        "expired",
-        vec!["grant_expired".to_owned()],
-        describe(g),
-    );
-    Entry {
-        at_ms: now,
-        ..expired
-    }
+    Event::Operator(Operator {
+        at_ms: Some(now),
+        ..grant_record(
+            &g.granted_by,
+            revision,
+            "expired",
+            vec!["grant_expired".to_owned()],
+            describe(g),
+        )
+    })
+    .into()
 }
 
 /// Runs forever: expires each grant at its expiry (woken early when grants change).

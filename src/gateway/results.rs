@@ -10,9 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{Error, Gateway};
-use crate::audit::{Entry, EntryKind};
+use crate::audit::{Event, Screened};
 use crate::authz::{Advice, Principal, PrincipalKind};
-use crate::clock::now_ms;
 use crate::codes::Code;
 use crate::redact::{Action, Gate, Gates, Violation, labels};
 
@@ -119,20 +118,18 @@ pub async fn report_result(
             .map(|d| format!("; decision {d}"))
             .unwrap_or_default()
     );
-    let entry = Entry {
-        kind: EntryKind::Result,
-        id: screened.result_id.clone(),
-        at_ms: now_ms(),
-        principal: Some(who.uid.to_string()),
+    let entry = Event::Result(Screened {
+        id: Some(screened.result_id.clone()),
+        principal: who.uid.to_string(),
         tool: Some(tool.name.clone()),
         risk: Some(tool.risk.as_str().to_owned()),
-        decision: screened.decision.as_str().to_owned(),
-        stage: Some("output".to_owned()),
+        action: screened.decision.as_str().to_owned(),
+        gate: Gate::Output.as_str().to_owned(),
         reasons,
-        policy_revision: Some(snap.revision.clone()),
-        detail: Some(detail),
-        ..Entry::default()
-    };
+        revision: Some(snap.revision.clone()),
+        detail,
+    })
+    .into();
     super::decide::record_or_refuse(state, entry, "result").await?;
     Ok(screened)
 }

@@ -20,8 +20,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::store::{PolicyStore, ReloadOutcome};
-use crate::audit::{Audit, Entry, EntryKind};
-use crate::clock::now_ms;
+use crate::audit::{Audit, Entry, EntryKind, Event, Sidecar};
 use crate::policy::{LoadError, Sources, fingerprint};
 
 /// How changes are noticed.
@@ -307,22 +306,23 @@ fn undone_entry(before: &Recorded, live: &str) -> Option<Entry> {
             "from {live} to {live}; the files are the live set again ({to} is no longer held)"
         ),
     };
-    Some(Entry {
-        decision: "applied".to_owned(),
-        policy_revision: Some(live.to_owned()),
-        detail: Some(detail),
-        ..reload_base()
-    })
+    Some(
+        Event::Sidecar(Sidecar {
+            decision: "applied".to_owned(),
+            revision: Some(live.to_owned()),
+            detail: Some(detail),
+            ..reload_base()
+        })
+        .into(),
+    )
 }
 
-/// A `reload` entry with nothing said yet.
-fn reload_base() -> Entry {
-    Entry {
+/// A `reload` record by the watcher, with nothing said yet.
+fn reload_base() -> Sidecar {
+    Sidecar {
         kind: EntryKind::Reload,
-        id: uuid::Uuid::now_v7().to_string(),
-        at_ms: now_ms(),
         stage: Some("reload".to_owned()),
-        ..Entry::default()
+        ..Sidecar::default()
     }
 }
 
@@ -330,10 +330,10 @@ fn reload_base() -> Entry {
 /// recorded).
 fn reload_entry(outcome: &ReloadOutcome) -> Option<Entry> {
     let base = reload_base();
-    match outcome {
-        ReloadOutcome::Applied { from, to, review } => Some(Entry {
+    let said = match outcome {
+        ReloadOutcome::Applied { from, to, review } => Some(Sidecar {
             decision: "applied".to_owned(),
-            policy_revision: Some(to.clone()),
+            revision: Some(to.clone()),
             reasons: review.iter().flat_map(|r| r.widened.clone()).collect(),
             detail: Some(format!(
                 "from {from} to {to}; diff: {}",
@@ -343,9 +343,9 @@ fn reload_entry(outcome: &ReloadOutcome) -> Option<Entry> {
             )),
             ..base
         }),
-        ReloadOutcome::Held { from, to, review } => Some(Entry {
+        ReloadOutcome::Held { from, to, review } => Some(Sidecar {
             decision: "held".to_owned(),
-            policy_revision: Some(from.clone()),
+            revision: Some(from.clone()),
             reasons: review.widened.clone(),
             detail: Some(format!(
                 "{to} held for approval, {from} stays live; diff: {}",
@@ -353,7 +353,7 @@ fn reload_entry(outcome: &ReloadOutcome) -> Option<Entry> {
             )),
             ..base
         }),
-        ReloadOutcome::Failed { error, .. } => Some(Entry {
+        ReloadOutcome::Failed { error, .. } => Some(Sidecar {
             decision: "failed".to_owned(),
             reasons: error
                 .problems
@@ -365,7 +365,8 @@ fn reload_entry(outcome: &ReloadOutcome) -> Option<Entry> {
             ..base
         }),
         ReloadOutcome::Unchanged | ReloadOutcome::NoSources => None,
-    }
+    };
+    said.map(|s| Event::Sidecar(s).into())
 }
 
 async fn tick(poll: Option<&mut tokio::time::Interval>) {

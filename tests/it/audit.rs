@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use serde_json::{Value, json};
 
 use toolgate::audit::{
-    Audit, AuditStore, Chain, ChainVerdict, Checkpoint, Durability, Entry, Head, Query, Record,
+    Audit, AuditStore, Chain, ChainVerdict, Checkpoint, Durability, Head, Query, Record,
     StoreError, Stored, verify,
 };
 
@@ -284,12 +284,11 @@ async fn filled(n: u64, chain: &Chain) -> (Arc<Memory>, Head) {
     let audit = Audit::start(mem.clone(), chain.clone(), Durability::Group).unwrap();
     for i in 0..n {
         audit
-            .record(Entry {
-                id: format!("d{i}"),
-                decision: "allow".into(),
-                principal: Some(format!("Agent::\"a{i}\"")),
-                ..Entry::default()
-            })
+            .record(raw_entry(json!({
+                "id": format!("d{i}"),
+                "decision": "allow",
+                "principal": format!("Agent::\"a{i}\""),
+            })))
             .await
             .unwrap();
     }

@@ -2,7 +2,7 @@
 //! binary: tampering done offline on the data directory, then `toolgate audit verify`.
 
 use serde_json::{Value, json};
-use toolgate::audit::{Chain, Entry, EntryKind, Link, Record, RingKey, keys};
+use toolgate::audit::{Chain, Entry, Link, Record, RingKey, keys};
 use toolgate::storage::{DEFAULT_CACHE_BYTES, Stores};
 
 use crate::helpers::*;
@@ -62,15 +62,14 @@ fn newest(set: &TempSet) -> Record {
 }
 
 fn forged_entry(id: &str) -> Entry {
-    Entry {
-        kind: EntryKind::Decision,
-        id: id.into(),
-        at_ms: 1,
-        decision: "allow".into(),
-        principal: Some("Agent::\"dev-agent\"".into()),
-        tool: Some("deploy".into()),
-        ..Entry::default()
-    }
+    raw_entry(serde_json::json!({
+        "kind": "decision",
+        "id": id,
+        "at_ms": 1,
+        "decision": "allow",
+        "principal": "Agent::\"dev-agent\"",
+        "tool": "deploy",
+    }))
 }
 
 /// The keyring's keys, as stored: (id, secret).

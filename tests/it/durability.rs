@@ -39,8 +39,11 @@ fn parse_trace(text: &str) -> Vec<Call> {
     let mut open: HashMap<String, (String, String, f64)> = HashMap::new();
     let mut calls = Vec::new();
     for line in text.lines() {
-        let mut parts = line.splitn(3, ' ');
-        let (Some(pid), Some(ts), Some(rest)) = (parts.next(), parts.next(), parts.next()) else {
+        // `pid ts rest`: strace pads the pid to 5 columns, so a short pid has two spaces.
+        let Some((pid, tail)) = line.trim_start().split_once(' ') else {
+            continue;
+        };
+        let Some((ts, rest)) = tail.trim_start().split_once(' ') else {
             continue;
         };
         let Ok(ts) = ts.parse::<f64>() else { continue };

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use toolgate::audit::{Audit, Chain, Durability, Entry, EntryKind, verify};
+use toolgate::audit::{Audit, CallFacts, Chain, DecisionEvent, Durability, Entry, Event, verify};
 use toolgate::config::Config;
 use toolgate::storage::{DEFAULT_CACHE_BYTES, Stores};
 
@@ -40,25 +40,26 @@ fn the_configured_cache_size_reaches_sled() {
 /// correlation ids and the determining policy.
 fn decision(n: u64) -> Entry {
     let args = serde_json::json!({"path": format!("src/module_{n}.rs"), "max_bytes": 4096});
-    Entry {
-        kind: EntryKind::Decision,
+    Event::Decision(DecisionEvent {
         id: uuid::Uuid::now_v7().to_string(),
-        at_ms: toolgate::clock::now_ms(),
         principal: Some(format!("Agent::\"agent-{}\"", n % 4)),
         tool: Some("read_file".into()),
         risk: Some("low".into()),
-        decision: "allow".into(),
-        stage: Some("policy".into()),
+        outcome: "allow".into(),
+        stage: "policy".into(),
         reasons: vec!["dev-reads-source".into()],
-        policy_revision: Some("sha256:0123456789abcdef".into()),
-        args_sha256: Some(toolgate::audit::args_digest(&args)),
-        args_preview: Some(toolgate::audit::redacted_preview(&args)),
-        conv_id: Some(format!("conv-{}", n % 100)),
-        trace_id: None,
-        iter: Some(i64::try_from(n % 50).unwrap()),
+        revision: "sha256:0123456789abcdef".into(),
+        call: Some(CallFacts {
+            args_sha256: toolgate::audit::args_digest(&args),
+            args_preview: toolgate::audit::redacted_preview(&args),
+            conv_id: Some(format!("conv-{}", n % 100)),
+            trace_id: None,
+            iter: Some(i64::try_from(n % 50).unwrap()),
+        }),
         duration_us: Some(150 + n % 100),
         detail: None,
-    }
+    })
+    .into()
 }
 
 fn dir_bytes(dir: &Path) -> u64 {

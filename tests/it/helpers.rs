@@ -377,3 +377,16 @@ pub fn survivors(marker: &str) -> Vec<String> {
     }
     found
 }
+
+/// An audit entry with `fields` set and the rest empty, as the store would read it back (an
+/// entry is otherwise built only from an `audit::Event`): for tests that write records
+/// directly, forged ones included.
+pub fn raw_entry(fields: Value) -> toolgate::audit::Entry {
+    let mut v = serde_json::json!({"at_ms": 0, "decision": "", "id": "", "kind": "decision"});
+    if let (Some(base), Some(extra)) = (v.as_object_mut(), fields.as_object()) {
+        for (k, x) in extra {
+            base.insert(k.clone(), x.clone());
+        }
+    }
+    serde_json::from_value(v).unwrap()
+}

@@ -18,15 +18,14 @@ use crate::helpers::*;
 use crate::process::{exchange, start_with, toolgate};
 
 fn entry(i: u64) -> Entry {
-    Entry {
-        id: format!("d{i}"),
-        at_ms: 1_000 + i,
-        decision: if i.is_multiple_of(3) { "deny" } else { "allow" }.into(),
-        principal: Some(format!("Agent::\"a{}\"", i % 4)),
-        tool: Some(format!("t{}", i % 5)),
-        conv_id: i.is_multiple_of(2).then(|| "c-even".to_owned()),
-        ..Entry::default()
-    }
+    raw_entry(serde_json::json!({
+        "id": format!("d{i}"),
+        "at_ms": 1_000 + i,
+        "decision": if i.is_multiple_of(3) { "deny" } else { "allow" },
+        "principal": format!("Agent::\"a{}\"", i % 4),
+        "tool": format!("t{}", i % 5),
+        "conv_id": i.is_multiple_of(2).then_some("c-even"),
+    }))
 }
 
 /// Writes `n` entries from many tasks at once, so the writer forms batches of many sizes.
