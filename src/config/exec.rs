@@ -29,7 +29,6 @@ pub(super) struct RawExec {
     max_concurrent: Option<usize>,
     lock_dir: Option<PathBuf>,
     lock_timeout_ms: Option<u64>,
-    stale_lock_ms: Option<u64>,
     #[serde(default)]
     limits: RawLimits,
     run_as: Option<String>,
@@ -45,8 +44,8 @@ struct RawLimits {
     open_files: Option<u64>,
 }
 
-/// Validates `[exec]`. The lock directory defaults to `<data_dir>/locks`, so a lock left by a
-/// sidecar killed mid-edit is found (and, once stale, taken over) after a restart.
+/// Validates `[exec]`. The lock directory defaults to `<data_dir>/locks`, so every sidecar of
+/// one data directory, before and after a restart, sees the same locks.
 pub(super) fn settings(
     raw: RawExec,
     base: &Path,
@@ -107,11 +106,10 @@ pub(super) fn settings(
         ));
     }
     let lock_timeout_ms = raw.lock_timeout_ms.unwrap_or(d.lock_timeout_ms);
-    let stale_lock_ms = raw.stale_lock_ms.unwrap_or(d.stale_lock_ms);
-    if lock_timeout_ms == 0 || stale_lock_ms <= lock_timeout_ms {
+    if lock_timeout_ms == 0 {
         return Err((
-            "`exec.lock_timeout_ms` must be at least 1 and `exec.stale_lock_ms` larger than it".to_owned(),
-            "a lock is presumed abandoned only after every live holder would have given up: e.g. 5000 and 30000 (the defaults)".to_owned(),
+            "`exec.lock_timeout_ms` must be at least 1".to_owned(),
+            "omit it for the default (5000)".to_owned(),
         ));
     }
     let run_as = match raw.run_as.as_deref() {
@@ -154,7 +152,6 @@ pub(super) fn settings(
                 .map_or_else(|| data_dir.join("locks"), |p| base.join(p)),
         ),
         lock_timeout_ms,
-        stale_lock_ms,
         protected: vec![data_dir.to_path_buf()],
         run_as,
     })

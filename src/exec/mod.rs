@@ -93,8 +93,6 @@ pub struct ExecSettings {
     pub lock_dir: Option<PathBuf>,
     /// How long a file tool waits for a file's lock before `ResourceBusy`.
     pub lock_timeout_ms: u64,
-    /// Age after which a lock is presumed abandoned and taken over.
-    pub stale_lock_ms: u64,
     /// The sidecar's own files (the protected set: data directory, policies, schemas,
     /// config, tokens, keys, secrets files; the lock directory is added at start): never
     /// reachable through a tool or an executed program, even below the service root.
@@ -121,7 +119,6 @@ impl Default for ExecSettings {
             max_concurrent: 4,
             lock_dir: None,
             lock_timeout_ms: 5000,
-            stale_lock_ms: 30_000,
             protected: Vec::new(),
             run_as: None,
         }
@@ -275,7 +272,6 @@ impl Runner {
         let locks = crate::files::Locks::new(
             lock_dir.clone(),
             Duration::from_millis(settings.lock_timeout_ms),
-            Duration::from_millis(settings.stale_lock_ms),
         )
         .map_err(|e| {
             ExecError::Setup(format!(
@@ -357,14 +353,9 @@ impl Runner {
         tool: crate::tools::Builtin,
         args: Value,
         limits: &crate::tools::Limits,
-    ) -> crate::files::Ran {
+    ) -> Result<Value, crate::files::FileError> {
         let runner = Arc::clone(self);
-        // A writer gives up well before its lock could be judged stale and taken over.
-        let budget = if tool.changes_files() {
-            limits.timeout_ms.min(self.settings.stale_lock_ms / 2)
-        } else {
-            limits.timeout_ms
-        };
+        let budget = limits.timeout_ms;
         let deadline = crate::files::Deadline::after_ms(budget);
         let max_output_bytes = limits.max_output_bytes;
         // Bounded like program runs, but waiting (within the budget) instead of refusing:
@@ -373,10 +364,7 @@ impl Runner {
         let Ok(Ok(slot)) =
             tokio::time::timeout(wait, Arc::clone(&self.file_slots).acquire_owned()).await
         else {
-            return crate::files::Ran {
-                result: Err(crate::files::FileError::Timeout(budget)),
-                took_over: None,
-            };
+            return Err(crate::files::FileError::Timeout(budget));
         };
         tokio::task::spawn_blocking(move || {
             let _slot = slot;
@@ -389,12 +377,11 @@ impl Runner {
             crate::files::run(cx, tool, &args)
         })
         .await
-        .unwrap_or_else(|e| crate::files::Ran {
-            result: Err(crate::files::FileError::Io {
+        .unwrap_or_else(|e| {
+            Err(crate::files::FileError::Io {
                 path: String::new(),
                 message: format!("the file tool's task failed: {e}"),
-            }),
-            took_over: None,
+            })
         })
     }
 

@@ -15,7 +15,7 @@ pub mod pattern;
 mod read;
 mod write;
 
-pub use lock::{Held, LockError, Locks, TakeOver};
+pub use lock::{Held, LockError, Locks};
 
 use std::time::{Duration, Instant};
 
@@ -168,15 +168,6 @@ impl FileError {
     }
 }
 
-/// A run of a file tool.
-#[derive(Debug)]
-pub struct Ran {
-    /// The result (`data` of the standard result, before the output gate), or why not.
-    pub result: Result<Value, FileError>,
-    /// A stale lock taken over on the way, whatever the outcome (to be audited).
-    pub took_over: Option<TakeOver>,
-}
-
 /// When a call's time is up: the tool's `limits.timeout_ms` from the start.
 #[derive(Debug, Clone, Copy)]
 pub struct Deadline {
@@ -224,20 +215,18 @@ pub struct Context<'a> {
     pub max_output_bytes: u64,
 }
 
-/// Runs `tool` with `args` (validated and allowed). Blocking: call it off the async workers.
-pub fn run(cx: Context<'_>, tool: Builtin, args: &Value) -> Ran {
-    let mut took_over = None;
-    let took = &mut took_over;
-    let result = match tool {
+/// Runs `tool` with `args` (validated and allowed): the result (`data` of the standard
+/// result, before the output gate), or why not. Blocking: call it off the async workers.
+pub fn run(cx: Context<'_>, tool: Builtin, args: &Value) -> Result<Value, FileError> {
+    match tool {
         Builtin::ReadFile => parse(args).and_then(|a| read::read_file(cx, a)),
         Builtin::ListFiles => parse(args).and_then(|a| read::list_files(cx, a)),
         Builtin::SearchFiles => parse(args).and_then(|a| read::search_files(cx, a)),
         Builtin::CountMatches => parse(args).and_then(|a| read::count_matches(cx, a)),
-        Builtin::WriteFile => parse(args).and_then(|a| write::write_file(cx, a, took)),
-        Builtin::EditFile => parse(args).and_then(|a| write::edit_file(cx, a, took)),
-        Builtin::DeleteFile => parse(args).and_then(|a| write::delete_file(cx, a, took)),
-    };
-    Ran { result, took_over }
+        Builtin::WriteFile => parse(args).and_then(|a| write::write_file(cx, a)),
+        Builtin::EditFile => parse(args).and_then(|a| write::edit_file(cx, a)),
+        Builtin::DeleteFile => parse(args).and_then(|a| write::delete_file(cx, a)),
+    }
 }
 
 fn parse<T: DeserializeOwned>(args: &Value) -> Result<T, FileError> {

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::edit::{Edit, EditError};
-use super::{Context, FileError, Held, TakeOver, read_text};
+use super::{Context, FileError, Held, read_text};
 use crate::jail::{JailError, Parent};
 
 /// Largest file `edit_file` works on.
@@ -110,13 +110,9 @@ fn target(cx: Context<'_>, raw: &str, asked: &str) -> Result<(Parent, Existing),
 }
 
 /// Takes the file's lock, then looks at the file under it. The lock is keyed on the path as
-/// asked, normalized: [`target`] refuses any other path, so that is the file written. Any
-/// stale lock taken over is reported through `took`.
-fn locked(
-    cx: Context<'_>,
-    raw: &str,
-    took: &mut Option<TakeOver>,
-) -> Result<(Held, Parent, Existing), FileError> {
+/// asked, normalized: [`target`] refuses any other path, so that is the file written. The
+/// caller keeps the lock until it has changed the file.
+fn locked(cx: Context<'_>, raw: &str) -> Result<(Held, Parent, Existing), FileError> {
     let asked =
         crate::paths::normalize_path(raw).map_err(|e| FileError::jail(raw, JailError::from(e)))?;
     let held = cx
@@ -126,37 +122,28 @@ fn locked(
             path: asked.clone(),
             why: e.to_string(),
         })?;
-    took.clone_from(&held.took_over);
     let (parent, existing) = target(cx, raw, &asked)?;
     Ok((held, parent, existing))
 }
 
-pub(super) fn write_file(
-    cx: Context<'_>,
-    a: WriteArgs,
-    took: &mut Option<TakeOver>,
-) -> Result<Value, FileError> {
-    let (held, parent, existing) = locked(cx, &a.path, took)?;
+pub(super) fn write_file(cx: Context<'_>, a: WriteArgs) -> Result<Value, FileError> {
+    let (_held, parent, existing) = locked(cx, &a.path)?;
     let (created, owner) = match existing {
         Existing::Missing => (true, Owner::NEW),
         Existing::File { owner, .. } => (false, owner),
     };
-    replace(cx, &parent, a.content.as_bytes(), owner, &held)?;
+    replace(cx, &parent, a.content.as_bytes(), owner)?;
     Ok(json!({"path": parent.resolved, "bytes": a.content.len(), "created": created}))
 }
 
-pub(super) fn edit_file(
-    cx: Context<'_>,
-    a: EditArgs,
-    took: &mut Option<TakeOver>,
-) -> Result<Value, FileError> {
+pub(super) fn edit_file(cx: Context<'_>, a: EditArgs) -> Result<Value, FileError> {
     if a.edits.is_empty() || a.edits.len() > MAX_EDITS {
         return Err(FileError::Edit(EditError::Invalid {
             index: 0,
             message: format!("send 1 to {MAX_EDITS} edits"),
         }));
     }
-    let (held, parent, existing) = locked(cx, &a.path, took)?;
+    let (_held, parent, existing) = locked(cx, &a.path)?;
     let Existing::File { owner, .. } = existing else {
         return Err(FileError::FileNotFound(parent.resolved));
     };
@@ -173,7 +160,7 @@ pub(super) fn edit_file(
         .map_err(FileError::Edit)?;
     let changed = after != before;
     if changed {
-        replace(cx, &parent, after.as_bytes(), owner, &held)?;
+        replace(cx, &parent, after.as_bytes(), owner)?;
     }
     Ok(json!({
         "path": parent.resolved,
@@ -184,16 +171,12 @@ pub(super) fn edit_file(
     }))
 }
 
-pub(super) fn delete_file(
-    cx: Context<'_>,
-    a: DeleteArgs,
-    took: &mut Option<TakeOver>,
-) -> Result<Value, FileError> {
-    let (held, parent, existing) = locked(cx, &a.path, took)?;
+pub(super) fn delete_file(cx: Context<'_>, a: DeleteArgs) -> Result<Value, FileError> {
+    let (_held, parent, existing) = locked(cx, &a.path)?;
     let Existing::File { size, .. } = existing else {
         return Err(FileError::FileNotFound(parent.resolved));
     };
-    commit_check(cx, &parent, &held)?;
+    cx.deadline.check()?;
     // Flags without AT_REMOVEDIR: the kernel refuses a directory even if one took its place.
     rustix::fs::unlinkat(&parent.dir, parent.name.as_str(), AtFlags::empty()).map_err(
         |e| match e {
@@ -205,28 +188,10 @@ pub(super) fn delete_file(
     Ok(json!({"path": parent.resolved, "bytes": size, "deleted": true}))
 }
 
-/// Refuses to change the file when time is up or the lock was taken over as stale.
-fn commit_check(cx: Context<'_>, parent: &Parent, held: &Held) -> Result<(), FileError> {
-    cx.deadline.check()?;
-    if held.still_held() {
-        Ok(())
-    } else {
-        Err(FileError::ResourceBusy {
-            path: parent.resolved.clone(),
-            why: "this call's lock was taken over as stale before it could write".to_owned(),
-        })
-    }
-}
-
 /// Replaces the parent's entry with `bytes` atomically: temporary file, fsync, rename,
-/// directory fsync. The temporary file is removed on any failure.
-fn replace(
-    cx: Context<'_>,
-    parent: &Parent,
-    bytes: &[u8],
-    owner: Owner,
-    held: &Held,
-) -> Result<(), FileError> {
+/// directory fsync, unless time ran out meanwhile. The temporary file is removed on any
+/// failure.
+fn replace(cx: Context<'_>, parent: &Parent, bytes: &[u8], owner: Owner) -> Result<(), FileError> {
     let stem = parent
         .name
         .get(..parent.name.floor_char_boundary(200))
@@ -241,7 +206,7 @@ fn replace(
     .map_err(|e| FileError::io(&parent.resolved, e))?;
     let written = fill(fd, bytes, &owner)
         .map_err(|e| FileError::io(&parent.resolved, e))
-        .and_then(|()| commit_check(cx, parent, held))
+        .and_then(|()| cx.deadline.check())
         .and_then(|()| {
             rustix::fs::renameat(&parent.dir, tmp.as_str(), &parent.dir, parent.name.as_str())
                 .map_err(|e| FileError::io(&parent.resolved, e))

@@ -384,24 +384,13 @@ async fn run_builtin(
         attempts: 1,
         ..Metadata::default()
     };
-    let mut detail = format!("decision_id={decision_id} duration_ms={duration_ms}");
-    // A stale lock taken over is on the record, with what it said about its holder, whatever
-    // the call's outcome.
-    let takeover = ran.took_over.as_ref().map(|t| {
-        detail.push_str(&format!(
-            " lock_takeover_age_ms={} lock_holder={}",
-            t.age_ms,
-            t.holder.replace(' ', ",")
-        ));
-        "lock_takeover".to_owned()
-    });
-    let data = match ran.result {
+    let detail = format!("decision_id={decision_id} duration_ms={duration_ms}");
+    let data = match ran {
         Ok(data) => data,
         Err(e) => {
             let refused = matches!(e, crate::files::FileError::PathDenied { .. });
             entry.outcome = if refused { "refused" } else { "error" }.to_owned();
             entry.reasons = vec![e.code().to_string()];
-            entry.reasons.extend(takeover);
             entry.detail = Some(detail);
             record_or_refuse(state, Event::Execution(entry).into(), "execution").await?;
             let mut answer =
@@ -419,7 +408,6 @@ async fn run_builtin(
     let fields = tool.output_fields.clone();
     let (verdict, _) = screen_output(state, data, schema_errors, fields, cap, None).await?;
     let status = outcome_on_record(&mut entry, verdict.failure.as_ref(), &verdict.report);
-    entry.reasons.extend(takeover);
     entry.detail = Some(detail);
     record_or_refuse(state, Event::Execution(entry).into(), "execution").await?;
     Ok((

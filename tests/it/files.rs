@@ -1,7 +1,7 @@
 //! The built-in file tools through `POST /v1/execute` over the shipped policies: every tool and
 //! every error code, approvals for writes and deletions, secrets blocked before a write, the
-//! output gate on reads, locks (busy, stale takeover audited), parallel edits without a lost
-//! update or a torn file, and property tests of
+//! output gate on reads, locks (busy while another process holds one, free once it is killed),
+//! parallel edits without a lost update or a torn file, and property tests of
 //! `edit_file` (the file equals the model after a good edit list, is byte-identical after an
 //! aborted one).
 
@@ -33,14 +33,13 @@ impl Rig {
     }
 }
 
-pub(crate) async fn rig_with(snap: Snapshot, lock_timeout_ms: u64, stale_lock_ms: u64) -> Rig {
+pub(crate) async fn rig_with(snap: Snapshot, lock_timeout_ms: u64) -> Rig {
     let root = tempfile::tempdir().unwrap();
     let locks = tempfile::tempdir().unwrap();
     let settings = ExecSettings {
         root: Some(root.path().to_path_buf()),
         lock_dir: Some(locks.path().to_path_buf()),
         lock_timeout_ms,
-        stale_lock_ms,
         // As a config below the root would: the sidecar's own files.
         protected: vec![
             root.path().join("toolgate-data"),
@@ -63,7 +62,7 @@ pub(crate) async fn rig_with(snap: Snapshot, lock_timeout_ms: u64, stale_lock_ms
 }
 
 async fn rig() -> Rig {
-    rig_with(shipped_snapshot(), 2000, 30_000).await
+    rig_with(shipped_snapshot(), 2000).await
 }
 
 /// Sends the call; if it is pending, `approver` approves it and the call is sent again.
@@ -531,52 +530,128 @@ fn lock_path(r: &Rig, rel: &str) -> std::path::PathBuf {
         .join(format!("{}.lock", hex::encode(&digest[..16])))
 }
 
+/// Another process holding the lock of `lock` (an exclusive `flock`, as the sidecar takes
+/// it): a shell that locks the file through `flock(1)` of util-linux, says so, and sleeps with
+/// the lock open. Killed (SIGKILL) and reaped on drop.
+struct Holder(std::process::Child);
+
+impl Holder {
+    fn lock(lock: &std::path::Path) -> Holder {
+        use std::io::BufRead as _;
+        let mut child = std::process::Command::new("sh")
+            .args([
+                "-c",
+                r#"exec 9>"$1" && flock -x 9 && echo held && exec sleep 30"#,
+                "sh",
+            ])
+            .arg(lock)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let holder = Holder(child);
+        assert_eq!(
+            line, "held\n",
+            "the holder needs `flock` (util-linux) on PATH"
+        );
+        holder
+    }
+
+    /// SIGKILL, as a sidecar killed mid-edit: nothing of the holder's runs after it.
+    fn kill(mut self) {
+        self.0.kill().unwrap();
+        self.0.wait().unwrap();
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn replace_a_with(to: &str) -> Value {
+    json!({"path": "f.txt", "edits": [{"operation": "replace", "spec": "a", "content": to}]})
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_held_lock_is_busy_and_a_stale_one_is_taken_over_on_the_record() {
-    let r = rig_with(shipped_snapshot(), 200, 5_000).await;
+async fn a_lock_held_by_a_live_process_makes_an_edit_wait_then_answer_busy() {
+    let r = rig_with(shipped_snapshot(), 300).await;
     std::fs::write(r.path("f.txt"), "a\n").unwrap();
-    // Another sidecar (or one killed mid-edit) holds the lock.
-    let lock = lock_path(&r, "f.txt");
-    std::fs::write(&lock, "othertoken pid=4242 at_ms=1\n").unwrap();
-    let args =
-        json!({"path": "f.txt", "edits": [{"operation": "replace", "spec": "a", "content": "b"}]});
-    let (_, v) = execute(&r.app, DEV, "edit_file", args.clone()).await;
-    assert_eq!(code(&v), "resource_busy", "{v}");
+    let holder = Holder::lock(&lock_path(&r, "f.txt"));
+    let started = std::time::Instant::now();
+    let (s, v) = execute(&r.app, DEV, "edit_file", replace_a_with("b")).await;
+    let waited = started.elapsed();
+    assert_eq!((s, code(&v)), (StatusCode::OK, "resource_busy"), "{v}");
     assert!(
         v["error"]["message"].as_str().unwrap().contains("waited"),
         "{v}"
     );
-    assert_eq!(r.read("f.txt"), "a\n");
-    // Once older than `stale_lock_ms`, it is taken over, and the takeover is audited.
-    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
-    std::fs::File::options()
-        .write(true)
-        .open(&lock)
-        .unwrap()
-        .set_modified(old)
-        .unwrap();
-    let (_, v) = execute(&r.app, DEV, "edit_file", args).await;
-    assert_eq!(v["status"], "success", "{v}");
-    assert_eq!(r.read("f.txt"), "b\n");
-    assert!(!lock.exists(), "the lock is released");
-    let recs = recorded_at(&r.state.audit, "execution");
-    let took = recs
-        .iter()
-        .find(|x| x.entry.reasons.contains(&"lock_takeover".to_owned()))
-        .unwrap();
     assert!(
-        took.entry
-            .detail
-            .as_deref()
-            .unwrap()
-            .contains("lock_holder=pid=4242"),
-        "{took:?}"
+        waited >= std::time::Duration::from_millis(300),
+        "{waited:?}"
     );
+    assert_eq!(r.read("f.txt"), "a\n");
+    let recs = recorded_at(&r.state.audit, "execution");
+    assert_eq!(recs.last().unwrap().entry.reasons, ["resource_busy"]);
+    // However long it is held, a live holder's lock is never taken from it.
+    let (_, v) = execute(&r.app, DEV, "edit_file", replace_a_with("b")).await;
+    assert_eq!(code(&v), "resource_busy", "{v}");
+    drop(holder);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_whose_holder_was_killed_blocks_no_edit() {
+    let r = rig_with(shipped_snapshot(), 10_000).await;
+    std::fs::write(r.path("f.txt"), "a\n").unwrap();
+    let lock = lock_path(&r, "f.txt");
+    // Killed while holding the lock: its lock file is left behind, its lock is not.
+    Holder::lock(&lock).kill();
+    assert!(lock.exists());
+    let started = std::time::Instant::now();
+    let (_, v) = execute(&r.app, DEV, "edit_file", replace_a_with("b")).await;
+    assert_eq!(v["status"], "success", "{v}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "no wait for a dead holder: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(r.read("f.txt"), "b\n");
+    assert!(!lock.exists(), "the lock file goes with its release");
+
+    // Two edits waiting on a live holder go through, one after the other, once it is killed.
+    std::fs::write(r.path("f.txt"), "a\nc\n").unwrap();
+    let holder = Holder::lock(&lock);
+    let edits = [("a", "x"), ("c", "y")].map(|(spec, to)| {
+        let app = r.app.clone();
+        let args =
+            json!({"path": "f.txt", "edits": [{"operation": "replace", "spec": spec, "content": to}]});
+        tokio::spawn(async move { execute(&app, DEV, "edit_file", args).await })
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(
+        edits.iter().all(|e| !e.is_finished()),
+        "both wait for the lock"
+    );
+    assert_eq!(r.read("f.txt"), "a\nc\n");
+    let killed = std::time::Instant::now();
+    holder.kill();
+    for edit in edits {
+        let (_, v) = edit.await.unwrap();
+        assert_eq!(v["status"], "success", "{v}");
+    }
+    assert!(killed.elapsed() < std::time::Duration::from_secs(5));
+    assert_eq!(r.read("f.txt"), "x\ny\n");
+    assert!(!lock.exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parallel_edits_lose_no_update_and_never_tear_the_file() {
-    let r = rig_with(shipped_snapshot(), 20_000, 60_000).await;
+    let r = rig_with(shipped_snapshot(), 20_000).await;
     std::fs::write(r.path("list.txt"), "BEGIN\nEND\n").unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let reader = {

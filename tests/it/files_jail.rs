@@ -24,7 +24,7 @@ fn unattended_writes() -> (TempSet, Snapshot) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_file_tool_reaches_outside_the_root() {
     let (_set, snap) = unattended_writes();
-    let r = rig_with(snap, 2000, 30_000).await;
+    let r = rig_with(snap, 2000).await;
     let outside = tempfile::tempdir().unwrap();
     let out = outside.path();
     let root = r.root.path();
@@ -111,7 +111,7 @@ async fn no_file_tool_reaches_outside_the_root() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hard_links_linked_directories_and_the_sidecars_own_files_are_refused() {
     let (_set, snap) = unattended_writes();
-    let r = rig_with(snap, 2000, 30_000).await;
+    let r = rig_with(snap, 2000).await;
     let root = r.root.path();
     std::fs::create_dir_all(root.join(".github/workflows")).unwrap();
     std::fs::write(root.join(".github/workflows/ci.yml"), "on: push\n").unwrap();
@@ -196,7 +196,7 @@ async fn hard_links_linked_directories_and_the_sidecars_own_files_are_refused() 
 async fn a_replaced_file_never_gains_a_setuid_bit_and_edits_cannot_balloon() {
     use std::os::unix::fs::PermissionsExt as _;
     let (_set, snap) = unattended_writes();
-    let r = rig_with(snap, 2000, 30_000).await;
+    let r = rig_with(snap, 2000).await;
     let root = r.root.path();
     std::fs::write(root.join("tool.sh"), "#!/bin/sh\necho hi\n").unwrap();
     std::fs::set_permissions(
