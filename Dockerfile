@@ -23,7 +23,7 @@ COPY --from=build /src/target/release/toolgate /usr/local/bin/toolgate
 # Owned by root, read-only to the runtime user.
 COPY policies /etc/toolgate/policies
 COPY schemas /etc/toolgate/schemas
-# A sample config that starts as shipped, with DEMO tokens (published in the README):
+# A sample config that starts as shipped, with DEMO tokens (listed in docs/policies.md):
 # replace both before use (mount your own over /etc/toolgate/toolgate.toml).
 COPY examples/container.toml /etc/toolgate/toolgate.toml
 COPY examples/demo-tokens.json /etc/toolgate/demo-tokens.json
@@ -33,7 +33,11 @@ VOLUME /var/lib/toolgate
 # Numeric, so that a runtime can check it is not root (Kubernetes' runAsNonRoot).
 USER 10001:10001
 WORKDIR /var/lib/toolgate
-ENV TOOLGATE_CONFIG=/etc/toolgate/toolgate.toml
+# The data directory is the image's (the VOLUME above, owned by the runtime user), not the
+# config's: a config mounted over the sample one needs no `data_dir`, and one that sets it is
+# overridden (the environment beats the file). Set TOOLGATE_DATA_DIR at run time to move it;
+# TOOLGATE_LISTEN likewise overrides the config's `listen`.
+ENV TOOLGATE_CONFIG=/etc/toolgate/toolgate.toml TOOLGATE_DATA_DIR=/var/lib/toolgate
 EXPOSE 8181
 HEALTHCHECK --interval=10s --timeout=2s --retries=3 CMD curl -fsS http://127.0.0.1:8181/readyz || exit 1
 ENTRYPOINT ["toolgate"]

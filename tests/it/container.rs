@@ -1,7 +1,9 @@
 //! The container image, without a container engine. The Dockerfile's runtime stage is read
 //! (its COPY, ENV, USER, WORKDIR, VOLUME, EXPOSE, HEALTHCHECK, ENTRYPOINT and CMD lines), its
 //! layout is rebuilt in a temp dir, and `serve` is started there as the image's non-root user
-//! with the config directory read-only: a Dockerfile that drifts from what starts fails here.
+//! with the config directory read-only and as shipped (the one change is `TOOLGATE_LISTEN`, a
+//! loopback port, set the way a container runtime's `-e` would): a Dockerfile that drifts
+//! from what starts fails here.
 //! Also: a data directory the runtime user cannot write is reported as such, with the fix.
 //!
 //! As root, the server runs as the image's uid and gid; otherwise as the current user, with
@@ -353,25 +355,31 @@ fn the_image_layout_starts_as_the_non_root_user_with_a_read_only_config_dir() {
     let workdir = inside(&root, stage.workdir.as_deref().expect("a WORKDIR"));
     std::fs::create_dir_all(&workdir).unwrap();
 
-    // The config the image names, as shipped but for the two values below.
-    let config_path = stage
-        .env
-        .iter()
-        .find(|(k, _)| k == "TOOLGATE_CONFIG")
-        .map(|(_, v)| v.clone())
-        .expect("ENV TOOLGATE_CONFIG");
+    // The config the image names, as shipped.
+    let image_env = |name: &str| {
+        stage
+            .env
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    let config_path = image_env("TOOLGATE_CONFIG").expect("ENV TOOLGATE_CONFIG");
     let config_file = inside(&root, &config_path);
     let shipped = std::fs::read_to_string(&config_file)
         .unwrap_or_else(|e| panic!("TOOLGATE_CONFIG={config_path} is not copied in: {e}"));
     let table: toml::Table = toml::from_str(&shipped).unwrap();
-    let listen: std::net::SocketAddr = table["listen"].as_str().unwrap().parse().unwrap();
+    // Where the image listens: its TOOLGATE_LISTEN, else the config's `listen`.
+    let listen_text = image_env("TOOLGATE_LISTEN")
+        .or_else(|| table.get("listen")?.as_str().map(str::to_owned))
+        .expect("the image sets TOOLGATE_LISTEN or its config sets `listen`");
+    let listen: std::net::SocketAddr = listen_text.parse().unwrap();
     let [exposed] = stage.expose.as_slice() else {
         panic!("one EXPOSE: {:?}", stage.expose);
     };
     assert_eq!(
         listen.port(),
         *exposed,
-        "the config listens off the EXPOSEd port"
+        "the image listens off the EXPOSEd port"
     );
     let health = stage.healthcheck.as_deref().expect("a HEALTHCHECK");
     let probe = format!("http://127.0.0.1:{exposed}/readyz");
@@ -379,35 +387,17 @@ fn the_image_layout_starts_as_the_non_root_user_with_a_read_only_config_dir() {
         health.contains(&probe),
         "HEALTHCHECK does not probe {probe}: {health}"
     );
+    // The data directory is the image's: TOOLGATE_DATA_DIR names the VOLUME, whatever config
+    // is mounted (the environment beats the file).
     assert_eq!(
-        table["data_dir"].as_str(),
+        image_env("TOOLGATE_DATA_DIR").as_deref(),
         Some(volume.as_str()),
-        "the config's data_dir is not the VOLUME"
+        "ENV TOOLGATE_DATA_DIR is not the VOLUME"
     );
-    // No `--listen` / TOOLGATE_LISTEN or TOOLGATE_DATA_DIR yet: a copy of the config with a
-    // free loopback port and the data directory under the temp root stands in for it.
-    let port = free_port();
-    let mut replaced = 0;
-    let copy: String = shipped
-        .lines()
-        .map(|line| {
-            if line.starts_with("listen = ") {
-                replaced += 1;
-                format!("listen = \"127.0.0.1:{port}\"")
-            } else if line.starts_with("data_dir = ") {
-                replaced += 1;
-                format!("data_dir = \"{}\"", data.display())
-            } else {
-                line.to_owned()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
-    assert_eq!(
-        replaced, 2,
-        "one `listen` and one `data_dir` line: {shipped}"
+    assert!(
+        !table.contains_key("data_dir"),
+        "the shipped config sets `data_dir`, which the image's TOOLGATE_DATA_DIR overrides: leave it out"
     );
-    std::fs::write(&config_file, copy).unwrap();
 
     // Everything in the config's directory is read-only to the server.
     let config_dir = config_file.parent().unwrap().to_owned();
@@ -439,6 +429,10 @@ fn the_image_layout_starts_as_the_non_root_user_with_a_read_only_config_dir() {
         };
         cmd.env(k, value);
     }
+    // As `docker run -e TOOLGATE_LISTEN=…` would: a free loopback port instead of the image's
+    // every-interface one. The config file stays as shipped.
+    let port = free_port();
+    cmd.env("TOOLGATE_LISTEN", format!("127.0.0.1:{port}"));
     as_user(&mut cmd, ids);
     let mut server = Running {
         child: cmd.spawn().unwrap(),
@@ -495,6 +489,8 @@ fn serve_once(binary: &Path, config: &Path, ids: (u32, u32)) -> Output {
     cmd.args(["serve", "--config"])
         .arg(config)
         .env_remove("TOOLGATE_CONFIG")
+        .env_remove("TOOLGATE_LISTEN")
+        .env_remove("TOOLGATE_DATA_DIR")
         .env("NO_COLOR", "1")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

@@ -1,7 +1,9 @@
-//! Every command in README.md still answers as shown. The test starts the real binary on the
-//! quickstart config (on a free port, with a data directory of its own), runs the commands of
-//! the README's `sh` blocks in order through `sh -c` from the checkout's root, and compares
-//! what each prints with the comment lines right under it, where `…` stands for anything.
+//! Every command in README.md still answers as shown. The test starts the real binary the way
+//! the README does (`serve --config examples/quickstart.toml`, from the checkout's root), on a
+//! free port and a data directory of its own given with `--listen` and `--data-dir`, runs the
+//! commands of the README's `sh` blocks in order through `sh -c` from the checkout's root, and
+//! compares what each prints with the comment lines right under it, where `…` stands for
+//! anything.
 //!
 //! The README's conventions, which this test enforces:
 //! - A command is a line of an `sh` block that is not a comment, with its continuation lines
@@ -13,7 +15,7 @@
 //! - `# (not checked: why)` marks a command that is neither run nor compared.
 //! - `localhost:8181` and `127.0.0.1:8181` become the test server's address.
 //! - The two commands of "The two commands" are covered by what this test is: it starts
-//!   `serve` on the quickstart config itself, and `cargo test` runs it.
+//!   `serve` with the README's arguments itself, and `cargo test` runs it.
 
 use std::collections::BTreeMap;
 use std::io::Read as _;
@@ -24,10 +26,14 @@ use std::time::{Duration, Instant};
 use crate::helpers::repo;
 use crate::process::{Server, request};
 
+/// The README's command that starts the sidecar. The test runs the built binary with its
+/// arguments (after `--`), plus `--listen` and `--data-dir`.
+const SERVE: &str = "cargo run --release -- serve --config examples/quickstart.toml";
+
 /// The README's commands this test stands for instead of running them, and why.
 const COVERED: [(&str, &str); 2] = [
     (
-        "cargo run --release -- serve --config examples/quickstart.toml",
+        SERVE,
         "the test starts this server itself, on its own port and data directory",
     ),
     ("cargo test", "it runs this test"),
@@ -38,26 +44,6 @@ const README_ADDR: &str = "127.0.0.1:8181";
 
 /// How long one command may take (`?wait=30s` long-polls are the longest).
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Config keys that hold paths (relative to the config file), made absolute in the copy of the
-/// quickstart config the test runs.
-const PATH_KEYS: [&str; 15] = [
-    "policies_dir",
-    "schemas_dir",
-    "data_dir",
-    "tokens_file",
-    "hs256_secret_file",
-    "rsa_public_key_files",
-    "ed25519_public_key_files",
-    "jwks_file",
-    "hmac_key_file",
-    "webhook_secret_file",
-    "known_secrets_files",
-    "root",
-    "lock_dir",
-    "read_paths",
-    "write_paths",
-];
 
 /// One command of an `sh` block.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -240,59 +226,39 @@ fn tail(s: &str, n: usize) -> String {
     s.chars().skip(skip).collect()
 }
 
-/// The quickstart config as the test runs it: every path absolute (against `examples/`), its
-/// own data directory, and the test's port.
-fn quickstart_copy(data_dir: &Path, port: u16) -> String {
-    let examples = repo().join("examples");
-    let text = std::fs::read_to_string(examples.join("quickstart.toml")).unwrap();
-    let mut table: toml::Table = text.parse().unwrap();
+/// The README's `serve` command, run as the built binary from the checkout's root with the
+/// README's arguments, on a free loopback port (`--listen`) and with the data directory in
+/// `dir` (`--data-dir`), so that the checkout's own `examples/data` is never touched.
+fn start_quickstart(dir: &Path) -> Server {
+    let args: Vec<&str> = SERVE
+        .strip_prefix("cargo run --release -- ")
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    let config = args
+        .windows(2)
+        .find(|w| w[0] == "--config")
+        .map(|w| repo().join(w[1]))
+        .expect("the README's serve command names a config");
+    let table: toml::Table = std::fs::read_to_string(&config).unwrap().parse().unwrap();
     assert_eq!(
         table.get("listen").and_then(toml::Value::as_str),
         Some(README_ADDR),
         "the README's commands talk to the quickstart's `listen`"
     );
-    absolute_paths(&mut table, &examples);
-    table.insert("listen".into(), format!("127.0.0.1:{port}").into());
-    table.insert(
-        "data_dir".into(),
-        data_dir.to_string_lossy().into_owned().into(),
-    );
-    toml::to_string(&table).unwrap()
-}
-
-fn absolute_paths(table: &mut toml::Table, base: &Path) {
-    let absolute = |v: &mut toml::Value| {
-        if let Some(s) = v.as_str() {
-            *v = base.join(s).to_string_lossy().into_owned().into();
-        }
-    };
-    for (key, value) in table.iter_mut() {
-        match value {
-            toml::Value::Table(inner) if key == "shared" => {
-                inner.iter_mut().for_each(|(_, v)| absolute(v));
-            }
-            toml::Value::Table(inner) => absolute_paths(inner, base),
-            toml::Value::Array(items) if PATH_KEYS.contains(&key.as_str()) => {
-                items.iter_mut().for_each(absolute);
-            }
-            v if PATH_KEYS.contains(&key.as_str()) => absolute(v),
-            _ => {}
-        }
-    }
-}
-
-/// `toolgate serve` on the copy of the quickstart config.
-fn start_quickstart(dir: &Path) -> Server {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    let config = dir.join("quickstart.toml");
-    std::fs::write(&config, quickstart_copy(&dir.join("data"), port)).unwrap();
     let log = dir.join("serve.log");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolgate"));
-    cmd.args(["serve", "--config"]).arg(&config);
+    cmd.args(&args)
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .current_dir(repo());
     for var in [
         "RUST_MIN_STACK",
         "TOOLGATE_KILL_SWITCH",
@@ -318,6 +284,11 @@ fn start_quickstart(dir: &Path) -> Server {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    assert!(
+        dir.join("data/conf").is_file(),
+        "`--data-dir` was not used: no store in {}",
+        dir.join("data").display()
+    );
     server
 }
 
