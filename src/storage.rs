@@ -150,7 +150,7 @@ fn access_problem(dir: &Path, e: &std::io::Error) -> Option<String> {
     use std::os::unix::fs::MetadataExt as _;
     match e.kind() {
         std::io::ErrorKind::ReadOnlyFilesystem => Some(format!(
-            "data directory {} is on a read-only file system ({e}); mount a writable volume there, or set `data_dir` to a writable directory",
+            "data directory {} is on a read-only file system ({e}); mount a writable volume there, or point `data_dir` (or --data-dir, TOOLGATE_DATA_DIR) at a writable directory",
             dir.display()
         )),
         std::io::ErrorKind::PermissionDenied => {
@@ -174,7 +174,7 @@ fn access_problem(dir: &Path, e: &std::io::Error) -> Option<String> {
                 format!("create it for this user (`install -d -o {uid} -g {gid} -m 700 {d}`)")
             };
             Some(format!(
-                "permission denied on {}{owner}: toolgate runs as {uid}:{gid} and must be able to write its data directory {d}; {fix}, or set `data_dir` to a directory this user owns",
+                "permission denied on {}{owner}: toolgate runs as {uid}:{gid} and must be able to write its data directory {d}; {fix}, or point `data_dir` (or --data-dir, TOOLGATE_DATA_DIR) at a directory this user owns",
                 refused.display(),
             ))
         }

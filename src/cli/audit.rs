@@ -118,10 +118,11 @@ enum AuditCommand {
 #[derive(Debug, Args)]
 struct DataDir {
     /// The sidecar's config: its `data_dir` and `audit.hmac_key_file` are used.
-    #[arg(long, short)]
+    #[arg(long, short, env = "TOOLGATE_CONFIG")]
     config: Option<PathBuf>,
-    /// The data directory (overrides the config; default ./data).
-    #[arg(long)]
+    /// The data directory (overrides the config; relative to the working directory; without
+    /// either, ./data).
+    #[arg(long, env = "TOOLGATE_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// HMAC key file the chain was written with, besides the data directory's keyring (may
     /// be repeated: each key is used for the records it sealed).

@@ -64,7 +64,7 @@ enum Command {
 /// Options every subcommand shares.
 #[derive(Debug, Args, Clone)]
 pub struct Common {
-    /// Config file (TOML). Without it: ./policies, ./schemas, 127.0.0.1:8181, no auth.
+    /// Config file (TOML). Without it: ./policies, ./schemas, ./data, 127.0.0.1:8181, no auth.
     #[arg(long, short, env = "TOOLGATE_CONFIG")]
     config: Option<PathBuf>,
     /// Override the policies directory.
