@@ -16,9 +16,32 @@ use std::sync::Arc;
 
 use crate::admin::{AdminStore, SledAdmin};
 use crate::approvals::{ApprovalStore, SledApprovals};
-use crate::audit::{AuditStore, SledAudit, SledCell, StoreError, lock_held, sled_config};
+use crate::audit::{AuditStore, SledAudit, SledCell, lock_held, sled_config};
 use crate::grants::{GrantStore, SledGrants};
 use crate::reload::{GoodSets, SledGoodSets};
+
+/// Why the data directory could not be opened or one of its stores started. The message
+/// names the directory or the store (`grant store: …`) and what to do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct StorageError(pub String);
+
+macro_rules! said_as_is {
+    ($($from:ty),*) => {$(
+        impl From<$from> for StorageError {
+            fn from(e: $from) -> Self {
+                StorageError(e.to_string())
+            }
+        }
+    )*};
+}
+said_as_is!(
+    crate::audit::StoreError,
+    crate::admin::AdminStoreError,
+    crate::approvals::ApprovalStoreError,
+    crate::grants::GrantStoreError,
+    crate::reload::RememberError
+);
 
 /// The page cache a data directory gets unless `[audit] cache_mb` says otherwise: 64 MiB.
 /// sled's own default is 1 GiB, which the cache fills under sustained load (the outside run
@@ -50,13 +73,13 @@ pub struct Stores {
 impl Stores {
     /// Opens (creating if needed) the data directory `dir` with the default page cache. Only
     /// one process may hold it.
-    pub fn open(dir: &Path) -> Result<Stores, StoreError> {
+    pub fn open(dir: &Path) -> Result<Stores, StorageError> {
         Self::open_with_cache(dir, DEFAULT_CACHE_BYTES)
     }
 
     /// Opens (creating if needed) the data directory `dir` with a page cache of
     /// `cache_bytes`. Only one process may hold it.
-    pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<Stores, StoreError> {
+    pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<Stores, StorageError> {
         Self::open_configured(dir, cache_bytes, DEFAULT_RESERVE_BYTES)
     }
 
@@ -66,9 +89,9 @@ impl Stores {
         dir: &Path,
         cache_bytes: u64,
         reserve_bytes: u64,
-    ) -> Result<Stores, StoreError> {
+    ) -> Result<Stores, StorageError> {
         std::fs::create_dir_all(dir).map_err(|e| {
-            StoreError(
+            StorageError(
                 access_problem(dir, &e).unwrap_or_else(|| {
                     format!("cannot create data directory {}: {e}", dir.display())
                 }),
@@ -83,9 +106,9 @@ impl Stores {
 
     /// Opens an existing data directory (for offline tools: a missing one is an error, not a
     /// new empty log).
-    pub fn open_existing(dir: &Path, cache_bytes: u64) -> Result<Stores, StoreError> {
+    pub fn open_existing(dir: &Path, cache_bytes: u64) -> Result<Stores, StorageError> {
         if !dir.join("conf").is_file() {
-            return Err(StoreError(format!(
+            return Err(StorageError(format!(
                 "{} is not a toolgate data directory (no sled database there); pass --data-dir or --config",
                 dir.display()
             )));
@@ -94,13 +117,13 @@ impl Stores {
     }
 
     /// Stores in a temporary directory removed on drop (tests, `toolgate authorize`).
-    pub fn temporary() -> Result<Stores, StoreError> {
+    pub fn temporary() -> Result<Stores, StorageError> {
         let config = sled::Config::new()
             .cache_capacity(DEFAULT_CACHE_BYTES)
             .temporary(true);
         let db = config
             .open()
-            .map_err(|e| StoreError(format!("cannot open a temporary store: {e}")))?;
+            .map_err(|e| StorageError(format!("cannot open a temporary store: {e}")))?;
         let cell = SledCell::new(db, None);
         let audit = SledAudit::new(cell.clone())?;
         Self::from_parts(&cell, audit, config.cache_capacity)
@@ -115,7 +138,7 @@ impl Stores {
         cell: &Arc<SledCell>,
         audit: SledAudit,
         cache_bytes: u64,
-    ) -> Result<Stores, StoreError> {
+    ) -> Result<Stores, StorageError> {
         Ok(Stores {
             cache_bytes,
             approvals: Arc::new(SledApprovals::new(cell.clone())?),
@@ -129,9 +152,9 @@ impl Stores {
 
 /// Why sled could not open the data directory `dir`. Only a held lock suggests another
 /// toolgate; a permission problem names the path that refused and what to change.
-fn open_failed(dir: &Path, e: &sled::Error) -> StoreError {
+fn open_failed(dir: &Path, e: &sled::Error) -> StorageError {
     if lock_held(e) {
-        return StoreError(format!(
+        return StorageError(format!(
             "cannot open data directory {} ({e}); is another toolgate using it?",
             dir.display()
         ));
@@ -139,9 +162,9 @@ fn open_failed(dir: &Path, e: &sled::Error) -> StoreError {
     if let sled::Error::Io(io) = e
         && let Some(why) = access_problem(dir, io)
     {
-        return StoreError(why);
+        return StorageError(why);
     }
-    StoreError(format!("cannot open data directory {}: {e}", dir.display()))
+    StorageError(format!("cannot open data directory {}: {e}", dir.display()))
 }
 
 /// What to fix when `e` is a permission error or a read-only file system under the data

@@ -19,7 +19,20 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
-use crate::audit::{Effect, StoreError};
+use crate::audit::Effect;
+
+/// A failure of the admin store (the kill switch and quarantine): its sled tree, or the
+/// audit commit an admin change rides on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("admin store: {0}")]
+pub struct AdminStoreError(pub String);
+
+impl From<crate::audit::StoreError> for AdminStoreError {
+    /// The data directory's failure, said as this store's.
+    fn from(e: crate::audit::StoreError) -> Self {
+        AdminStoreError(e.0)
+    }
+}
 
 /// The switch as last set through the API.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,9 +53,9 @@ pub struct KillSwitch {
 /// Where the switch and the quarantine list are kept (read; see the module doc for writes).
 pub trait AdminStore: Send + Sync {
     /// The stored switch, if it was ever set.
-    fn load_kill_switch(&self) -> Result<Option<KillSwitch>, StoreError>;
+    fn load_kill_switch(&self) -> Result<Option<KillSwitch>, AdminStoreError>;
     /// Every stored quarantine entry.
-    fn load_quarantined(&self) -> Result<Vec<Quarantined>, StoreError>;
+    fn load_quarantined(&self) -> Result<Vec<Quarantined>, AdminStoreError>;
 }
 
 /// The sled implementation (tree [`TREE`]).
@@ -57,56 +70,59 @@ const KILL_SWITCH_KEY: &[u8] = b"kill_switch";
 const QUARANTINE_PREFIX: &str = "quarantine/";
 
 /// The effect that stores `switch`.
-pub fn kill_switch_effect(switch: &KillSwitch) -> Result<Effect, StoreError> {
-    Effect::put_json(TREE, KILL_SWITCH_KEY, switch)
+pub fn kill_switch_effect(switch: &KillSwitch) -> Result<Effect, AdminStoreError> {
+    Ok(Effect::put_json(TREE, KILL_SWITCH_KEY, switch)?)
 }
 
 /// The effect that stores `principal`'s quarantine `entry`, or removes it (`None`).
 pub fn quarantine_effect(
     principal: &str,
     entry: Option<&Quarantined>,
-) -> Result<Effect, StoreError> {
+) -> Result<Effect, AdminStoreError> {
     let key = format!("{QUARANTINE_PREFIX}{principal}").into_bytes();
     match entry {
-        Some(e) => Effect::put_json(TREE, key, e),
+        Some(e) => Ok(Effect::put_json(TREE, key, e)?),
         None => Ok(Effect::remove(TREE, key)),
     }
 }
 
-fn store_err(e: impl std::fmt::Display) -> StoreError {
-    StoreError(e.to_string())
+fn store_err(e: impl std::fmt::Display) -> AdminStoreError {
+    AdminStoreError(e.to_string())
 }
 
 impl SledAdmin {
-    pub(crate) fn new(cell: std::sync::Arc<crate::audit::SledCell>) -> Result<Self, StoreError> {
+    pub(crate) fn new(
+        cell: std::sync::Arc<crate::audit::SledCell>,
+    ) -> Result<Self, AdminStoreError> {
         cell.tree(TREE)?;
         Ok(SledAdmin { cell })
     }
 
-    fn tree(&self) -> Result<sled::Tree, StoreError> {
-        self.cell.tree(TREE)
+    fn tree(&self) -> Result<sled::Tree, AdminStoreError> {
+        Ok(self.cell.tree(TREE)?)
     }
 }
 
 impl AdminStore for SledAdmin {
-    fn load_kill_switch(&self) -> Result<Option<KillSwitch>, StoreError> {
+    fn load_kill_switch(&self) -> Result<Option<KillSwitch>, AdminStoreError> {
         self.tree()?
             .get(KILL_SWITCH_KEY)
             .map_err(store_err)?
             .map(|v| {
-                serde_json::from_slice(&v)
-                    .map_err(|e| StoreError(format!("the stored kill switch does not parse: {e}")))
+                serde_json::from_slice(&v).map_err(|e| {
+                    AdminStoreError(format!("the stored kill switch does not parse: {e}"))
+                })
             })
             .transpose()
     }
 
-    fn load_quarantined(&self) -> Result<Vec<Quarantined>, StoreError> {
+    fn load_quarantined(&self) -> Result<Vec<Quarantined>, AdminStoreError> {
         self.tree()?
             .scan_prefix(QUARANTINE_PREFIX)
             .map(|kv| {
                 let (_, v) = kv.map_err(store_err)?;
                 serde_json::from_slice(&v).map_err(|e| {
-                    StoreError(format!("a stored quarantine entry does not parse: {e}"))
+                    AdminStoreError(format!("a stored quarantine entry does not parse: {e}"))
                 })
             })
             .collect()
@@ -121,7 +137,7 @@ pub enum SwitchError {
     Forced(String),
     /// The store failed; nothing changed.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] AdminStoreError),
 }
 
 /// The live switch.
@@ -147,7 +163,7 @@ impl Admin {
     pub fn open(
         store: Option<Arc<dyn AdminStore>>,
         forced: Option<String>,
-    ) -> Result<Admin, StoreError> {
+    ) -> Result<Admin, AdminStoreError> {
         let (current, quarantine) = match &store {
             Some(s) => (
                 s.load_kill_switch()?.unwrap_or_default(),

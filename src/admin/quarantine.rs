@@ -15,7 +15,7 @@ use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
 use super::AdminStore;
-use crate::audit::StoreError;
+use super::AdminStoreError;
 
 /// One quarantined principal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,7 +52,7 @@ impl std::fmt::Debug for Quarantine {
 
 impl Quarantine {
     /// The list as stored.
-    pub(super) fn open(store: Arc<dyn AdminStore>) -> Result<Quarantine, StoreError> {
+    pub(super) fn open(store: Arc<dyn AdminStore>) -> Result<Quarantine, AdminStoreError> {
         let map: Map = store
             .load_quarantined()?
             .into_iter()

@@ -360,7 +360,8 @@ fn quarantine(raised: &Raised, alerts: &Alerts) -> bool {
             ..Sidecar::default()
         })
         .into();
-        let stored = effect.and_then(|effect| audit.commit_blocking(vec![record], vec![effect]));
+        let stored =
+            effect.and_then(|effect| Ok(audit.commit_blocking(vec![record], vec![effect])?));
         if let Err(e) = stored {
             tracing::error!(error = %e, principal = raised.principal, "quarantine not stored; in force until restart");
         }

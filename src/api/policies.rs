@@ -40,7 +40,7 @@ pub async fn approve_held(
     let Json(body) = body?;
     let snap = state.policy.current();
     let by = who.uid.to_string();
-    let not_recorded = |e: crate::audit::StoreError| {
+    let not_recorded = |e: String| {
         tracing::error!(error = %e, "policy approval not recorded; nothing changed");
         Error::StoreUnavailable
     };
@@ -60,7 +60,7 @@ pub async fn approve_held(
                     detail,
                 ))
                 .await
-                .map_err(not_recorded)?;
+                .map_err(|e| not_recorded(e.to_string()))?;
             Err(Error::Refused(advice))
         }
         Ok(policies) => {
@@ -86,7 +86,9 @@ pub async fn approve_held(
             .map_err(|_| Error::StoreUnavailable)?;
             let (from, to, review) = match swapped {
                 Ok(done) => done,
-                Err(crate::reload::HoldError::NotRecorded(e)) => return Err(not_recorded(e)),
+                Err(crate::reload::HoldError::NotRecorded(e)) => {
+                    return Err(not_recorded(e.to_string()));
+                }
                 // A newer edit replaced the held change after the check: nothing was recorded
                 // as applied.
                 Err(e) => return Err(Error::Held(e)),

@@ -22,8 +22,8 @@ mod store;
 mod webhook;
 
 pub use pending::{Bounds, Full, Scope};
-pub use store::ApprovalStore;
 pub(crate) use store::SledApprovals;
+pub use store::{ApprovalStore, ApprovalStoreError};
 pub use webhook::{Webhook, WebhookConfig, WebhookStats, sign, webhook_origin};
 
 use std::collections::BTreeSet;
@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
-use crate::audit::{Effect, StoreError};
+use crate::audit::Effect;
 use crate::codes::Code;
 use pending::Waiting;
 
@@ -158,8 +158,8 @@ impl Approval {
     }
 
     /// The store effect that saves it.
-    pub fn effect(&self) -> Result<Effect, StoreError> {
-        Effect::put_json(store::TREE, self.id.as_bytes(), self)
+    pub fn effect(&self) -> Result<Effect, ApprovalStoreError> {
+        Ok(Effect::put_json(store::TREE, self.id.as_bytes(), self)?)
     }
 
     /// The status at `now_ms`: pending or approved past expiry is expired.
@@ -263,7 +263,13 @@ pub enum ApprovalError {
     Refused(#[from] Refusal),
     /// The store failed.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] ApprovalStoreError),
+}
+
+impl From<crate::audit::StoreError> for ApprovalError {
+    fn from(e: crate::audit::StoreError) -> Self {
+        ApprovalError::Store(e.into())
+    }
 }
 
 /// Why no approval was opened for a call.
@@ -274,7 +280,13 @@ pub enum OpenError {
     Full(#[from] Full),
     /// The store failed; nothing was stored.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] ApprovalStoreError),
+}
+
+impl From<crate::audit::StoreError> for OpenError {
+    fn from(e: crate::audit::StoreError) -> Self {
+        OpenError::Store(e.into())
+    }
 }
 
 /// Lock shards: a change to one approval holds one shard from its plan until it is stored.
@@ -413,7 +425,7 @@ impl Approvals {
         store: Arc<dyn ApprovalStore>,
         ttl: Ttl,
         bounds: Bounds,
-    ) -> Result<Self, StoreError> {
+    ) -> Result<Self, ApprovalStoreError> {
         let all = store.all()?;
         let timeline = Timeline::of(&all);
         let waiting = Waiting::of(all, crate::clock::now_ms());
@@ -506,7 +518,7 @@ impl Approvals {
     }
 
     /// The approval with `id`.
-    pub fn get(&self, id: &str) -> Result<Option<Approval>, StoreError> {
+    pub fn get(&self, id: &str) -> Result<Option<Approval>, ApprovalStoreError> {
         self.store.get(id)
     }
 
@@ -521,7 +533,7 @@ impl Approvals {
         now_ms: u64,
         limit: usize,
         keep: impl Fn(&Approval) -> bool,
-    ) -> Result<Vec<Approval>, StoreError> {
+    ) -> Result<Vec<Approval>, ApprovalStoreError> {
         match status {
             Some(Status::Pending) => Ok(self.waiting().newest(now_ms, limit, keep)),
             Some(Status::Approved) => {
@@ -632,7 +644,7 @@ impl Approvals {
 
     /// Plans the expiry of approvals past their expiry at `now_ms` (at most a pass's worth):
     /// each as it will be stored, with its effect. `None` when none is due.
-    pub async fn expiry(&self, now_ms: u64) -> Result<Option<Pass>, StoreError> {
+    pub async fn expiry(&self, now_ms: u64) -> Result<Option<Pass>, ApprovalStoreError> {
         let due: Vec<String> = {
             let t = self.timeline();
             t.live
@@ -655,7 +667,7 @@ impl Approvals {
 
     /// Plans the removal of approvals that ended more than the retention ago (at most a
     /// pass's worth). `None` when none is due.
-    pub async fn sweep(&self, now_ms: u64) -> Result<Option<Pass>, StoreError> {
+    pub async fn sweep(&self, now_ms: u64) -> Result<Option<Pass>, ApprovalStoreError> {
         let cutoff = now_ms.saturating_sub(self.retain_ms);
         let due: Vec<String> = {
             let t = self.timeline();
@@ -677,7 +689,7 @@ impl Approvals {
         mut due: Vec<String>,
         removed: bool,
         change: impl Fn(&Approval) -> Option<Approval>,
-    ) -> Result<Option<Pass>, StoreError> {
+    ) -> Result<Option<Pass>, ApprovalStoreError> {
         if due.is_empty() {
             return Ok(None);
         }

@@ -159,7 +159,7 @@ pub async fn change_in_order(
     state: &Gateway,
     what: &'static str,
     record: crate::audit::Entry,
-    effect: Result<crate::audit::Effect, crate::audit::StoreError>,
+    effect: Result<crate::audit::Effect, crate::admin::AdminStoreError>,
     in_force: impl FnOnce(&Gateway) -> Result<(), Error> + Send + 'static,
 ) -> Result<(), Error> {
     let effect = effect.map_err(|e| {

@@ -101,7 +101,7 @@ pub fn describe(g: &Grant) -> String {
     )
 }
 
-fn not_recorded(e: crate::audit::StoreError) -> Error {
+fn not_recorded(e: impl std::fmt::Display) -> Error {
     tracing::error!(error = %e, "grant request not recorded; nothing changed");
     Error::StoreUnavailable
 }

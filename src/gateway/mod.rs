@@ -39,7 +39,7 @@ use std::sync::Arc;
 use crate::admin::Admin;
 use crate::anomaly::Monitor;
 use crate::approvals::{Approvals, Bounds, Ttl};
-use crate::audit::{Audit, Chain, Durability, StoreError};
+use crate::audit::{Audit, Chain, Durability};
 use crate::auth::Authenticator;
 use crate::limits::{LimitConfig, Limiter, MonotonicClock};
 use crate::metrics::Metrics;
@@ -93,7 +93,7 @@ impl Gateway {
         snapshot: Snapshot,
         auth: Authenticator,
         max_body_bytes: usize,
-    ) -> Result<Self, StoreError> {
+    ) -> Result<Self, crate::storage::StorageError> {
         Gateway::with_store(
             Arc::new(PolicyStore::new(snapshot, None)),
             auth,
@@ -106,7 +106,7 @@ impl Gateway {
         policy: Arc<PolicyStore>,
         auth: Authenticator,
         max_body_bytes: usize,
-    ) -> Result<Self, StoreError> {
+    ) -> Result<Self, crate::storage::StorageError> {
         let stores = Stores::temporary()?;
         let audit = Arc::new(Audit::start(
             stores.audit,

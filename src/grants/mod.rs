@@ -8,8 +8,8 @@
 
 mod store;
 
-pub use store::GrantStore;
 pub(crate) use store::SledGrants;
+pub use store::{GrantStore, GrantStoreError};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use std::sync::Arc;
 use cedar_policy::{EntityId, EntityTypeName, EntityUid};
 use serde::{Deserialize, Serialize};
 
-use crate::audit::{Audit, Entry, StoreError};
+use crate::audit::{Audit, Entry};
 use crate::policy::{Link, LinkError};
 use crate::reload::PolicyStore;
 
@@ -119,7 +119,13 @@ pub enum GrantError {
     NotFound(String),
     /// The store failed.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] GrantStoreError),
+}
+
+impl From<crate::audit::StoreError> for GrantError {
+    fn from(e: crate::audit::StoreError) -> Self {
+        GrantError::Store(e.into())
+    }
 }
 
 /// The grants of one sidecar, kept in step with the live policy set. Every change runs to
@@ -144,7 +150,7 @@ impl Grants {
         audit: Arc<Audit>,
         policy: Arc<PolicyStore>,
         now_ms: u64,
-    ) -> Result<(Grants, Vec<Grant>), StoreError> {
+    ) -> Result<(Grants, Vec<Grant>), GrantStoreError> {
         let mut alive = BTreeMap::new();
         let mut expired = Vec::new();
         for grant in store.all()? {
@@ -244,9 +250,14 @@ impl Grants {
 
     /// Removes ended grants from the store with `records` (their expiry records), together:
     /// if the records cannot be written, they stay stored and the next start ends them again.
-    pub async fn forget(&self, ended: &[Grant], records: Vec<Entry>) -> Result<(), StoreError> {
+    pub async fn forget(
+        &self,
+        ended: &[Grant],
+        records: Vec<Entry>,
+    ) -> Result<(), GrantStoreError> {
         let effects = ended.iter().map(|g| store::remove(&g.id)).collect();
-        self.audit.commit(records, effects).await.map(|_| ())
+        self.audit.commit(records, effects).await?;
+        Ok(())
     }
 
     /// When the next grant expires (ms since the epoch).
@@ -261,12 +272,12 @@ impl Grants {
 
     /// Links exactly `alive` into the live set (off the async threads: a relink waits for any
     /// reload in progress).
-    async fn relink(&self, alive: &BTreeMap<String, Grant>) -> Result<(), StoreError> {
+    async fn relink(&self, alive: &BTreeMap<String, Grant>) -> Result<(), GrantStoreError> {
         let links = links_of(alive);
         let policy = self.policy.clone();
         let done = tokio::task::spawn_blocking(move || policy.set_links(links)).await;
         self.changed.notify_one();
-        done.map_err(|e| StoreError(format!("relinking the grants failed: {e}")))
+        done.map_err(|e| GrantStoreError(format!("relinking the grants failed: {e}")))
     }
 }
 

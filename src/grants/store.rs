@@ -5,14 +5,27 @@
 use std::fmt::Debug;
 
 use super::Grant;
-use crate::audit::{Effect, StoreError};
+use crate::audit::Effect;
+
+/// A failure of the grant store: its sled tree, or the audit commit a grant change rides on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("grant store: {0}")]
+pub struct GrantStoreError(pub String);
+
+impl From<crate::audit::StoreError> for GrantStoreError {
+    /// The data directory's failure (opening a tree, committing through the audit log),
+    /// said as this store's.
+    fn from(e: crate::audit::StoreError) -> Self {
+        GrantStoreError(e.0)
+    }
+}
 
 /// The sled tree grants are kept in.
 const TREE: &str = "grants";
 
 /// The effect that stores `grant` under its id.
-pub(super) fn put(grant: &Grant) -> Result<Effect, StoreError> {
-    Effect::put_json(TREE, grant.id.as_bytes(), grant)
+pub(super) fn put(grant: &Grant) -> Result<Effect, GrantStoreError> {
+    Ok(Effect::put_json(TREE, grant.id.as_bytes(), grant)?)
 }
 
 /// The effect that removes grant `id`.
@@ -23,7 +36,7 @@ pub(super) fn remove(id: &str) -> Effect {
 /// Stored grants, read.
 pub trait GrantStore: Send + Sync + Debug {
     /// Every stored grant.
-    fn all(&self) -> Result<Vec<Grant>, StoreError>;
+    fn all(&self) -> Result<Vec<Grant>, GrantStoreError>;
 }
 
 /// Grants in a sled tree.
@@ -32,23 +45,25 @@ pub(crate) struct SledGrants {
     cell: std::sync::Arc<crate::audit::SledCell>,
 }
 
-fn err(e: impl std::fmt::Display) -> StoreError {
-    StoreError(format!("grants: {e}"))
+fn err(e: impl std::fmt::Display) -> GrantStoreError {
+    GrantStoreError(e.to_string())
 }
 
 impl SledGrants {
-    pub(crate) fn new(cell: std::sync::Arc<crate::audit::SledCell>) -> Result<Self, StoreError> {
+    pub(crate) fn new(
+        cell: std::sync::Arc<crate::audit::SledCell>,
+    ) -> Result<Self, GrantStoreError> {
         cell.tree(TREE)?;
         Ok(SledGrants { cell })
     }
 
-    fn tree(&self) -> Result<sled::Tree, StoreError> {
-        self.cell.tree(TREE)
+    fn tree(&self) -> Result<sled::Tree, GrantStoreError> {
+        Ok(self.cell.tree(TREE)?)
     }
 }
 
 impl GrantStore for SledGrants {
-    fn all(&self) -> Result<Vec<Grant>, StoreError> {
+    fn all(&self) -> Result<Vec<Grant>, GrantStoreError> {
         self.tree()?
             .iter()
             .map(|kv| {

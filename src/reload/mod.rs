@@ -8,7 +8,7 @@ mod store;
 mod watch;
 
 pub(crate) use remember::SledGoodSets;
-pub use remember::{GoodSets, StoredSet, remember_effect};
+pub use remember::{GoodSets, RememberError, StoredSet, remember_effect};
 pub use store::{
     Held, HoldError, Origin, PolicyStore, ReloadOutcome, ReloadStats, Review, StoreOptions,
     Widening,

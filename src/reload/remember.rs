@@ -10,15 +10,27 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::audit::StoreError;
 use crate::policy::{Inputs, SourceFile};
+
+/// A failure of the remembered policy set: its sled tree, or the audit commit that remembers a set.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("remembered policy set: {0}")]
+pub struct RememberError(pub String);
+
+impl From<crate::audit::StoreError> for RememberError {
+    /// The data directory's failure (opening a tree, committing through the audit log),
+    /// said as this store's.
+    fn from(e: crate::audit::StoreError) -> Self {
+        RememberError(e.0)
+    }
+}
 
 /// Where remembered sets are kept.
 pub trait GoodSets: Send + Sync + Debug {
     /// Replaces the remembered set, durably.
-    fn save(&self, set: &StoredSet) -> Result<(), StoreError>;
+    fn save(&self, set: &StoredSet) -> Result<(), RememberError>;
     /// The remembered set, if any.
-    fn load(&self) -> Result<Option<StoredSet>, StoreError>;
+    fn load(&self) -> Result<Option<StoredSet>, RememberError>;
 }
 
 /// Which input a stored file was.
@@ -114,8 +126,8 @@ const KEY: &[u8] = b"last_good";
 const TREE: &str = "policies";
 
 /// The effect that remembers `set` (committed with the record of an approved held change).
-pub fn remember_effect(set: &StoredSet) -> Result<crate::audit::Effect, StoreError> {
-    crate::audit::Effect::put_json(TREE, KEY, set)
+pub fn remember_effect(set: &StoredSet) -> Result<crate::audit::Effect, RememberError> {
+    Ok(crate::audit::Effect::put_json(TREE, KEY, set)?)
 }
 
 /// The sled implementation: one key in the `policies` tree.
@@ -124,30 +136,30 @@ pub(crate) struct SledGoodSets {
     cell: std::sync::Arc<crate::audit::SledCell>,
 }
 
-fn err(e: impl std::fmt::Display) -> StoreError {
-    StoreError(format!("remembered policy set: {e}"))
+fn err(e: impl std::fmt::Display) -> RememberError {
+    RememberError(e.to_string())
 }
 
 impl SledGoodSets {
-    pub(crate) fn new(cell: std::sync::Arc<crate::audit::SledCell>) -> Result<Self, StoreError> {
+    pub(crate) fn new(cell: std::sync::Arc<crate::audit::SledCell>) -> Result<Self, RememberError> {
         cell.tree(TREE)?;
         Ok(SledGoodSets { cell })
     }
 
-    fn tree(&self) -> Result<sled::Tree, StoreError> {
-        self.cell.tree(TREE)
+    fn tree(&self) -> Result<sled::Tree, RememberError> {
+        Ok(self.cell.tree(TREE)?)
     }
 }
 
 impl GoodSets for SledGoodSets {
-    fn save(&self, set: &StoredSet) -> Result<(), StoreError> {
+    fn save(&self, set: &StoredSet) -> Result<(), RememberError> {
         let bytes = serde_json::to_vec(set).map_err(err)?;
         self.tree()?.insert(KEY, bytes).map_err(err)?;
         self.tree()?.flush().map_err(err)?;
         Ok(())
     }
 
-    fn load(&self) -> Result<Option<StoredSet>, StoreError> {
+    fn load(&self) -> Result<Option<StoredSet>, RememberError> {
         match self.tree()?.get(KEY).map_err(err)? {
             None => Ok(None),
             Some(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(err),

@@ -18,7 +18,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use serde::Serialize;
 
-use super::remember::{GoodSets, StoredSet};
+use super::remember::{GoodSets, RememberError, StoredSet};
 use crate::clock::now_ms;
 use crate::policy::{Link, LinkError};
 use crate::policy::{LoadCache, LoadError, Problem, Snapshot, Sources, build_with, read_stable};
@@ -189,7 +189,7 @@ pub enum HoldError {
     },
     /// Its record (with the remembered set) could not be stored: nothing changed.
     #[error("the approval could not be recorded, so the change is still held: {0}")]
-    NotRecorded(crate::audit::StoreError),
+    NotRecorded(RememberError),
 }
 
 /// What [`PolicyStore::start`] gives: the store, the load's warnings, and the files' error
@@ -451,7 +451,7 @@ impl PolicyStore {
         };
         if let Err(e) = commit(effects) {
             *slot = Some(held);
-            return Err(HoldError::NotRecorded(e));
+            return Err(HoldError::NotRecorded(e.into()));
         }
         drop(slot);
         let from = self.live.load().revision.clone();
