@@ -5,10 +5,8 @@
 
 mod audit;
 mod error;
-mod explain;
 mod handlers;
 mod metrics;
-mod policies;
 mod routes;
 mod serve;
 
@@ -55,8 +53,8 @@ pub fn router(state: Gateway) -> Router {
         .route("/v1/authorize", post(handlers::authorize))
         .route("/v1/tools", get(handlers::tools))
         .route("/v1/policies", get(handlers::policies))
-        .route("/v1/policies/held/approve", post(policies::approve_held))
-        .route("/v1/explain", post(explain::explain))
+        .route("/v1/policies/held/approve", post(routes::approve_held))
+        .route("/v1/explain", post(routes::explain))
         .route(
             "/v1/grants",
             get(routes::list_grants).post(routes::create_grant),

@@ -9,10 +9,12 @@ use axum::http::{HeaderMap, StatusCode};
 use serde_json::Value;
 
 use super::handlers::credential;
+use crate::authz::Explanation;
 use crate::gateway::{
     self, DecideBody, Error, ExecAnswer, GateBody, Gateway, GrantBody, KillSwitchBody, ListQuery,
     Progress, QuarantineBody, RawCall, ResultAnswer, ResultBody, RevokeBody, ShowQuery,
 };
+use crate::gateway::{ApproveBody, RawExplain};
 use crate::grants::Listed;
 
 /// A JSON body, or the error its rejection maps to.
@@ -204,4 +206,34 @@ pub async fn execute(
         Progress::Pending => StatusCode::ACCEPTED,
     };
     Ok((status, Json(answer)))
+}
+
+/// `POST /v1/policies/held/approve` (`{"revision": "sha256:…"}`): activates a policy change
+/// held by `reload.widening = "hold"`.
+pub async fn approve_held(
+    State(state): State<Gateway>,
+    headers: HeaderMap,
+    body: Result<Json<ApproveBody>, JsonRejection>,
+) -> Result<Json<Value>, Error> {
+    let who = gateway::human(
+        &state,
+        credential(&headers),
+        "only humans approve policy changes",
+    )?;
+    let body = read(body)?;
+    Ok(Json(gateway::approve_held(&state, who, body).await?))
+}
+
+/// `POST /v1/explain`: how the live policy set decides one call, policy by policy.
+pub async fn explain(
+    State(state): State<Gateway>,
+    headers: HeaderMap,
+    body: Result<Json<RawExplain>, JsonRejection>,
+) -> Result<Json<Explanation>, Error> {
+    let who = gateway::human(
+        &state,
+        credential(&headers),
+        "explanations are for humans (auditors), not agents",
+    )?;
+    Ok(Json(gateway::explain(&state, who, read(body)).await?))
 }

@@ -9,7 +9,7 @@ use cedar_policy::EntityUid;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::decide::word;
+use super::body::word;
 use super::{Error, Gateway};
 use crate::approvals::{Approval, ApprovalError, Full, Open, OpenError, Planned, Scope, Status};
 use crate::audit::{ApprovalEvent, Entry, EntryKind, Event, Sidecar};

@@ -238,3 +238,95 @@ impl RawExplain {
         ))
     }
 }
+
+/// `error` of a standard result.
+#[derive(Debug, Serialize)]
+pub struct ExecFailure {
+    /// Stable code.
+    pub code: Code,
+    /// What happened.
+    pub message: String,
+    /// What to do.
+    pub suggestion: String,
+}
+
+/// `metadata` of a standard result.
+#[derive(Debug, Default, Serialize)]
+pub struct Metadata {
+    /// The decision that allowed (or refused) the call.
+    pub decision_id: String,
+    /// The run's audit record id (absent when nothing ran).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub execution_id: Option<String>,
+    /// Wall-clock time of the last attempt, ms.
+    pub duration_ms: Option<u64>,
+    /// The program's exit code.
+    pub exit_code: Option<i32>,
+    /// The signal that ended it.
+    pub signal: Option<i32>,
+    /// Stopped at `limits.timeout_ms`.
+    pub timed_out: bool,
+    /// Output was cut (bytes or lines).
+    pub truncated: bool,
+    /// Bytes the program wrote to stdout.
+    pub bytes: u64,
+    /// CPU time of all its processes, ms.
+    pub cpu_ms: Option<u64>,
+    /// Largest resident set among them, bytes (an upper bound: it includes the launcher's
+    /// own pages copied at start).
+    pub max_rss_bytes: Option<u64>,
+    /// Attempts made (retries of marked exit codes).
+    pub attempts: u32,
+    /// How much of the Landlock sandbox the kernel enforced.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub landlock: String,
+}
+
+/// The output gate's verdict on a run's output (the output itself is `data`).
+#[derive(Debug, Serialize)]
+pub struct OutputReport {
+    /// allow, warn, mask or block.
+    pub decision: crate::redact::Action,
+    /// What was found.
+    pub violations: Vec<crate::redact::Violation>,
+    /// How many in all.
+    pub found: usize,
+    /// Fields the output policy dropped.
+    pub dropped: Vec<String>,
+    /// How many.
+    pub dropped_count: usize,
+}
+
+/// The standard result of `/v1/execute`.
+#[derive(Debug, Serialize)]
+pub struct ExecAnswer {
+    /// `success`, `error` or `pending`.
+    pub status: &'static str,
+    /// The tool's output after parsing, field policy, output gate and cap (also on a non-zero
+    /// exit: test runners explain failures there).
+    pub data: Value,
+    /// Why the status is not `success`.
+    pub error: Option<ExecFailure>,
+    /// About the run.
+    pub metadata: Metadata,
+    /// For `pending`: the approval to wait for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
+    /// The decision, when it did not allow the call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision: Option<DecisionBody>,
+    /// What the output gate found and what the field policy dropped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<OutputReport>,
+    /// The end of the tool's stderr, screened by the output gate (at most 4 KiB).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub stderr: String,
+}
+
+/// The snake_case word a unit enum serializes to.
+pub fn word<T: Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(Value::String(s)) => s,
+        _ => String::new(),
+    }
+}

@@ -4,9 +4,6 @@
 
 use std::sync::Arc;
 
-use serde::Serialize;
-use serde_json::Value;
-
 use super::body::{DecisionBody, RawCall};
 use super::{Error, Gateway, approvals, callgate};
 use crate::audit::{CallFacts, DecisionEvent, Entry, Event, args_digest};
@@ -420,12 +417,4 @@ fn audit_failed(mut body: DecisionBody, error: &crate::audit::StoreError) -> Err
         "retry later; operators: see /readyz and the logs",
     )];
     Error::AuditUnavailable(Box::new(body))
-}
-
-/// The snake_case word a unit enum serializes to.
-pub fn word<T: Serialize>(v: &T) -> String {
-    match serde_json::to_value(v) {
-        Ok(Value::String(s)) => s,
-        _ => String::new(),
-    }
 }

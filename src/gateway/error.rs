@@ -87,7 +87,7 @@ pub enum Error {
     /// No held policy change, or another revision than the one approved.
     Held(crate::reload::HoldError),
     /// `/v1/execute` did not run the tool: denied, refused arguments, not runnable here.
-    Execution(Refusal, Box<super::execute::ExecAnswer>),
+    Execution(Refusal, Box<super::body::ExecAnswer>),
     /// A grant could not be made or found; nothing changed.
     Grant(crate::grants::GrantError),
     /// No such gate.

@@ -11,8 +11,10 @@ mod callgate;
 mod decide;
 mod error;
 mod execute;
+mod explain;
 mod gates;
 mod grants;
+mod policies;
 mod results;
 
 pub use admin::{
@@ -22,16 +24,20 @@ pub use admin::{
 pub use approvals::{
     DecideBody, ListQuery, ShowQuery, expire_due, list_approvals, settle_approval, show_approval,
 };
-pub use body::{DecisionBody, RawCall, RawExplain};
+pub use body::{
+    DecisionBody, ExecAnswer, ExecFailure, Metadata, OutputReport, RawCall, RawExplain, word,
+};
 pub use callgate::GateReport;
-pub use decide::{Credential, Decided, authenticate, decide, human, record_or_refuse, word};
+pub use decide::{Credential, Decided, authenticate, decide, human, record_or_refuse};
 pub use error::{Error, Refusal};
-pub use execute::{ExecAnswer, Progress, execute};
+pub use execute::{Progress, execute};
+pub use explain::explain;
 pub use gates::{GateBody, StreamAnswer, off_workers, screen_content};
 pub use grants::{
     GrantBody, RevokeBody, create_grant, describe, expire_grants, expiry_timer, forget_ended,
     grant_expired_entry, list_grants, revoke_grant,
 };
+pub use policies::{ApproveBody, approve_held};
 pub use results::{RESULTS_MAX_BODY, ResultAnswer, ResultBody, report_result};
 
 use std::sync::Arc;

@@ -2,28 +2,17 @@
 //! approve it if it waits for a human. For humans the policies allow (`Action::"explain"`; the
 //! shipped set: auditors). Every request, answered or refused, is in the audit log first.
 
-use axum::Json;
-use axum::extract::State;
-use axum::extract::rejection::JsonRejection;
-use axum::http::HeaderMap;
-
-use super::handlers::credential;
+use super::{Error, Gateway, RawExplain};
 use crate::audit::{EntryKind, Operator};
-use crate::authz::{self, Explanation};
-use crate::gateway::RawExplain;
-use crate::gateway::{Error, Gateway, human};
+use crate::authz::{self, Explanation, Principal};
 
-/// `POST /v1/explain`.
+/// Explains a call to a human the policies allow (`POST /v1/explain`). Who may ask is
+/// settled, and recorded, before `body` is looked at.
 pub async fn explain(
-    State(state): State<Gateway>,
-    headers: HeaderMap,
-    body: Result<Json<RawExplain>, JsonRejection>,
-) -> Result<Json<Explanation>, Error> {
-    let who = human(
-        &state,
-        credential(&headers),
-        "explanations are for humans (auditors), not agents",
-    )?;
+    state: &Gateway,
+    who: Principal,
+    body: Result<RawExplain, Error>,
+) -> Result<Explanation, Error> {
     let snap = state.policy.current();
     let by = who.uid.to_string();
     let asked = Operator::by(EntryKind::Admin, "explain", &by, &snap.revision);
@@ -41,7 +30,7 @@ pub async fn explain(
         state.audit.record(entry).await.map_err(not_recorded)?;
         return Err(Error::Refused(advice));
     }
-    let Json(body) = body?;
+    let body = body?;
     let (agent, call, signals) = body.into_parts()?;
     let explanation = authz::explain(&snap, &agent, &call, &signals);
     let detail = format!(
@@ -52,5 +41,5 @@ pub async fn explain(
     );
     let entry = asked.entry("explained", explanation.reasons.clone(), detail);
     state.audit.record(entry).await.map_err(not_recorded)?;
-    Ok(Json(explanation))
+    Ok(explanation)
 }

@@ -3,18 +3,14 @@
 //! with the widened actions in the context); every attempt is in the audit log before the
 //! answer, and an approved change is recorded before it goes live.
 
-use axum::Json;
-use axum::extract::State;
-use axum::extract::rejection::JsonRejection;
-use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::handlers::credential;
+use super::{Error, Gateway};
 use crate::audit::{Entry, EntryKind, Operator};
-use crate::authz;
-use crate::gateway::{Error, Gateway, human};
+use crate::authz::{self, Principal};
 
+/// `POST /v1/policies/held/approve` body.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApproveBody {
@@ -26,18 +22,14 @@ fn entry(by: &str, live: &str, decision: &str, reasons: Vec<String>, detail: Str
     Operator::by(EntryKind::Reload, "reload", by, live).entry(decision, reasons, detail)
 }
 
-/// `POST /v1/policies/held/approve`.
+/// A human approves the held policy change `body.revision` names (`POST
+/// /v1/policies/held/approve`): a Cedar decision under the live set, recorded with the
+/// remembered set before the change goes live.
 pub async fn approve_held(
-    State(state): State<Gateway>,
-    headers: HeaderMap,
-    body: Result<Json<ApproveBody>, JsonRejection>,
-) -> Result<Json<Value>, Error> {
-    let who = human(
-        &state,
-        credential(&headers),
-        "only humans approve policy changes",
-    )?;
-    let Json(body) = body?;
+    state: &Gateway,
+    who: Principal,
+    body: ApproveBody,
+) -> Result<Value, Error> {
     let snap = state.policy.current();
     let by = who.uid.to_string();
     let not_recorded = |e: String| {
@@ -94,13 +86,13 @@ pub async fn approve_held(
                 Err(e) => return Err(Error::Held(e)),
             };
             tracing::info!(from, to, by, "held policy change approved and live");
-            Ok(Json(json!({
+            Ok(json!({
                 "applied": to,
                 "replaced": from,
                 "review": review,
                 "approved_by": by,
                 "policies": policies,
-            })))
+            }))
         }
     }
 }
