@@ -51,29 +51,6 @@ fn wait_ready(port: u16, child: &mut std::process::Child, log: &Path) {
     }
 }
 
-/// Every record id in `data`, read offline once the app has let go of it (its last threads
-/// end just after `serve` returns; 10 s at most).
-fn logged_ids(data: &Path) -> Vec<String> {
-    let start = Instant::now();
-    let stores = loop {
-        match toolgate::storage::Stores::open_existing(data, toolgate::storage::DEFAULT_CACHE_BYTES)
-        {
-            Ok(stores) => break stores,
-            Err(e) => {
-                assert!(start.elapsed() < Duration::from_secs(10), "{e}");
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-    };
-    stores
-        .audit
-        .scan(1, usize::MAX)
-        .unwrap()
-        .into_iter()
-        .map(|s| s.record.unwrap().entry.id)
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_app_built_from_a_config_serves_decides_and_records_until_shutdown() {
     let set = TempSet::new();

@@ -244,22 +244,6 @@ fn each_durable_answer_is_written_after_an_fdatasync_of_its_record() {
     }
 }
 
-/// Every record id the data directory holds, offline.
-fn logged_ids(set: &TempSet) -> Vec<String> {
-    let stores = toolgate::storage::Stores::open_existing(
-        &set.dir.path().join("data"),
-        toolgate::storage::DEFAULT_CACHE_BYTES,
-    )
-    .unwrap();
-    stores
-        .audit
-        .scan(1, usize::MAX)
-        .unwrap()
-        .into_iter()
-        .map(|s| s.record.unwrap().entry.id)
-        .collect()
-}
-
 fn sigterm_and_wait(mut server: Server) {
     let pid = server.child.id().to_string();
     Command::new("kill").args(["-TERM", &pid]).status().unwrap();
@@ -293,7 +277,7 @@ fn buffered_mode_keeps_every_answered_decision_through_a_sigterm() {
         }
         // At once: well within the 2 ms the writer lets entries gather, and sled's 500 ms.
         sigterm_and_wait(server);
-        let logged = logged_ids(&set);
+        let logged = logged_ids(&set.dir.path().join("data"));
         let lost: Vec<&String> = ids.iter().filter(|id| !logged.contains(id)).collect();
         assert!(
             lost.is_empty(),

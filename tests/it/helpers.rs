@@ -390,3 +390,26 @@ pub fn raw_entry(fields: Value) -> toolgate::audit::Entry {
     }
     serde_json::from_value(v).unwrap()
 }
+
+/// Every record id in `data`, read offline once the app has let go of it (its last threads
+/// end just after `serve` returns; 10 s at most).
+pub fn logged_ids(data: &std::path::Path) -> Vec<String> {
+    let start = std::time::Instant::now();
+    let stores = loop {
+        match toolgate::storage::Stores::open_existing(data, toolgate::storage::DEFAULT_CACHE_BYTES)
+        {
+            Ok(stores) => break stores,
+            Err(e) => {
+                assert!(start.elapsed() < std::time::Duration::from_secs(10), "{e}");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
+    };
+    stores
+        .audit
+        .scan(1, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .map(|s| s.record.unwrap().entry.id)
+        .collect()
+}
