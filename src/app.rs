@@ -76,9 +76,17 @@ impl App {
         let (store, warnings, error) =
             PolicyStore::start(cfg.sources.clone(), options).map_err(StartError::Policies)?;
         if let Some(e) = &error {
+            // Each problem with its fix, as `toolgate validate` prints them, then the summary.
             for p in &e.problems {
-                tracing::error!(problem = %p, "policy problem");
+                let help = p.help.as_deref().unwrap_or("");
+                match p.level {
+                    crate::policy::Level::Error => {
+                        tracing::error!(problem = %p, help, "policy problem")
+                    }
+                    _ => tracing::warn!(problem = %p, help, "policy warning"),
+                }
             }
+            tracing::error!("{e}");
             match store.origin() {
                 Origin::Remembered => tracing::warn!(
                     revision = store.current().revision,
@@ -115,6 +123,20 @@ impl App {
             )
             .into());
             }
+        }
+        let demo = auth.demo_principals();
+        if !demo.is_empty() {
+            let exposed = !cfg.listen.ip().is_loopback();
+            tracing::warn!(
+                principals = demo.join(", "),
+                listen = %cfg.listen,
+                "DEMO TOKENS: the tokens file accepts the tokens published in the docs; {}replace them before real use (docs/policies.md#demo-principals)",
+                if exposed {
+                    "anyone who can reach this address can act as these principals, approvers and directors included; "
+                } else {
+                    ""
+                }
+            );
         }
         if let Some(dev) = auth.dev_principal() {
             tracing::warn!(principal = %dev.uid, "DEV MODE: every request is treated as this agent; never use in production");

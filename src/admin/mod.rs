@@ -28,9 +28,9 @@ use crate::audit::Effect;
 pub struct AdminStoreError(pub String);
 
 impl From<crate::audit::StoreError> for AdminStoreError {
-    /// The data directory's failure, said as this store's.
+    /// The data directory's failure, under this store's name, the audit store's message kept.
     fn from(e: crate::audit::StoreError) -> Self {
-        AdminStoreError(e.0)
+        AdminStoreError(e.to_string())
     }
 }
 

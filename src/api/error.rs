@@ -227,11 +227,17 @@ impl IntoResponse for Error {
                 "no approval with this id is visible to you",
                 "use the `approval_id` from a pending_approval decision",
             ),
-            Error::ApprovalConflict { message, .. } => plain(
-                code,
-                &message,
-                "ask the agent to send the call again for a new approval",
-            ),
+            // Always 409: the approval cannot make this change, whichever refusal it was
+            // (some of those codes head a 200 deny when a call is re-sent with them).
+            Error::ApprovalConflict { message, .. } => (
+                StatusCode::CONFLICT,
+                Json(ErrorBody {
+                    error: code,
+                    message: &message,
+                    suggestion: "ask the agent to send the call again for a new approval",
+                }),
+            )
+                .into_response(),
             Error::Refused(advice) => plain(code, &advice.message, &advice.suggestion),
             Error::NotEligible(message) => plain(
                 code,

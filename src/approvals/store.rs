@@ -11,9 +11,10 @@ pub struct ApprovalStoreError(pub String);
 
 impl From<crate::audit::StoreError> for ApprovalStoreError {
     /// The data directory's failure (opening a tree, committing through the audit log),
-    /// said as this store's.
+    /// under this store's name, the audit store's message kept (`grant store: audit
+    /// store: …`).
     fn from(e: crate::audit::StoreError) -> Self {
-        ApprovalStoreError(e.0)
+        ApprovalStoreError(e.to_string())
     }
 }
 

@@ -58,6 +58,17 @@ pub enum AuthSetupError {
     NoneConfigured,
 }
 
+/// The demo tokens the docs publish (`docs/policies.md#demo-principals`).
+const DEMO_TOKENS: [&str; 7] = [
+    "demo-dev-token",
+    "demo-sre-token",
+    "demo-release-token",
+    "demo-po-token",
+    "demo-alice-token",
+    "demo-bob-token",
+    "demo-grace-token",
+];
+
 /// Turns credentials into principals.
 #[derive(Debug)]
 pub struct Authenticator {
@@ -96,6 +107,19 @@ impl Authenticator {
             .as_ref()
             .map(TokenTable::principals)
             .unwrap_or_default()
+    }
+
+    /// The principals that the published demo tokens (`examples/demo-tokens.json`, listed in
+    /// the docs) authenticate here: anyone who reads the docs can act as them.
+    pub fn demo_principals(&self) -> Vec<String> {
+        let Some(tokens) = &self.tokens else {
+            return Vec::new();
+        };
+        DEMO_TOKENS
+            .iter()
+            .filter_map(|t| tokens.lookup(t))
+            .map(|p| p.uid.to_string())
+            .collect()
     }
 
     /// Authenticates the value of the `Authorization` header.

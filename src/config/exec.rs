@@ -50,8 +50,9 @@ pub(super) fn settings(
     raw: RawExec,
     base: &Path,
     data_dir: &Path,
-) -> Result<ExecSettings, (String, String)> {
+) -> Result<ExecSettings, Vec<(String, String)>> {
     let d = ExecSettings::default();
+    let mut problems: Vec<(String, String)> = Vec::new();
     let dl = DefaultLimits::default();
     for name in raw.shared.keys() {
         let ok = !name.is_empty()
@@ -60,7 +61,7 @@ pub(super) fn settings(
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
             && !name.starts_with('.');
         if !ok {
-            return Err((
+            problems.push((
                 format!("`exec.shared`: `{name}` is not a usable root name"),
                 "names are one path segment of letters, digits, `_`, `-` and `.`".to_owned(),
             ));
@@ -71,7 +72,7 @@ pub(super) fn settings(
             .iter()
             .find(|p| p.is_empty() || (p.contains('/') && !p.starts_with('/')))
     {
-        return Err((
+        problems.push((
             format!("`exec.programs`: `{bad}` must be an absolute path or a bare name"),
             "e.g. `programs = [\"git\", \"/usr/bin/printf\"]`".to_owned(),
         ));
@@ -94,42 +95,53 @@ pub(super) fn settings(
     .into_iter()
     .find(|(_, v)| *v == 0);
     if let Some((name, _)) = zero {
-        return Err((
+        problems.push((
             format!("`exec.limits.{name}` must be at least 1"),
             "omit it for the default".to_owned(),
         ));
     }
     if raw.max_concurrent == Some(0) {
-        return Err((
+        problems.push((
             "`exec.max_concurrent` must be at least 1".to_owned(),
             "omit it for the default (4)".to_owned(),
         ));
     }
     let lock_timeout_ms = raw.lock_timeout_ms.unwrap_or(d.lock_timeout_ms);
     if lock_timeout_ms == 0 {
-        return Err((
+        problems.push((
             "`exec.lock_timeout_ms` must be at least 1".to_owned(),
             "omit it for the default (5000)".to_owned(),
         ));
     }
     let run_as = match raw.run_as.as_deref() {
         None => None,
-        Some(text) => Some(run_as(text).ok_or_else(|| {
-            (
-                format!("`exec.run_as` = `{text}` is not `uid:gid` of an unprivileged user"),
-                "e.g. `run_as = \"65534:65534\"` (nobody); 0 is refused: programs never run as root when the sidecar does".to_owned(),
-            )
-        })?),
+        Some(text) => {
+            let parsed = run_as(text);
+            if parsed.is_none() {
+                problems.push((
+                    format!("`exec.run_as` = `{text}` is not `uid:gid` of an unprivileged user"),
+                    "e.g. `run_as = \"65534:65534\"` (nobody); 0 is refused: programs never run as root when the sidecar does".to_owned(),
+                ));
+            }
+            parsed
+        }
     };
     let deny = match raw.deny {
         None => d.deny,
-        Some(entries) => crate::globs::SegmentGlobs::new(entries).map_err(|e| {
-            (
-                format!("`exec.deny`: {e}"),
-                "entries are globs over one file or directory name, matched case-insensitively: e.g. `.env*`, `id_*.pem`, `secrets`".to_owned(),
-            )
-        })?,
+        Some(entries) => match crate::globs::SegmentGlobs::new(entries) {
+            Ok(deny) => deny,
+            Err(e) => {
+                problems.push((
+                    format!("`exec.deny`: {e}"),
+                    "entries are globs over one file or directory name, matched case-insensitively: e.g. `.env*`, `id_*.pem`, `secrets`".to_owned(),
+                ));
+                d.deny
+            }
+        },
     };
+    if !problems.is_empty() {
+        return Err(problems);
+    }
     Ok(ExecSettings {
         root: raw.root.map(|p| base.join(p)),
         shared: raw

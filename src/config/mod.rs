@@ -48,6 +48,13 @@ pub struct Overrides {
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     listen: Option<String>,
+    /// Where `listen` came from when the command line or environment set it.
+    #[serde(skip)]
+    listen_from: Option<&'static str>,
+    /// Where a data directory was before the default moved beside the config file, when
+    /// one is there and none is at the new place.
+    #[serde(skip)]
+    old_default_data: Option<PathBuf>,
     policies_dir: Option<PathBuf>,
     schemas_dir: Option<PathBuf>,
     max_body_bytes: Option<usize>,
@@ -321,12 +328,41 @@ impl Config {
             ),
         };
         if let Some(listen) = &overrides.listen {
+            if let Some(file) = raw.listen.as_ref().filter(|f| *f != listen) {
+                tracing::info!(
+                    file,
+                    listen,
+                    "--listen or TOOLGATE_LISTEN overrides the config's `listen`"
+                );
+            }
             raw.listen = Some(listen.clone());
+            raw.listen_from = Some("--listen or TOOLGATE_LISTEN");
         }
         if let Some(dir) = &overrides.data_dir {
             // A directory named on the command line or in the environment is relative to
             // where the command runs, not to the config file.
-            raw.data_dir = Some(std::path::absolute(dir).unwrap_or_else(|_| dir.clone()));
+            let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
+            if let Some(file) = &raw.data_dir {
+                tracing::info!(
+                    file = %base.join(file).display(),
+                    data_dir = %dir.display(),
+                    "--data-dir or TOOLGATE_DATA_DIR overrides the config's `data_dir`"
+                );
+            }
+            raw.data_dir = Some(dir);
+        } else if path.is_some() && raw.data_dir.is_none() {
+            // The default used to be ./data: a log there must not be left behind silently
+            // for an empty one beside the config (its kill switch, quarantines, approvals,
+            // grants and audit keys would all be lost from view).
+            let old = PathBuf::from("data");
+            let new = base.join("data");
+            let same = matches!(
+                (std::fs::canonicalize(&old), std::fs::canonicalize(&new)),
+                (Ok(a), Ok(b)) if a == b
+            );
+            if !same && old.join("conf").is_file() && !new.join("conf").exists() {
+                raw.old_default_data = Some(std::path::absolute(&old).unwrap_or(old));
+            }
         }
         Config::from_raw(raw, &base, &shown)
     }
@@ -372,11 +408,29 @@ impl Config {
 
     fn from_raw(raw: RawConfig, base: &Path, path: &Path) -> Result<Config, ConfigError> {
         let mut problems = Problems::default();
+        if let Some(old) = &raw.old_default_data {
+            problems.add(
+                format!(
+                    "`data_dir` is not set, and its default is now `data` beside this file ({}), which holds no data yet, while {} does (the old default: the working directory's `data`)",
+                    base.join("data").display(),
+                    old.display()
+                ),
+                format!(
+                    "set `data_dir = \"{}\"` (or pass --data-dir) to keep using it, or move it beside the config file",
+                    old.display()
+                ),
+            );
+        }
         let listen_text = raw.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
         let listen: SocketAddr = problems.take(
             listen_text.parse().map_err(|_| {
                 (
-                    format!("`listen` = `{listen_text}` is not an address"),
+                    format!(
+                        "`listen` = `{listen_text}`{} is not an address",
+                        raw.listen_from
+                            .map(|from| format!(" (from {from})"))
+                            .unwrap_or_default()
+                    ),
                     "write it as `127.0.0.1:8181`",
                 )
             }),
@@ -604,7 +658,7 @@ impl Config {
         });
         // Beside the config file, not wherever the sidecar happens to be started from.
         let data_dir = base.join(raw.data_dir.unwrap_or_else(|| PathBuf::from("data")));
-        let mut exec = problems.take(
+        let mut exec = problems.take_all(
             exec::settings(raw.exec, base, &data_dir),
             crate::exec::ExecSettings::default,
         );
@@ -641,7 +695,7 @@ impl Config {
         }
         exec.protected.extend(known_secret_files);
         sources.deny = std::sync::Arc::new(path_guard(&exec));
-        let server = problems.take(server::settings(&raw.server), ServerSettings::default);
+        let server = problems.take_all(server::settings(&raw.server), ServerSettings::default);
         let anomaly = problems.take(detector_config(raw.anomaly), Default::default);
         if raw.audit.retain_records == Some(0) || raw.audit.retain_days == Some(0) {
             problems.add(

@@ -69,6 +69,20 @@ impl Problems {
         });
     }
 
+    /// `checked`'s value, or `stand_in` once all its problems are noted.
+    pub(super) fn take_all<T, H: Into<String>>(
+        &mut self,
+        checked: Result<T, Vec<(String, H)>>,
+        stand_in: impl FnOnce() -> T,
+    ) -> T {
+        checked.unwrap_or_else(|found| {
+            for (message, help) in found {
+                self.add(message, help);
+            }
+            stand_in()
+        })
+    }
+
     /// `checked`'s value, or `stand_in` once its problem is noted.
     pub(super) fn take<T, H: Into<String>>(
         &mut self,

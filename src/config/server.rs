@@ -57,56 +57,66 @@ impl Default for ServerSettings {
     }
 }
 
-/// Checks `[server]`; an error names the key and its allowed range.
-pub(super) fn settings(raw: &RawServer) -> Result<ServerSettings, (String, &'static str)> {
+/// Checks `[server]`; each problem names the key and its allowed range, all of them at once.
+pub(super) fn settings(raw: &RawServer) -> Result<ServerSettings, Vec<(String, &'static str)>> {
     let d = ServerSettings::default();
+    let mut problems = Vec::new();
     let max_connections = match raw.max_connections {
         Some(n) if !(1..=1_000_000).contains(&n) => {
-            return Err((
+            problems.push((
                 format!("`server.max_connections` = {n} is out of range"),
                 "use a value from 1 to 1000000",
             ));
+            d.max_connections
         }
         Some(n) => n,
         None => d.max_connections,
     };
-    let ms = |key: &str, value: Option<u64>, default: Duration, max: u64| match value {
-        Some(v) if !(100..=max).contains(&v) => Err((
-            format!("`server.{key}` = {v} is out of range"),
-            if max == 600_000 {
-                "use a value from 100 to 600000 (milliseconds)"
-            } else {
-                "use a value from 100 to 3600000 (milliseconds)"
-            },
-        )),
-        Some(v) => Ok(Duration::from_millis(v)),
-        None => Ok(default),
+    let mut ms = |key: &str, value: Option<u64>, default: Duration, max: u64| match value {
+        Some(v) if !(100..=max).contains(&v) => {
+            problems.push((
+                format!("`server.{key}` = {v} is out of range"),
+                if max == 600_000 {
+                    "use a value from 100 to 600000 (milliseconds)"
+                } else {
+                    "use a value from 100 to 3600000 (milliseconds)"
+                },
+            ));
+            default
+        }
+        Some(v) => Duration::from_millis(v),
+        None => default,
     };
-    Ok(ServerSettings {
+    let settings = ServerSettings {
         max_connections,
         header_timeout: ms(
             "header_timeout_ms",
             raw.header_timeout_ms,
             d.header_timeout,
             600_000,
-        )?,
+        ),
         body_timeout: ms(
             "body_timeout_ms",
             raw.body_timeout_ms,
             d.body_timeout,
             600_000,
-        )?,
+        ),
         idle_timeout: ms(
             "idle_timeout_ms",
             raw.idle_timeout_ms,
             d.idle_timeout,
             3_600_000,
-        )?,
+        ),
         shutdown_timeout: ms(
             "shutdown_timeout_ms",
             raw.shutdown_timeout_ms,
             d.shutdown_timeout,
             600_000,
-        )?,
-    })
+        ),
+    };
+    if problems.is_empty() {
+        Ok(settings)
+    } else {
+        Err(problems)
+    }
 }

@@ -80,6 +80,29 @@ pub struct Decided {
     pub call: Option<crate::authz::Call>,
 }
 
+/// A caller known to the decision path: who, and the snapshot it is decided under.
+pub struct Caller {
+    who: Principal,
+    snap: Arc<Snapshot>,
+    started: std::time::Instant,
+}
+
+/// The first step of the decision path: who calls. An unknown caller's deny (stage `auth`)
+/// is recorded and answered 401, whatever its body says.
+pub async fn caller(state: &Gateway, credential: Credential<'_>) -> Result<Caller, Error> {
+    let started = std::time::Instant::now();
+    let snap: Arc<Snapshot> = state.policy.current();
+    match principal(state, credential, &snap) {
+        Ok(who) => Ok(Caller { who, snap, started }),
+        Err(Error::Unauthenticated(body)) => {
+            let entry = audit_entry(&body, None, None, started);
+            let body = commit(state, *body, entry, started).await?;
+            Err(Error::Unauthenticated(Box::new(body)))
+        }
+        Err(other) => Err(other),
+    }
+}
+
 /// The decision path of `/v1/authorize` and `/v1/execute`.
 /// A body that could not be read is refused after authentication, so an unauthenticated
 /// caller is told so (and recorded) whatever it sent.
@@ -88,17 +111,17 @@ pub async fn decide(
     credential: Credential<'_>,
     body: Result<RawCall, Error>,
 ) -> Result<Decided, Error> {
-    let started = std::time::Instant::now();
-    let snap: Arc<Snapshot> = state.policy.current();
-    let who = match principal(state, credential, &snap) {
-        Ok(who) => who,
-        Err(Error::Unauthenticated(body)) => {
-            let entry = audit_entry(&body, None, None, started);
-            let body = commit(state, *body, entry, started).await?;
-            return Err(Error::Unauthenticated(Box::new(body)));
-        }
-        Err(other) => return Err(other),
-    };
+    let known = caller(state, credential).await?;
+    decide_for(state, known, body).await
+}
+
+/// The rest of the decision path, for a caller [`caller`] knows.
+pub async fn decide_for(
+    state: &Gateway,
+    caller: Caller,
+    body: Result<RawCall, Error>,
+) -> Result<Decided, Error> {
+    let Caller { who, snap, started } = caller;
     let (call, approval_id) = body?.into_call()?;
     // `Agent::"dev-agent"`: the key of the principal's limits, usage and signals.
     let principal_id = who.uid.to_string();

@@ -13,7 +13,7 @@
 use serde_json::Value;
 
 use super::body::{ExecAnswer, ExecFailure, Metadata, OutputReport, RawCall};
-use super::decide::{Credential, authenticate, decide, record_or_refuse};
+use super::decide::{Credential, caller, decide_for, record_or_refuse};
 use super::error::Refusal;
 use super::{Error, Gateway};
 use crate::audit::{Event, ExecutionEvent};
@@ -119,13 +119,7 @@ pub async fn execute(
     credential: Credential<'_>,
     body: Result<RawCall, Error>,
 ) -> Result<(Progress, ExecAnswer), Error> {
-    if authenticate(state, credential).is_err() {
-        // Refused there (auth comes first); were it to answer, it would still not be a run.
-        return match decide(state, credential, body).await {
-            Err(refused) => Err(refused),
-            Ok(_) => Err(Error::StoreUnavailable),
-        };
-    }
+    let known = caller(state, credential).await?;
     let raw = body?;
     let Some(runner) = state.exec.clone() else {
         return Err(unavailable(
@@ -139,7 +133,7 @@ pub async fn execute(
     if let Some(tool) = state.policy.current().tools.get(raw.tool_name()) {
         runnable(tool)?;
     }
-    let decided = decide(state, credential, Ok(raw)).await?;
+    let decided = decide_for(state, known, Ok(raw)).await?;
     let mut body = decided.body;
     let decision_id = body.decision_id.clone();
     match body.decision {

@@ -28,7 +28,9 @@ pub use body::{
     DecisionBody, ExecAnswer, ExecFailure, Metadata, OutputReport, RawCall, RawExplain, word,
 };
 pub use callgate::GateReport;
-pub use decide::{Credential, Decided, authenticate, decide, human, record_or_refuse};
+pub use decide::{
+    Caller, Credential, Decided, authenticate, caller, decide, decide_for, human, record_or_refuse,
+};
 pub use error::{Error, Refusal};
 pub use execute::{Progress, execute};
 pub use explain::explain;

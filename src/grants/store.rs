@@ -14,9 +14,10 @@ pub struct GrantStoreError(pub String);
 
 impl From<crate::audit::StoreError> for GrantStoreError {
     /// The data directory's failure (opening a tree, committing through the audit log),
-    /// said as this store's.
+    /// under this store's name, the audit store's message kept (`grant store: audit
+    /// store: …`).
     fn from(e: crate::audit::StoreError) -> Self {
-        GrantStoreError(e.0)
+        GrantStoreError(e.to_string())
     }
 }
 

@@ -19,9 +19,10 @@ pub struct RememberError(pub String);
 
 impl From<crate::audit::StoreError> for RememberError {
     /// The data directory's failure (opening a tree, committing through the audit log),
-    /// said as this store's.
+    /// under this store's name, the audit store's message kept (`grant store: audit
+    /// store: …`).
     fn from(e: crate::audit::StoreError) -> Self {
-        RememberError(e.0)
+        RememberError(e.to_string())
     }
 }
 

@@ -157,6 +157,12 @@ fn listen_and_data_dir_come_from_flags_and_the_environment_over_the_file() {
         let _ = child.wait();
         // A relative override is relative to where the command ran.
         assert!(elsewhere.path().join(data).is_dir(), "{data} not made");
+        // The published demo tokens are accepted here, and the log says so at start.
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            text.contains("DEMO TOKENS") && text.contains("Human::\\\"alice\\\""),
+            "{text}"
+        );
         if !by_flag {
             let text = std::fs::read_to_string(&log).unwrap();
             let first = text.lines().next().unwrap_or_default();
@@ -174,7 +180,7 @@ fn every_config_problem_is_reported_at_once_each_naming_its_key() {
     let set = TempSet::new();
     let config = write_config(
         &set,
-        "listen = \"nowhere\"\nmax_body_bytes = 1\n[audit]\nsync = \"sometimes\"\ncache_mb = 1\n",
+        "listen = \"nowhere\"\nmax_body_bytes = 1\n[audit]\nsync = \"sometimes\"\ncache_mb = 1\n[server]\nheader_timeout_ms = 1\nbody_timeout_ms = 1\n[exec]\nmax_concurrent = 0\nlock_timeout_ms = 0\n",
     );
     let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
         .args(["validate", "--config"])
@@ -188,10 +194,14 @@ fn every_config_problem_is_reported_at_once_each_naming_its_key() {
         "`max_body_bytes`",
         "`audit.sync`",
         "`audit.cache_mb`",
+        "`server.header_timeout_ms`",
+        "`server.body_timeout_ms`",
+        "`exec.max_concurrent`",
+        "`exec.lock_timeout_ms`",
     ] {
         assert!(err.contains(key), "{key} missing from: {err}");
     }
-    assert!(err.contains("4 problems"), "{err}");
+    assert!(err.contains("8 problems"), "{err}");
     // A bad flag is checked like the file's own value.
     let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
         .args(["validate", "--listen", "nowhere:x", "--config"])
@@ -199,5 +209,42 @@ fn every_config_problem_is_reported_at_once_each_naming_its_key() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("`listen` = `nowhere:x`"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("`listen` = `nowhere:x` (from --listen or TOOLGATE_LISTEN)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_log_at_the_old_default_data_dir_is_not_left_behind_silently() {
+    let set = TempSet::new();
+    let config = write_config(&set, "");
+    // A data directory where the old default put it: `data` in the working directory.
+    let elsewhere = tempfile::tempdir().unwrap();
+    drop(toolgate::storage::Stores::open(&elsewhere.path().join("data")).unwrap());
+    let run = |dir: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(["validate", "--config"])
+            .arg(&config)
+            .current_dir(dir)
+            .env_remove("TOOLGATE_DATA_DIR")
+            .output()
+            .unwrap()
+    };
+    let out = run(elsewhere.path());
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("`data_dir` is not set") && err.contains("--data-dir"),
+        "{err}"
+    );
+    // Started from anywhere else (no old log there), the default beside the file is fine.
+    let out = run(set.dir.path());
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
