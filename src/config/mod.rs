@@ -2,11 +2,13 @@
 //! [`Config`] the rest of the program takes. Relative paths are resolved against the config
 //! file's directory, so a config works from any working directory.
 
+mod anomaly;
 mod exec;
 mod gates;
 mod problems;
 mod server;
 
+use anomaly::{RawAnomaly, detector_config, quarantine_kinds};
 use problems::Problems;
 pub use problems::{ConfigError, KeyProblem};
 pub use server::ServerSettings;
@@ -16,10 +18,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::anomaly::{DetectorConfig, SequenceRule};
+use crate::anomaly::DetectorConfig;
 use crate::approvals::{Bounds, Ttl};
 use crate::audit::{Durability, Retention};
-use crate::authz::{AnomalyKind, AnomalyKinds};
+use crate::authz::AnomalyKinds;
 use crate::limits::{LimitConfig, Rate};
 use crate::redact::{Gate, GateRules, RedactConfig};
 
@@ -81,36 +83,6 @@ struct RawConfig {
     exec: exec::RawExec,
     #[serde(default)]
     server: server::RawServer,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawAnomaly {
-    enabled: Option<bool>,
-    spike_factor: Option<f64>,
-    spike_min_calls: Option<u32>,
-    baseline_minutes: Option<u32>,
-    failures: Option<u32>,
-    failures_window: Option<u32>,
-    violations_per_minute: Option<u32>,
-    hold_secs: Option<u64>,
-    #[serde(default)]
-    sequences: Vec<RawSequence>,
-    webhook_url: Option<String>,
-    webhook_secret_file: Option<PathBuf>,
-    webhook_timeout_ms: Option<u64>,
-    webhook_attempts: Option<u32>,
-    #[serde(default)]
-    quarantine_on: Vec<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawSequence {
-    name: String,
-    first: Vec<String>,
-    then: Vec<String>,
-    within_secs: u64,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -836,98 +808,6 @@ fn webhook(
         timeout: std::time::Duration::from_millis(timeout_ms.unwrap_or(2000).clamp(100, 30_000)),
         attempts,
     }))
-}
-
-/// `[anomaly] quarantine_on` → the kinds that quarantine, each one a known kind.
-fn quarantine_kinds(raw: &RawAnomaly) -> Result<AnomalyKinds, (String, &'static str)> {
-    let mut kinds = AnomalyKinds::NONE;
-    for name in &raw.quarantine_on {
-        let Some(kind) = AnomalyKind::parse(name) else {
-            return Err((
-                format!("`anomaly.quarantine_on` names an unknown kind `{name}`"),
-                "use some of \"spike\", \"repeated_failures\", \"sequence\", \"violation_rate\"",
-            ));
-        };
-        kinds.insert(kind);
-    }
-    if !kinds.is_empty() && raw.enabled == Some(false) {
-        return Err((
-            "`anomaly.quarantine_on` needs the detectors, but `anomaly.enabled = false`".to_owned(),
-            "remove `enabled = false` or `quarantine_on`",
-        ));
-    }
-    Ok(kinds)
-}
-
-/// `[anomaly]` → the detectors' thresholds, every one checked.
-fn detector_config(raw: RawAnomaly) -> Result<Option<DetectorConfig>, (String, &'static str)> {
-    if raw.enabled == Some(false) {
-        return Ok(None);
-    }
-    let d = DetectorConfig::default();
-    let c = DetectorConfig {
-        spike_factor: raw.spike_factor.unwrap_or(d.spike_factor),
-        spike_min_calls: raw.spike_min_calls.unwrap_or(d.spike_min_calls),
-        baseline_minutes: raw.baseline_minutes.unwrap_or(d.baseline_minutes),
-        failures: raw.failures.unwrap_or(d.failures),
-        failures_window: raw.failures_window.unwrap_or(d.failures_window),
-        violations_per_minute: raw.violations_per_minute.unwrap_or(d.violations_per_minute),
-        hold_secs: raw.hold_secs.unwrap_or(d.hold_secs),
-        sequences: raw
-            .sequences
-            .into_iter()
-            .map(|r| SequenceRule {
-                name: r.name,
-                first: r.first,
-                then: r.then,
-                within_secs: r.within_secs,
-            })
-            .collect(),
-    };
-    let bad = |m: String| {
-        Err((
-            m,
-            "see docs/configuration.md (`[anomaly]`) for each setting's range",
-        ))
-    };
-    if !(c.spike_factor.is_finite() && c.spike_factor >= 1.0) {
-        return bad(format!(
-            "`anomaly.spike_factor` = {} must be a number of at least 1",
-            c.spike_factor
-        ));
-    }
-    if c.spike_min_calls == 0 {
-        return bad("`anomaly.spike_min_calls` must be at least 1".to_owned());
-    }
-    if !(1..=59).contains(&c.baseline_minutes) {
-        return bad(format!(
-            "`anomaly.baseline_minutes` = {} must be 1 to 59",
-            c.baseline_minutes
-        ));
-    }
-    if !(1..=1000).contains(&c.failures_window) || !(1..=c.failures_window).contains(&c.failures) {
-        return bad(format!(
-            "`anomaly.failures` = {} of `failures_window` = {}: need 1 <= failures <= failures_window <= 1000",
-            c.failures, c.failures_window
-        ));
-    }
-    if c.hold_secs == 0 {
-        return bad("`anomaly.hold_secs` must be at least 1".to_owned());
-    }
-    for (i, r) in c.sequences.iter().enumerate() {
-        if r.name.trim().is_empty() || r.first.is_empty() || r.then.is_empty() || r.within_secs == 0
-        {
-            return bad(format!(
-                "`anomaly.sequences[{i}]` needs a `name`, non-empty `first` and `then` tool patterns and `within_secs` of at least 1"
-            ));
-        }
-        for (key, patterns) in [("first", &r.first), ("then", &r.then)] {
-            if let Err(e) = crate::globs::NameGlobs::new(patterns.iter()) {
-                return bad(format!("`anomaly.sequences[{i}].{key}`: {e}"));
-            }
-        }
-    }
-    Ok(Some(c))
 }
 
 /// What decisions refuse as `context.paths.<arg>.denied`: the deny list, and the protected
