@@ -49,8 +49,16 @@ pub struct App {
     revision: String,
     server: ServerSettings,
     exec: crate::exec::ExecSettings,
+    mcp: crate::upstream::McpSettings,
     reload: WatchOptions,
     audit_retention: Option<Retention>,
+}
+
+/// What an MCP client speaks to besides HTTP: the process's stdio (`toolgate mcp`), as the
+/// holder of `token`.
+pub struct StdioFront {
+    /// The agent's token.
+    pub token: String,
 }
 
 impl App {
@@ -222,6 +230,7 @@ impl App {
             revision,
             server,
             exec: cfg.exec,
+            mcp: cfg.mcp,
             reload: cfg.reload,
             audit_retention: cfg.audit_retention,
         })
@@ -239,6 +248,17 @@ impl App {
         listener: tokio::net::TcpListener,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
+        self.serve_with(listener, shutdown, None).await
+    }
+
+    /// [`App::serve`], and an MCP session on stdio when `stdio` is given: serving stops when
+    /// either `shutdown` completes or the stdio session ends.
+    pub async fn serve_with(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+        stdio: Option<StdioFront>,
+    ) -> anyhow::Result<()> {
         let App {
             gateway: state,
             store,
@@ -248,6 +268,7 @@ impl App {
             revision,
             server,
             exec,
+            mcp,
             reload,
             audit_retention,
         } = self;
@@ -286,6 +307,28 @@ impl App {
                 state.with_exec(runner)
             }
         };
+        let hub = (!mcp.upstreams.is_empty()).then(|| {
+            let gates = state.gates.clone();
+            let screen: crate::upstream::Screen = Arc::new(move |line: &str| match &gates {
+                Some(g) => g.redactor().redact(line),
+                None => "<stderr withheld: redaction unavailable>".to_owned(),
+            });
+            crate::upstream::Hub::start(&mcp, state.exec.clone(), screen)
+        });
+        if let Some(hub) = &hub {
+            // Serving starts once every upstream was tried (up or down), at most 30 s.
+            hub.settled(std::time::Duration::from_secs(30)).await;
+            for u in hub.status() {
+                tracing::info!(
+                    upstream = u.name,
+                    state = u.state,
+                    tools = u.tools,
+                    error = u.error,
+                    "MCP upstream"
+                );
+            }
+        }
+        let state = state.with_upstreams(hub.clone(), mcp);
         let addr = listener.local_addr()?;
         tracing::info!(
             addr = %addr,
@@ -324,7 +367,33 @@ impl App {
             })
         };
         let retention = audit_retention.map(|rule| tokio::spawn(retain(audit.clone(), rule)));
-        crate::api::serve(listener, router(state), server, shutdown).await;
+        let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<()>();
+        let stdio_task = stdio.map(|front| {
+            let state = state.clone();
+            tokio::spawn(async move {
+                use rmcp::ServiceExt as _;
+                let front = crate::mcp::Front::stdio(state, &front.token);
+                match front.serve(rmcp::transport::stdio()).await {
+                    Ok(running) => {
+                        tracing::info!("MCP client connected on stdio");
+                        let _ = running.waiting().await;
+                        tracing::info!("MCP client on stdio went away; stopping");
+                    }
+                    Err(e) => tracing::error!(error = %e, "MCP session on stdio failed"),
+                }
+                let _ = ended_tx.send(());
+            })
+        });
+        let stop = async move {
+            tokio::select! {
+                () = shutdown => {}
+                _ = ended_rx, if stdio_task.is_some() => {}
+            }
+        };
+        crate::api::serve(listener, router(state), server, stop).await;
+        if let Some(hub) = &hub {
+            hub.shutdown();
+        }
         drop(watcher);
         // Stopped and awaited, so nothing of this app outlives `serve` but what the caller
         // still holds.

@@ -246,6 +246,24 @@ codes! {
     ExecutionOff = "execution_off", 503, "`/v1/execute` `error`",
         "this sidecar runs no tools (`[exec] root` is not set)",
         "operators: set `[exec] root` in the config; agents: run the tool yourself and report it to /v1/results";
+    DescriptorChanged = "descriptor_changed", 200, "decision (`descriptor`)",
+        "the MCP upstream changed this tool's descriptor (name, description, schemas or annotations) since it was reviewed; its calls are denied until a human approves the new one",
+        "do not retry; an operator reviews the change (GET /v1/mcp/descriptors) and approves it, or runs `toolgate mcp sync`";
+    DescriptorUnchanged = "descriptor_unchanged", 409, "error body",
+        "the tool's live descriptor matches its review (or is approved already), or its upstream cannot be asked now",
+        "nothing to approve; GET /v1/mcp/descriptors lists the changed ones";
+    DescriptorMoved = "descriptor_moved", 409, "error body",
+        "the live descriptor is not the one the approval names (it changed again)",
+        "review the live descriptor again (GET /v1/mcp/descriptors) and approve its `offered` hash";
+    NotAnMcpTool = "not_an_mcp_tool", 404, "error body",
+        "no registered tool of that name forwards to an MCP upstream",
+        "name a tool listed in GET /v1/mcp/descriptors `changed`";
+    UpstreamUnavailable = "upstream_unavailable", 503, "`/v1/execute` `error`; MCP tool result",
+        "the tool's MCP upstream is not connected (starting, crashed and restarting, or not configured here)",
+        "retry shortly; operators: see /readyz `mcp` and the logs";
+    UpstreamFailed = "upstream_failed", 200, "`/v1/execute` `error`; MCP tool result",
+        "the tool's MCP upstream failed the call (a protocol error, a broken connection, or no answer in time)",
+        "retry; operators: see the upstream's logs";
     ExecutionFailed = "execution_failed", 503, "`/v1/execute` `error`",
         "the run could not be set up (sandbox, launcher); see `/readyz` `execution`",
         "operators: see /readyz `execution` and the logs";

@@ -5,7 +5,8 @@
 //! above, and no two top-level modules use each other, directly or around a loop
 //! (`tests/it/layers.rs` reads every `crate::` path and checks both):
 //! - front ends: [`cli`] (the `toolgate` subcommands) → [`app`] (startup: `App::build`,
-//!   `App::serve`) → [`api`] (HTTP: routes, the status table, connections).
+//!   `App::serve`) → [`api`] (HTTP: routes, the status table, connections) → [`mcp`] (the MCP
+//!   server side, stdio and `/mcp`).
 //! - pipeline: [`gateway`] (deciding a call, settling approvals, screening, running tools, the
 //!   background jobs; no HTTP).
 //! - domain: [`auth`] (credentials → principal), [`authz`] (call + snapshot → verdict),
@@ -15,7 +16,8 @@
 //!   (detectors and gates), [`tools`] (manifests, executor specs, built-in kinds), [`exec`]
 //!   (running programs under the launcher), [`files`] (the built-in file tools), [`jail`]
 //!   (opening files below the root), [`audit`] (the hash-chained log and its ledger),
-//!   [`storage`] (the data directory), [`metrics`], [`config`] (the TOML file → settings).
+//!   [`storage`] (the data directory), [`metrics`], [`config`] (the TOML file → settings),
+//!   [`upstream`] (MCP upstreams: connections, descriptors, sync).
 //! - leaves: [`clock`], [`codes`] (the error-code vocabulary), [`digest`] (HMAC), [`globs`], [`paths`] (normalization), [`sched`].
 
 pub mod admin;
@@ -38,6 +40,7 @@ pub mod globs;
 pub mod grants;
 pub mod jail;
 pub mod limits;
+pub mod mcp;
 pub mod metrics;
 pub mod paths;
 pub mod policy;
@@ -47,3 +50,4 @@ pub mod review;
 pub mod sched;
 pub mod storage;
 pub mod tools;
+pub mod upstream;

@@ -10,8 +10,10 @@
 //! attests it ([`kill_switch_effect`], [`quarantine_effect`], committed with
 //! [`crate::audit::Audit::commit`]), and only then put in force here.
 
+mod descriptors;
 mod quarantine;
 
+pub use descriptors::{ApprovedDescriptor, Descriptors, descriptor_effect};
 pub use quarantine::{Quarantine, Quarantined};
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -56,6 +58,8 @@ pub trait AdminStore: Send + Sync {
     fn load_kill_switch(&self) -> Result<Option<KillSwitch>, AdminStoreError>;
     /// Every stored quarantine entry.
     fn load_quarantined(&self) -> Result<Vec<Quarantined>, AdminStoreError>;
+    /// Every stored approval of a changed MCP descriptor.
+    fn load_descriptors(&self) -> Result<Vec<ApprovedDescriptor>, AdminStoreError>;
 }
 
 /// The sled implementation (tree [`TREE`]).
@@ -63,7 +67,7 @@ pub(crate) struct SledAdmin {
     cell: std::sync::Arc<crate::audit::SledCell>,
 }
 
-/// The sled tree of the switch and the quarantine list.
+/// The sled tree of the switch, the quarantine list and approved MCP descriptors.
 const TREE: &str = "admin";
 const KILL_SWITCH_KEY: &[u8] = b"kill_switch";
 /// Quarantine entries are keyed `quarantine/<principal>`.
@@ -127,6 +131,18 @@ impl AdminStore for SledAdmin {
             })
             .collect()
     }
+
+    fn load_descriptors(&self) -> Result<Vec<ApprovedDescriptor>, AdminStoreError> {
+        self.tree()?
+            .scan_prefix(descriptors::DESCRIPTOR_PREFIX)
+            .map(|kv| {
+                let (_, v) = kv.map_err(store_err)?;
+                serde_json::from_slice(&v).map_err(|e| {
+                    AdminStoreError(format!("a stored descriptor approval does not parse: {e}"))
+                })
+            })
+            .collect()
+    }
 }
 
 /// Why a change was refused.
@@ -148,6 +164,7 @@ pub struct Admin {
     on: AtomicBool,
     current: Mutex<KillSwitch>,
     quarantine: Quarantine,
+    descriptors: Descriptors,
 }
 
 impl std::fmt::Debug for Admin {
@@ -164,12 +181,17 @@ impl Admin {
         store: Option<Arc<dyn AdminStore>>,
         forced: Option<String>,
     ) -> Result<Admin, AdminStoreError> {
-        let (current, quarantine) = match &store {
+        let (current, quarantine, descriptors) = match &store {
             Some(s) => (
                 s.load_kill_switch()?.unwrap_or_default(),
                 Quarantine::open(s.clone())?,
+                Descriptors::open(s)?,
             ),
-            None => (KillSwitch::default(), Quarantine::unstored()),
+            None => (
+                KillSwitch::default(),
+                Quarantine::unstored(),
+                Descriptors::unstored(),
+            ),
         };
         Ok(Admin {
             on: AtomicBool::new(current.on || forced.is_some()),
@@ -177,6 +199,7 @@ impl Admin {
             forced,
             current: Mutex::new(current),
             quarantine,
+            descriptors,
         })
     }
 
@@ -188,12 +211,18 @@ impl Admin {
             on: AtomicBool::new(false),
             current: Mutex::new(KillSwitch::default()),
             quarantine: Quarantine::unstored(),
+            descriptors: Descriptors::unstored(),
         }
     }
 
     /// The quarantine list.
     pub fn quarantine(&self) -> &Quarantine {
         &self.quarantine
+    }
+
+    /// Approved MCP descriptors.
+    pub fn descriptors(&self) -> &Descriptors {
+        &self.descriptors
     }
 
     /// Whether calls are stopped now (one atomic load).

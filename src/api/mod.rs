@@ -14,7 +14,7 @@ pub use serve::{BodyTimedOut, RESERVED_FDS, fit_to_fd_limit, raise_fd_limit, ser
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 
 use crate::gateway::{Gateway, RESULTS_MAX_BODY};
 
@@ -49,7 +49,17 @@ pub const ROUTES: &[(&str, &str)] = &[
 /// The router over `state`.
 pub fn router(state: Gateway) -> Router {
     let limit = state.max_body_bytes;
+    let mcp = crate::mcp::service(state.clone(), None);
     Router::new()
+        .route(
+            "/mcp",
+            any(move |req: axum::extract::Request| mcp.clone().handle(req)),
+        )
+        .route("/v1/mcp/descriptors", get(routes::show_descriptors))
+        .route(
+            "/v1/mcp/descriptors/approve",
+            post(routes::approve_descriptor),
+        )
         .route("/v1/authorize", post(handlers::authorize))
         .route("/v1/tools", get(handlers::tools))
         .route("/v1/policies", get(handlers::policies))

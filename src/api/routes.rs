@@ -237,3 +237,26 @@ pub async fn explain(
     )?;
     Ok(Json(gateway::explain(&state, who, read(body)).await?))
 }
+
+/// `GET /v1/mcp/descriptors`: the MCP upstreams, changed descriptors and approvals (humans).
+pub async fn show_descriptors(
+    State(state): State<Gateway>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, Error> {
+    Ok(Json(gateway::descriptors_view(
+        &state,
+        credential(&headers),
+    )?))
+}
+
+/// `POST /v1/mcp/descriptors/approve`: a human approves a changed descriptor.
+pub async fn approve_descriptor(
+    State(state): State<Gateway>,
+    headers: HeaderMap,
+    body: Result<Json<gateway::ApproveDescriptorBody>, JsonRejection>,
+) -> Result<Json<Value>, Error> {
+    let body = body.map(|Json(b)| b).map_err(Error::from);
+    Ok(Json(
+        gateway::approve_descriptor(&state, credential(&headers), body).await?,
+    ))
+}

@@ -306,6 +306,35 @@ pub fn may_grant(
     )
 }
 
+/// Whether the policies let `who` (a human) approve `tool`'s changed MCP descriptor
+/// (`offered` in place of the reviewed `pinned`). `Ok` carries the determining policies.
+pub fn may_approve_descriptor(
+    snap: &Snapshot,
+    who: &Principal,
+    tool: &Tool,
+    upstream: &str,
+    pinned: &str,
+    offered: &str,
+) -> Result<Vec<String>, Advice> {
+    human_only(
+        who,
+        "only humans approve changed MCP descriptors",
+        "use an operator's (human) credential",
+    )?;
+    use cedar_policy::RestrictedExpression as R;
+    cedar::evaluate_admin_on(
+        snap,
+        who,
+        "approve_descriptor",
+        tool.resource_uid.clone(),
+        vec![
+            ("upstream".to_owned(), R::new_string(upstream.to_owned())),
+            ("pinned".to_owned(), R::new_string(pinned.to_owned())),
+            ("offered".to_owned(), R::new_string(offered.to_owned())),
+        ],
+    )
+}
+
 /// May `approver` approve a pending call to `tool` made by `requester`? Decided by the Cedar
 /// `approve` action; evaluation errors deny.
 pub fn may_approve(

@@ -268,18 +268,22 @@ pub enum Stage {
     Quarantine,
     /// The tool_call gate found something it blocks (a secret) in the arguments.
     Gate,
+    /// An MCP upstream changed the tool's descriptor since it was reviewed: calls are denied
+    /// until a human approves the new descriptor.
+    Descriptor,
     /// The decision could not be recorded in the audit log, so it is a deny (fail closed).
     Audit,
 }
 
 impl Stage {
     /// Every stage, in request-path order.
-    pub const ALL: [Stage; 11] = [
+    pub const ALL: [Stage; 12] = [
         Stage::Auth,
         Stage::Registry,
         Stage::Validation,
         Stage::KillSwitch,
         Stage::Quarantine,
+        Stage::Descriptor,
         Stage::RateLimit,
         Stage::Gate,
         Stage::Policy,
@@ -298,6 +302,7 @@ impl Stage {
             Stage::Quarantine => "quarantine",
             Stage::RateLimit => "rate_limit",
             Stage::Gate => "gate",
+            Stage::Descriptor => "descriptor",
             Stage::Policy => "policy",
             Stage::Approval => "approval",
             Stage::ApprovalLimit => "approval_limit",

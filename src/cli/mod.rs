@@ -7,6 +7,7 @@ mod authorize;
 mod client;
 mod diff;
 mod explain;
+mod mcp;
 mod schema;
 mod serve;
 mod test;
@@ -41,6 +42,9 @@ enum LogFormat {
 enum Command {
     /// Run the sidecar.
     Serve(Common),
+    /// Run the sidecar with an MCP session on stdio (what an MCP client launches), or
+    /// `mcp sync`: write the manifests of the configured MCP upstreams' tools.
+    Mcp(mcp::McpArgs),
     /// Load policies, schema, entities and manifests exactly as `serve` does; report every problem.
     Validate(Common),
     /// Decide one call offline, from a JSON file, as the server would.
@@ -111,6 +115,7 @@ pub fn main() -> ExitCode {
     init_tracing(cli.log_format);
     let result = match cli.command {
         Command::Serve(c) => serve::run(&c),
+        Command::Mcp(m) => mcp::run(&m),
         Command::Validate(c) => validate::run(&c),
         Command::Authorize(a) => authorize::run(&a),
         Command::Schema(s) => schema::run(&s),
@@ -131,7 +136,8 @@ pub fn main() -> ExitCode {
 
 fn init_tracing(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
     // Colour only for a terminal: log files and collectors get plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()

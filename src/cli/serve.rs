@@ -13,6 +13,14 @@ use crate::app::{App, StartError};
 
 /// Runs the subcommand.
 pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
+    run_with(common, None)
+}
+
+/// Runs the sidecar; with `stdio`, also an MCP session on stdio, which ends it.
+pub(super) fn run_with(
+    common: &Common,
+    stdio: Option<crate::app::StdioFront>,
+) -> anyhow::Result<ExitCode> {
     // First, so that every thread started below inherits the short slice.
     crate::sched::serving();
     failpoints()?;
@@ -37,7 +45,7 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .with_context(|| format!("cannot listen on {listen}"))?;
-        app.serve(listener, shutdown()).await?;
+        app.serve_with(listener, shutdown(), stdio).await?;
         Ok(ExitCode::SUCCESS)
     })
 }

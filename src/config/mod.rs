@@ -5,6 +5,7 @@
 mod anomaly;
 mod exec;
 mod gates;
+mod mcp;
 mod problems;
 mod server;
 
@@ -83,6 +84,8 @@ struct RawConfig {
     exec: exec::RawExec,
     #[serde(default)]
     server: server::RawServer,
+    #[serde(default)]
+    mcp: mcp::RawMcp,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -222,6 +225,8 @@ pub struct Config {
     pub exec: crate::exec::ExecSettings,
     /// `[server]`: the connection cap and the connection timeouts.
     pub server: ServerSettings,
+    /// `[mcp]`: the MCP gateway's upstreams.
+    pub mcp: crate::upstream::McpSettings,
 }
 
 /// The approver webhook, as configured (the secret is read when serving starts).
@@ -375,6 +380,7 @@ impl Config {
                 .collect(),
             exec: crate::exec::ExecSettings::default(),
             server: ServerSettings::default(),
+            mcp: crate::upstream::McpSettings::default(),
         })
     }
 
@@ -666,6 +672,11 @@ impl Config {
             exec.protected.extend(j.jwks_file.iter().cloned());
         }
         exec.protected.extend(known_secret_files);
+        exec.protected.extend(raw.mcp.token_file(base));
+        let mcp = problems.take_all(
+            mcp::settings(raw.mcp, base, exec.root.is_some()),
+            crate::upstream::McpSettings::default,
+        );
         sources.deny = std::sync::Arc::new(path_guard(&exec));
         let server = problems.take_all(server::settings(&raw.server), ServerSettings::default);
         let anomaly = problems.take(detector_config(raw.anomaly), Default::default);
@@ -707,6 +718,7 @@ impl Config {
             gate_rules,
             exec,
             server,
+            mcp,
             listen,
             sources,
             max_body_bytes,

@@ -112,6 +112,12 @@ pub struct LaunchSpec {
     /// Set everything up, start nothing, report (what `/readyz` shows is measured this way).
     #[serde(default)]
     pub probe: bool,
+    /// A long-lived program spoken to over its stdin and stdout (an MCP server): the bytes
+    /// after the spec line are passed to the program's stdin, its stdout is the launcher's,
+    /// there is no deadline, and the end of the launcher's stdin means "stop" (the program
+    /// sees end of file, then TERM and KILL after the grace period).
+    #[serde(default)]
+    pub session: bool,
 }
 
 /// How the run ended, as the launcher reports it.
@@ -233,11 +239,19 @@ fn supervise(spec: &LaunchSpec, out: &mut Outcome) -> Result<(), String> {
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .current_dir(&spec.cwd)
-        .stdin(Stdio::null())
+        .stdin(if spec.session {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .process_group(0)
         .spawn()
         .map_err(|e| format!("cannot start `{}`: {e}", spec.program.display()))?;
+    let mut child = child;
     let pid = Pid::from_child(&child);
+    if spec.session {
+        return session(spec, me, pid, child.stdin.take(), out);
+    }
     drop(child);
     let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
         .map_err(|e| format!("cannot watch the program: {e}"))?;
@@ -293,6 +307,84 @@ fn supervise(spec: &LaunchSpec, out: &mut Outcome) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(5));
     }
     // Still running after the grace period: `finish` KILLs.
+    finish(spec, me, pid, &mut reaper);
+    if let Some(s) = reaper.status {
+        record(out, s);
+    }
+    Ok(())
+}
+
+/// A session: a thread passes the launcher's stdin on to the program until it ends; the
+/// program runs until it exits or, once the stdin has ended, for the grace period.
+fn session(
+    spec: &LaunchSpec,
+    me: Pid,
+    pid: Pid,
+    pipe: Option<std::process::ChildStdin>,
+    out: &mut Outcome,
+) -> Result<(), String> {
+    let ended = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = std::sync::Arc::clone(&ended);
+    std::thread::spawn(move || {
+        let mut pipe = pipe;
+        let mut buf = vec![0u8; 64 * 1024];
+        // The spec line was read through the same buffer: what followed it comes first.
+        let mut input = std::io::stdin().lock();
+        loop {
+            match input.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let Some(p) = pipe.as_mut() else { break };
+                    if p.write_all(buf.get(..n).unwrap_or_default()).is_err() {
+                        break;
+                    }
+                    let _ = p.flush();
+                }
+            }
+        }
+        drop(pipe.take());
+        flag.store(true, std::sync::atomic::Ordering::Release);
+    });
+    let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
+        .map_err(|e| format!("cannot watch the program: {e}"))?;
+    let mut reaper = Reaper { pid, status: None };
+    let mut stop_at: Option<Instant> = None;
+    loop {
+        reaper.reap();
+        if let Some(status) = reaper.status {
+            record(out, status);
+            out.stragglers = u32::try_from(members(spec, me).len()).unwrap_or(u32::MAX);
+            finish(spec, me, pid, &mut reaper);
+            return Ok(());
+        }
+        if stop_at.is_none() && ended.load(std::sync::atomic::Ordering::Acquire) {
+            out.cancelled = true;
+            stop_at = Some(Instant::now() + Duration::from_millis(spec.grace_ms));
+        }
+        if stop_at.is_some_and(|t| Instant::now() >= t) {
+            break;
+        }
+        let ts = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 50_000_000,
+        };
+        let mut fds = [PollFd::new(&pidfd, PollFlags::IN)];
+        match poll(&mut fds, Some(&ts)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(format!("poll failed: {e}")),
+        }
+    }
+    signal(pid, &members(spec, me), Signal::TERM);
+    let grace_end = Instant::now() + Duration::from_millis(spec.grace_ms);
+    out.killed = true;
+    while Instant::now() < grace_end {
+        reaper.reap();
+        if reaper.status.is_some() && members(spec, me).is_empty() {
+            out.killed = false;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
     finish(spec, me, pid, &mut reaper);
     if let Some(s) = reaper.status {
         record(out, s);

@@ -14,10 +14,12 @@ pub mod launch;
 mod output;
 mod run;
 pub mod sandbox;
+mod session;
 
 use crate::tools::{Access, Executor, Keep, LimitOverrides, Programs, RenderError};
-pub use launch::RunAs;
+pub use launch::{Outcome, RunAs};
 pub use output::{ParseError, Text, parse};
+pub use session::{Cleanup, Session, SessionSpec};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -29,7 +31,7 @@ use serde_json::Value;
 
 use crate::jail::Jail;
 use crate::tools::Tool;
-use launch::{LaunchSpec, Outcome, Rlimits, Sandbox};
+use launch::{LaunchSpec, Rlimits, Sandbox};
 
 /// Default resource limits (`[exec.limits]`); CPU seconds default to the tool's timeout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -408,6 +410,7 @@ impl Runner {
             run_as: self.run_as,
             isolate_network: self.settings.network_namespace,
             probe: true,
+            session: false,
         };
         match run::run(&self.launcher, &spec, 0, 0, std::future::pending::<()>()).await {
             Ok(ran) => match ran.outcome {
@@ -739,6 +742,7 @@ impl Runner {
             run_as: self.run_as,
             isolate_network: !ex.access.network && self.settings.network_namespace,
             probe: false,
+            session: false,
         };
         let ran = run::run(&self.launcher, &spec, head, tail, cancel.cancelled()).await;
         // Blocking file-system work (and the cgroup's brief retries): off the workers.

@@ -126,8 +126,10 @@ pub async fn decide_for(
     // `Agent::"dev-agent"`: the key of the principal's limits, usage and signals.
     let principal_id = who.uid.to_string();
     let tool = snap.tools.get(&call.tool);
-    // Operators' stops come first: the kill switch, then this agent's quarantine.
-    if let Some((stage, advice)) = stopped(state, &principal_id) {
+    // Operators' stops come first: the kill switch, then this agent's quarantine; then an
+    // MCP tool whose upstream changed its descriptor since review.
+    let stop = stopped(state, &principal_id).or_else(|| super::mcp::descriptor_stop(state, tool));
+    if let Some((stage, advice)) = stop {
         let verdict = Verdict::deny(stage, tool, advice);
         let caller = (&who, principal_id.as_str());
         let body = record_early(state, &snap, caller, &call, verdict, started).await?;

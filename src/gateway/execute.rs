@@ -75,6 +75,8 @@ enum Run<'a> {
     Program(&'a crate::tools::Executor),
     /// A built-in file tool, in process.
     Builtin(crate::tools::Builtin),
+    /// A tool of an MCP upstream, forwarded.
+    Mcp(&'a crate::tools::McpBinding),
 }
 
 /// How toolgate runs the tool, or why it cannot: no executor (409), or its program is not
@@ -82,6 +84,9 @@ enum Run<'a> {
 fn runnable(tool: &crate::tools::Tool) -> Result<Run<'_>, Error> {
     if let Some(builtin) = tool.builtin {
         return Ok(Run::Builtin(builtin));
+    }
+    if let Some(b) = &tool.mcp {
+        return Ok(Run::Mcp(b));
     }
     match &tool.executor {
         None => Err(Error::Execution(
@@ -120,19 +125,34 @@ pub async fn execute(
     body: Result<RawCall, Error>,
 ) -> Result<(Progress, ExecAnswer), Error> {
     let known = caller(state, credential).await?;
+    execute_for(state, known, body, None).await
+}
+
+/// [`execute`] for a caller [`caller`] knows; an MCP upstream's progress goes to `progress`.
+pub async fn execute_for(
+    state: &Gateway,
+    known: super::decide::Caller,
+    body: Result<RawCall, Error>,
+    progress: Option<crate::upstream::ProgressSink>,
+) -> Result<(Progress, ExecAnswer), Error> {
     let raw = body?;
-    let Some(runner) = state.exec.clone() else {
-        return Err(unavailable(
-            Code::ExecutionOff,
-            "this sidecar does not run tools".to_owned(),
-            "operators: set `[exec] root` in the config; agents: run the tool yourself and report it to /v1/results",
-        ));
-    };
     // Refused before deciding (nothing to record): a tool toolgate cannot run here. An
     // unknown tool goes on to the registry deny.
-    if let Some(tool) = state.policy.current().tools.get(raw.tool_name()) {
-        runnable(tool)?;
-    }
+    let forwarded = match state.policy.current().tools.get(raw.tool_name()) {
+        Some(tool) => matches!(runnable(tool)?, Run::Mcp(_)),
+        None => false,
+    };
+    let runner = match (state.exec.clone(), forwarded) {
+        (Some(r), _) => Some(r),
+        (None, true) => None,
+        (None, false) => {
+            return Err(unavailable(
+                Code::ExecutionOff,
+                "this sidecar does not run tools".to_owned(),
+                "operators: set `[exec] root` in the config; agents: run the tool yourself and report it to /v1/results",
+            ));
+        }
+    };
     let decided = decide_for(state, known, Ok(raw)).await?;
     let mut body = decided.body;
     let decision_id = body.decision_id.clone();
@@ -198,8 +218,29 @@ pub async fn execute(
         principal: decided.principal,
         ..ExecutionEvent::default()
     };
+    let runner = match (how, runner) {
+        (Run::Mcp(b), _) => {
+            let ids = (decision_id, execution_id);
+            return super::mcp::run_mcp(state, tool, b, args, ids, entry, progress).await;
+        }
+        (_, Some(runner)) => runner,
+        (_, None) => {
+            return Err(unavailable(
+                Code::ExecutionOff,
+                "this sidecar does not run tools".to_owned(),
+                "operators: set `[exec] root` in the config",
+            ));
+        }
+    };
     let ex = match how {
         Run::Program(ex) => ex,
+        Run::Mcp(_) => {
+            return Err(unavailable(
+                Code::ExecutionFailed,
+                "internal: an MCP tool reached the program runner".to_owned(),
+                "report a bug",
+            ));
+        }
         Run::Builtin(builtin) => {
             let run = BuiltinRun {
                 tool,
@@ -424,19 +465,19 @@ async fn finish(
 }
 
 /// What the output screen means for an answer.
-struct Verdict {
+pub(super) struct Verdict {
     /// The failure it makes: the `outputSchema` mismatch, or the gate's block.
-    failure: Option<ExecFailure>,
-    report: OutputReport,
-    data: Value,
+    pub(super) failure: Option<ExecFailure>,
+    pub(super) report: OutputReport,
+    pub(super) data: Value,
     /// The size cap cut the output.
-    truncated: bool,
+    pub(super) truncated: bool,
 }
 
 /// Screens a tool's output like a reported result (`outputSchema` errors found by the
 /// caller, field policy, output gate, cap) and, when given, its stderr through the output
 /// gate, off the async workers; counts the gate's verdict.
-async fn screen_output(
+pub(super) async fn screen_output(
     state: &Gateway,
     value: Value,
     schema_errors: Vec<crate::tools::ArgViolation>,
@@ -466,7 +507,7 @@ async fn screen_output(
 
 /// Sets a run's record to its status and reasons (the failure's code, then what the output
 /// gate found), and answers the status.
-fn outcome_on_record(
+pub(super) fn outcome_on_record(
     entry: &mut ExecutionEvent,
     failure: Option<&ExecFailure>,
     report: &OutputReport,

@@ -14,6 +14,7 @@ mod execute;
 mod explain;
 mod gates;
 mod grants;
+mod mcp;
 mod policies;
 mod results;
 
@@ -32,13 +33,14 @@ pub use decide::{
     Caller, Credential, Decided, authenticate, caller, decide, decide_for, human, record_or_refuse,
 };
 pub use error::{Error, Refusal};
-pub use execute::{Progress, execute};
+pub use execute::{Progress, execute, execute_for};
 pub use explain::explain;
 pub use gates::{GateBody, StreamAnswer, off_workers, screen_content};
 pub use grants::{
     GrantBody, RevokeBody, create_grant, describe, expire_grants, expiry_timer, forget_ended,
     grant_expired_entry, list_grants, revoke_grant,
 };
+pub use mcp::{ApproveDescriptorBody, Exposure, approve_descriptor, descriptors_view, exposure};
 pub use policies::{ApproveBody, approve_held};
 pub use results::{RESULTS_MAX_BODY, ResultAnswer, ResultBody, report_result};
 
@@ -93,6 +95,10 @@ pub struct Gateway {
     pub exec: Option<Arc<crate::exec::Runner>>,
     /// Grants (`None` only for a state built without a data store: the routes answer 503).
     pub grants: Option<Arc<crate::grants::Grants>>,
+    /// The MCP upstreams (`None`: none configured, or not started yet).
+    pub upstreams: Option<Arc<crate::upstream::Hub>>,
+    /// `[mcp]`: the MCP front end's settings.
+    pub mcp: Arc<crate::upstream::McpSettings>,
 }
 
 impl Gateway {
@@ -169,6 +175,8 @@ impl Gateway {
             )),
             exec: None,
             grants: None,
+            upstreams: None,
+            mcp: Arc::default(),
             gates: match Gates::builtin() {
                 Ok(g) => Some(Arc::new(g)),
                 Err(e) => {
@@ -190,6 +198,18 @@ impl Gateway {
     #[must_use]
     pub fn with_grants(mut self, grants: Arc<crate::grants::Grants>) -> Self {
         self.grants = Some(grants);
+        self
+    }
+
+    /// The same state with MCP upstreams and the `[mcp]` settings.
+    #[must_use]
+    pub fn with_upstreams(
+        mut self,
+        hub: Option<Arc<crate::upstream::Hub>>,
+        settings: crate::upstream::McpSettings,
+    ) -> Self {
+        self.upstreams = hub;
+        self.mcp = Arc::new(settings);
         self
     }
 

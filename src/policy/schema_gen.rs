@@ -121,6 +121,19 @@ action \"grant\" appliesTo {
   },
 };
 
+// Approve an MCP upstream's changed descriptor of this tool (`GET /v1/mcp/descriptors`): the
+// tool stays hidden and its calls denied until then. `upstream` is the `[[mcp.upstreams]]`
+// name, `pinned` the reviewed hash in the manifest, `offered` the live one.
+action \"approve_descriptor\" appliesTo {
+  principal: [Human],
+  resource: [Tool],
+  context: {
+    upstream: String,
+    pinned: String,
+    offered: String,
+  },
+};
+
 // Approver eligibility: may this human approve a pending call to this tool?
 action \"approve\" appliesTo {
   principal: [Human],

@@ -135,6 +135,9 @@ struct RawManifest {
     /// A file tool toolgate implements itself (instead of an `executor`).
     #[serde(default)]
     builtin: Option<crate::tools::Builtin>,
+    /// The MCP upstream tool it forwards to (written by `toolgate mcp sync`).
+    #[serde(default)]
+    mcp: Option<super::McpBinding>,
 }
 
 /// MCP tool annotations: hints, checked against the classification so they cannot mislead.
@@ -213,7 +216,13 @@ pub fn compile_manifest(
         line: Some(e.line()),
         column: Some(e.column()),
     })?;
-    check_name(&raw.name, file_stem)?;
+    check_name(&raw.name, file_stem, raw.mcp.is_some())?;
+    if raw.mcp.is_some() && (raw.executor.is_some() || raw.builtin.is_some()) {
+        return Err(ManifestError::new(
+            "a manifest has one of `mcp`, `executor` and `builtin`",
+            "an `mcp` tool is run by its upstream; remove `executor` / `builtin`",
+        ));
+    }
     check_annotations(&raw)?;
     check_input_schema(&raw)?;
     if raw.limits.timeout_ms == 0 || raw.limits.max_output_bytes == 0 {
@@ -280,6 +289,7 @@ pub fn compile_manifest(
         output_fields: raw.output_fields,
         executor,
         builtin: raw.builtin,
+        mcp: raw.mcp,
         action_uid,
         resource_uid,
     })
@@ -337,16 +347,26 @@ fn check_builtin(raw: &RawManifest, builtin: crate::tools::Builtin) -> Result<()
     Ok(())
 }
 
-fn check_name(name: &str, file_stem: &str) -> Result<(), ManifestError> {
+/// Tool names follow the OpenAI function-name rule (1 to 64 of `[A-Za-z0-9_-]`); an MCP
+/// upstream's tool may also hold `.` and be up to 128 long (the MCP rule), for the
+/// `<upstream>.<tool>` names.
+fn check_name(name: &str, file_stem: &str, mcp: bool) -> Result<(), ManifestError> {
+    let max = if mcp { 128 } else { 64 };
     let valid = !name.is_empty()
-        && name.len() <= 64
+        && name.len() <= max
+        && !name.starts_with('.')
+        && !name.ends_with('.')
         && name
             .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || (mcp && c == '.'));
     if !valid {
         return Err(ManifestError::new(
             format!("tool name `{name}` is not valid"),
-            "use 1 to 64 characters from a-z, A-Z, 0-9, `_` and `-` (the OpenAI function-name rule)",
+            if mcp {
+                "use 1 to 128 characters from a-z, A-Z, 0-9, `_`, `-` and `.` (the MCP tool-name rule)"
+            } else {
+                "use 1 to 64 characters from a-z, A-Z, 0-9, `_` and `-` (the OpenAI function-name rule)"
+            },
         ));
     }
     if RESERVED_NAMES.contains(&name) {

@@ -54,10 +54,26 @@ pub struct Tool {
     pub executor: Option<crate::tools::Executor>,
     /// The file tool toolgate implements itself, if this is one.
     pub builtin: Option<crate::tools::Builtin>,
+    /// The MCP upstream tool this one forwards to, if it is one.
+    pub mcp: Option<McpBinding>,
     /// `Action::"<name>"`, built once.
     pub action_uid: EntityUid,
     /// `Tool::"<name>"`, built once.
     pub resource_uid: EntityUid,
+}
+
+/// A manifest's `mcp`: the upstream tool it stands for, and the descriptor hash it was
+/// generated from (written by `toolgate mcp sync`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpBinding {
+    /// The `[[mcp.upstreams]]` name.
+    pub upstream: String,
+    /// The tool's name at the upstream.
+    pub tool: String,
+    /// `sha256:<hex>` of the reviewed descriptor: a live descriptor with another hash is
+    /// hidden and its calls denied until a human approves it.
+    pub pin: String,
 }
 
 /// One JSON Schema violation, described without the offending value.

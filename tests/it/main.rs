@@ -45,6 +45,7 @@ mod leaks;
 mod ledger;
 mod lifecycle;
 mod limits;
+mod mcp;
 mod metrics;
 mod openapi;
 mod operators;

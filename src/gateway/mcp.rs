@@ -1,0 +1,423 @@
+//! MCP tools in the pipeline: whether a manifest's upstream tool may be shown and called now
+//! (its live descriptor still matches the reviewed pin, or a human approved the new one), the
+//! run of an allowed call through its upstream with the result screened like any tool's, and
+//! the human's approval of a changed descriptor (Cedar `approve_descriptor`, audited).
+
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::body::{ExecAnswer, Metadata};
+use super::decide::{Credential, human, record_or_refuse};
+use super::error::Refusal;
+use super::execute::{Progress, outcome_on_record, screen_output};
+use super::{Error, Gateway};
+use crate::admin::{ApprovedDescriptor, descriptor_effect};
+use crate::audit::{EntryKind, Event, ExecutionEvent, Operator};
+use crate::authz::{Advice, Stage};
+use crate::codes::Code;
+use crate::tools::{McpBinding, Tool};
+use crate::upstream::{CallError, Live, ProgressSink};
+
+/// Whether an MCP tool can be shown and called now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exposure {
+    /// Its live descriptor matches the reviewed one (or an approved new one).
+    Ready,
+    /// The upstream now offers another descriptor, not approved: hidden and denied.
+    Changed {
+        /// The live hash.
+        offered: String,
+    },
+    /// The upstream is down, or no longer lists it.
+    Unavailable(String),
+}
+
+/// Where `tool` (an MCP tool) stands now.
+pub fn exposure(state: &Gateway, tool: &Tool, b: &McpBinding) -> Exposure {
+    let Some(hub) = &state.upstreams else {
+        return Exposure::Unavailable(format!(
+            "this sidecar does not connect to the upstream `{}`",
+            b.upstream
+        ));
+    };
+    match hub.live(&b.upstream, &b.tool) {
+        Live::Listed { pin } if pin == b.pin => Exposure::Ready,
+        Live::Listed { pin } if state.admin.descriptors().approved(&tool.name, &b.pin, &pin) => {
+            Exposure::Ready
+        }
+        Live::Listed { pin } => Exposure::Changed { offered: pin },
+        Live::Missing => Exposure::Unavailable(format!(
+            "the upstream `{}` no longer lists `{}`",
+            b.upstream, b.tool
+        )),
+        Live::Unavailable(why) => Exposure::Unavailable(why),
+        Live::Unknown => Exposure::Unavailable(format!(
+            "no upstream `{}` is configured (`[[mcp.upstreams]]`)",
+            b.upstream
+        )),
+    }
+}
+
+/// The deny of a call to a tool whose descriptor changed, if it did (the decision path's
+/// `descriptor` stage).
+pub(super) fn descriptor_stop(state: &Gateway, tool: Option<&Tool>) -> Option<(Stage, Advice)> {
+    let tool = tool?;
+    let b = tool.mcp.as_ref()?;
+    match exposure(state, tool, b) {
+        Exposure::Changed { offered } => Some((
+            Stage::Descriptor,
+            Advice::new(
+                Code::DescriptorChanged,
+                format!(
+                    "the MCP upstream `{}` changed the descriptor of `{}` since it was reviewed ({} → {}); denied until a human approves it",
+                    b.upstream,
+                    b.tool,
+                    short(&b.pin),
+                    short(&offered)
+                ),
+                "do not retry; an operator reviews it (GET /v1/mcp/descriptors) and approves it, or runs `toolgate mcp sync`",
+            ),
+        )),
+        _ => None,
+    }
+}
+
+fn short(pin: &str) -> &str {
+    pin.get(..19).unwrap_or(pin)
+}
+
+/// Bytes of markers a cut MCP result may carry beyond its cap.
+const MARKER_ROOM: usize = 64;
+
+/// Runs an allowed call through its upstream; the result is screened (output field policy,
+/// `outputSchema` on `structuredContent`, the output gate on every text, embedded resource
+/// and link, the size cap) and the run recorded with digests only.
+pub(super) async fn run_mcp(
+    state: &Gateway,
+    tool: &Tool,
+    b: &McpBinding,
+    args: Value,
+    ids: (String, String),
+    mut entry: ExecutionEvent,
+    progress: Option<ProgressSink>,
+) -> Result<(Progress, ExecAnswer), Error> {
+    let (decision_id, execution_id) = ids;
+    let Some(hub) = state.upstreams.clone() else {
+        return Err(unavailable_answer(
+            decision_id,
+            format!(
+                "this sidecar does not connect to the upstream `{}`",
+                b.upstream
+            ),
+        ));
+    };
+    let arguments = match args {
+        Value::Object(m) => m,
+        _ => serde_json::Map::new(),
+    };
+    let started = Instant::now();
+    let timeout = Duration::from_millis(tool.limits.timeout_ms);
+    let called = hub
+        .call(&b.upstream, &b.tool, arguments, timeout, progress)
+        .await;
+    let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let mut metadata = Metadata {
+        decision_id: decision_id.clone(),
+        execution_id: Some(execution_id),
+        duration_ms: Some(duration_ms),
+        attempts: 1,
+        ..Metadata::default()
+    };
+    let detail = format!(
+        "decision_id={decision_id} upstream={} tool={} duration_ms={duration_ms}",
+        b.upstream, b.tool
+    );
+    let result = match called {
+        Ok(r) => r,
+        Err(e) => {
+            let (code, refusal) = match &e {
+                CallError::Unavailable(..) => {
+                    (Code::UpstreamUnavailable, Some(Refusal::Unavailable))
+                }
+                CallError::Timeout(..) => (Code::Timeout, None),
+                CallError::Failed(..) => (Code::UpstreamFailed, None),
+            };
+            entry.outcome = "error".to_owned();
+            entry.reasons = vec![code.to_string()];
+            entry.detail = Some(detail);
+            record_or_refuse(state, Event::Execution(entry).into(), "execution").await?;
+            let mut answer = ExecAnswer::refused(decision_id, code, e.to_string(), code.hint());
+            answer.metadata = metadata;
+            return match refusal {
+                Some(r) => Err(Error::Execution(r, Box::new(answer))),
+                None => Ok((Progress::Done, answer)),
+            };
+        }
+    };
+    let upstream_error = result.is_error == Some(true);
+    let mut value = serde_json::to_value(&result).unwrap_or(Value::Null);
+    // Binary payloads (images, audio, blobs) are not text for the gate: set aside, counted,
+    // and put back into the screened result.
+    let blobs = take_blobs(&mut value);
+    let blob_bytes: usize = blobs.iter().map(|(_, b)| b.len()).sum();
+    let schema_errors = match (value.get("structuredContent"), upstream_error) {
+        (Some(sc), false) => tool.check_output(sc),
+        _ => Vec::new(),
+    };
+    let cap = usize::try_from(tool.limits.max_output_bytes)
+        .unwrap_or(usize::MAX)
+        .saturating_add(MARKER_ROOM);
+    let (mut verdict, _) = screen_output(
+        state,
+        value,
+        schema_errors,
+        tool.output_fields.clone(),
+        cap.saturating_sub(blob_bytes.min(cap)),
+        None,
+    )
+    .await?;
+    if verdict.failure.is_none() {
+        put_blobs(&mut verdict.data, blobs);
+    }
+    let status = outcome_on_record(&mut entry, verdict.failure.as_ref(), &verdict.report);
+    if upstream_error {
+        entry.reasons.push("upstream_is_error".to_owned());
+    }
+    entry.detail = Some(format!(
+        "{detail} truncated={} blob_bytes={blob_bytes}",
+        verdict.truncated
+    ));
+    record_or_refuse(state, Event::Execution(entry).into(), "execution").await?;
+    metadata.truncated = verdict.truncated;
+    Ok((
+        Progress::Done,
+        ExecAnswer {
+            status,
+            data: verdict.data,
+            error: verdict.failure,
+            metadata,
+            approval_id: None,
+            decision: None,
+            output: Some(verdict.report),
+            stderr: String::new(),
+        },
+    ))
+}
+
+fn refused(code: Code, message: String) -> Error {
+    Error::Refused(Advice::new(code, message, code.hint()))
+}
+
+fn unavailable_answer(decision_id: String, message: String) -> Error {
+    Error::Execution(
+        Refusal::Unavailable,
+        Box::new(ExecAnswer::refused(
+            decision_id,
+            Code::UpstreamUnavailable,
+            message,
+            Code::UpstreamUnavailable.hint(),
+        )),
+    )
+}
+
+/// JSON pointers and values of the base64 payloads in an MCP result (`content[i].data` of
+/// images and audio, `content[i].resource.blob`), replaced by a placeholder.
+fn take_blobs(v: &mut Value) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let Some(items) = v.get_mut("content").and_then(Value::as_array_mut) else {
+        return out;
+    };
+    for (i, item) in items.iter_mut().enumerate() {
+        let kind = item.get("type").and_then(Value::as_str).unwrap_or_default();
+        let at = match kind {
+            "image" | "audio" => Some((format!("/content/{i}/data"), "data")),
+            _ => None,
+        };
+        if let Some((ptr, key)) = at
+            && let Some(Value::String(s)) = item.get_mut(key)
+        {
+            out.push((ptr, std::mem::take(s)));
+        }
+        if let Some(Value::String(s)) = item.get_mut("resource").and_then(|r| r.get_mut("blob")) {
+            out.push((format!("/content/{i}/resource/blob"), std::mem::take(s)));
+        }
+    }
+    out
+}
+
+fn put_blobs(v: &mut Value, blobs: Vec<(String, String)>) {
+    for (ptr, data) in blobs {
+        if let Some(slot) = v.pointer_mut(&ptr) {
+            *slot = Value::String(data);
+        }
+    }
+}
+
+/// A changed descriptor, for `GET /v1/mcp/descriptors`.
+#[derive(Debug, Serialize)]
+pub struct ChangedDescriptor {
+    /// The namespaced tool.
+    pub tool: String,
+    /// Its upstream.
+    pub upstream: String,
+    /// The reviewed hash (the manifest's `mcp.pin`).
+    pub pinned: String,
+    /// The live hash.
+    pub offered: String,
+    /// The live descriptor, as the upstream sends it (for review).
+    pub descriptor: Value,
+}
+
+/// `GET /v1/mcp/descriptors`: upstreams, changed descriptors and approvals in force (humans).
+pub fn descriptors_view(state: &Gateway, credential: Credential<'_>) -> Result<Value, Error> {
+    human(state, credential, "descriptor reviews are for humans")?;
+    let snap = state.policy.current();
+    let mut changed = Vec::new();
+    for tool in snap.tools.values() {
+        let Some(b) = &tool.mcp else { continue };
+        if let Exposure::Changed { offered } = exposure(state, tool, b) {
+            let descriptor = state
+                .upstreams
+                .as_ref()
+                .and_then(|h| {
+                    h.descriptors(&b.upstream)
+                        .into_iter()
+                        .find(|d| d.name == b.tool)
+                })
+                .map(|d| d.raw)
+                .unwrap_or(Value::Null);
+            changed.push(ChangedDescriptor {
+                tool: tool.name.clone(),
+                upstream: b.upstream.clone(),
+                pinned: b.pin.clone(),
+                offered,
+                descriptor,
+            });
+        }
+    }
+    Ok(serde_json::json!({
+        "upstreams": state.upstreams.as_ref().map(|h| h.status()).unwrap_or_default(),
+        "changed": changed,
+        "approved": state.admin.descriptors().list(),
+    }))
+}
+
+/// `POST /v1/mcp/descriptors/approve` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApproveDescriptorBody {
+    /// The namespaced tool.
+    pub tool: String,
+    /// The live hash being approved (so a second change in between is not approved blind).
+    pub pin: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// `POST /v1/mcp/descriptors/approve`: a human the policies allow approves a tool's changed
+/// descriptor; the approval is recorded, then in force.
+pub async fn approve_descriptor(
+    state: &Gateway,
+    credential: Credential<'_>,
+    body: Result<ApproveDescriptorBody, Error>,
+) -> Result<Value, Error> {
+    let who = human(state, credential, "descriptor approvals are for humans")?;
+    let body = body?;
+    if body.reason.trim().is_empty() {
+        return Err(Error::BadRequest {
+            code: Code::InvalidBody,
+            message: "`reason` is empty".to_owned(),
+            suggestion: "say why the new descriptor is safe",
+        });
+    }
+    let snap = state.policy.current();
+    let Some((tool, b)) = snap
+        .tools
+        .get(&body.tool)
+        .and_then(|t| t.mcp.as_ref().map(|b| (t, b)))
+    else {
+        return Err(refused(
+            Code::NotAnMcpTool,
+            format!(
+                "no MCP upstream tool named `{}` is registered",
+                body.tool.chars().take(64).collect::<String>()
+            ),
+        ));
+    };
+    let offered = match exposure(state, tool, b) {
+        Exposure::Changed { offered } => offered,
+        Exposure::Ready => {
+            return Err(refused(
+                Code::DescriptorUnchanged,
+                format!(
+                    "`{}`'s descriptor has not changed (or is approved already)",
+                    tool.name
+                ),
+            ));
+        }
+        Exposure::Unavailable(why) => {
+            return Err(refused(
+                Code::DescriptorUnchanged,
+                format!("`{}`'s upstream cannot be asked now: {why}", tool.name),
+            ));
+        }
+    };
+    if offered != body.pin {
+        return Err(refused(
+            Code::DescriptorMoved,
+            format!(
+                "the live descriptor of `{}` is {offered}, not the one approved",
+                tool.name
+            ),
+        ));
+    }
+    let policies =
+        crate::authz::may_approve_descriptor(&snap, &who, tool, &b.upstream, &b.pin, &offered)
+            .map_err(Error::Refused)?;
+    let by = who.uid.to_string();
+    let entry = ApprovedDescriptor {
+        tool: tool.name.clone(),
+        was: b.pin.clone(),
+        pin: offered.clone(),
+        by: by.clone(),
+        reason: body.reason.clone(),
+        at_ms: crate::clock::now_ms(),
+    };
+    let effect = descriptor_effect(&tool.name, Some(&entry)).map_err(|e| {
+        tracing::error!(error = %e, "descriptor approval not stored");
+        Error::StoreUnavailable
+    })?;
+    let record = Operator::by(EntryKind::Admin, "descriptor", &by, &snap.revision).entry(
+        "approved",
+        policies,
+        format!(
+            "tool={} upstream={} was={} now={} reason_len={}",
+            tool.name,
+            b.upstream,
+            b.pin,
+            offered,
+            body.reason.chars().count()
+        ),
+    );
+    state
+        .audit
+        .commit(vec![record], vec![effect])
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "descriptor approval not recorded; refusing");
+            Error::StoreUnavailable
+        })?;
+    state.admin.descriptors().put(entry.clone());
+    if let Some(hub) = &state.upstreams {
+        hub.touch(&b.upstream);
+    }
+    tracing::info!(
+        tool = tool.name,
+        by,
+        pin = offered,
+        "MCP descriptor approved"
+    );
+    Ok(serde_json::to_value(entry).unwrap_or(Value::Null))
+}

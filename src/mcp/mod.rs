@@ -1,0 +1,650 @@
+//! The MCP front end: toolgate as the one MCP server an agent sees, over stdio
+//! (`toolgate mcp`) and streamable HTTP (`/mcp` on the sidecar), built on the official Rust
+//! SDK (`rmcp`).
+//!
+//! `tools/list` shows the tools Cedar does not deny outright for the caller (partial
+//! evaluation, as `GET /v1/tools`), that toolgate can run here: MCP upstream tools whose live
+//! descriptor matches its review, and the sidecar's own tools when execution is on. Each
+//! description carries the guardrail note. `tools/call` goes through the same pipeline as
+//! `POST /v1/execute` (limits, signals, Cedar, the tool_call gate, approvals, the audit
+//! record, then the run and the output screen); a deny is a tool result with `isError` and
+//! the structured reason, never a protocol error. A pending call is held while a human
+//! decides, when the client can be told through elicitation; otherwise its result names the
+//! approval and the same call, sent again once approved, runs (the approval stays bound to
+//! the argument digest). `resources/read` and `prompts/get` pass the context gate.
+
+mod http;
+mod seen;
+
+pub use http::{McpHttp, service};
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, GetPromptRequestParams,
+    GetPromptResponse, ListPromptsResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    ServerConfig,
+};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer};
+use rmcp::{ErrorData as McpError, ServerHandler};
+use serde_json::{Value, json};
+
+use crate::authz::PrincipalKind;
+use crate::gateway::{Credential, Error, ExecAnswer, Exposure, Gateway, Progress};
+use crate::tools::{Classification, Risk, Tool};
+
+/// Where a front end's caller's credential comes from.
+#[derive(Clone)]
+enum Who {
+    /// stdio: one token for the whole session (`Bearer <token>`).
+    Fixed(Arc<Vec<u8>>),
+    /// HTTP: each request's `Authorization` header.
+    PerRequest,
+}
+
+/// One MCP session's state: the approvals it is waiting on, by (tool, argument digest), and
+/// the strings tool output returned to it.
+#[derive(Default)]
+struct Session {
+    pending: Mutex<HashMap<(String, String), String>>,
+    seen: Mutex<seen::Seen>,
+    resources: Mutex<HashMap<String, String>>,
+}
+
+/// toolgate's MCP server side, one per MCP session.
+#[derive(Clone)]
+pub struct Front {
+    gw: Gateway,
+    who: Who,
+    session: Arc<Session>,
+}
+
+impl Front {
+    /// A stdio session whose caller is the holder of `token`.
+    pub fn stdio(gw: Gateway, token: &str) -> Front {
+        Front {
+            gw,
+            who: Who::Fixed(Arc::new(format!("Bearer {token}").into_bytes())),
+            session: Arc::default(),
+        }
+    }
+
+    fn http(gw: Gateway) -> Front {
+        Front {
+            gw,
+            who: Who::PerRequest,
+            session: Arc::default(),
+        }
+    }
+
+    /// The caller's credential for this request.
+    fn credential<'a>(&'a self, ext: &'a rmcp::model::Extensions) -> Credential<'a> {
+        match &self.who {
+            Who::Fixed(t) => Credential(Some(t.as_slice())),
+            Who::PerRequest => Credential(
+                ext.get::<http::Parts>()
+                    .and_then(|p| p.headers.get(axum::http::header::AUTHORIZATION))
+                    .map(|v| v.as_bytes()),
+            ),
+        }
+    }
+
+    /// The tools this caller sees: not denied outright by Cedar, and runnable here now.
+    fn visible(&self, ext: &rmcp::model::Extensions) -> Result<Vec<Value>, McpError> {
+        let who = crate::gateway::authenticate(&self.gw, self.credential(ext))
+            .map_err(|e| McpError::invalid_request(e.to_string(), None))?;
+        if who.kind != PrincipalKind::Agent {
+            return Ok(Vec::new());
+        }
+        let snap = self.gw.policy.current();
+        let mut out = Vec::new();
+        for tool in crate::authz::visible_tools(&snap, &who) {
+            let runnable = match &tool.mcp {
+                Some(b) => crate::gateway::exposure(&self.gw, tool, b) == Exposure::Ready,
+                None => {
+                    self.gw.exec.is_some() && (tool.builtin.is_some() || tool.executor.is_some())
+                }
+            };
+            if runnable {
+                out.push(describe(tool));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn call(
+        &self,
+        params: CallToolRequestParams,
+        ctx: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let name = params.name.to_string();
+        let args = Value::Object(params.arguments.clone().unwrap_or_default());
+        let digest = crate::audit::args_digest(&args);
+        let key = (name.clone(), digest);
+        // An approval named by the client, or the one this session is waiting on for this
+        // exact call.
+        let named = params
+            .meta
+            .as_ref()
+            .and_then(|m| m.get("toolgate/approval_id"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or_else(|| self.session_pending(&key));
+        let progress = progress_sink(ctx);
+        // The same call again while its approval is still open: still pending (held, when the
+        // client can be told), not a second approval and not a deny.
+        if let Some(id) = &named
+            && self.status(id) == Some(crate::approvals::Status::Pending)
+        {
+            return match self.hold(id, ctx).await {
+                Some(Held::Approved) => {
+                    let answer = self
+                        .execute(&name, &args, Some(id.clone()), progress, ctx)
+                        .await;
+                    self.forget(&key);
+                    to_result(answer)
+                }
+                Some(Held::Ended(why)) => error_result(&why, json!({"approval_id": id})),
+                None => pending_result(id, None, None),
+            };
+        }
+        let mut answer = self
+            .execute(&name, &args, named.clone(), progress.clone(), ctx)
+            .await;
+        if let Ok((Progress::Pending, a)) = &answer
+            && let Some(id) = a.approval_id.clone()
+        {
+            self.session
+                .pending
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(key.clone(), id.clone());
+            if let Some(decided) = self.hold(&id, ctx).await {
+                answer = match decided {
+                    Held::Approved => self.execute(&name, &args, Some(id), progress, ctx).await,
+                    Held::Ended(why) => return error_result(&why, json!({"approval_id": id})),
+                };
+            }
+        }
+        if !matches!(answer, Ok((Progress::Pending, _))) {
+            self.session
+                .pending
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&key);
+        }
+        let result = to_result(answer);
+        if result.is_error != Some(true) {
+            self.session
+                .seen
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remember(&serde_json::to_value(&result).unwrap_or(Value::Null));
+        }
+        result
+    }
+
+    fn status(&self, id: &str) -> Option<crate::approvals::Status> {
+        self.gw
+            .approvals
+            .get(id)
+            .ok()
+            .flatten()
+            .map(|a| a.status_at(crate::clock::now_ms()))
+    }
+
+    fn forget(&self, key: &(String, String)) {
+        self.session
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
+    }
+
+    fn session_pending(&self, key: &(String, String)) -> Option<String> {
+        self.session
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .cloned()
+    }
+
+    async fn execute(
+        &self,
+        name: &str,
+        args: &Value,
+        approval_id: Option<String>,
+        progress: Option<crate::upstream::ProgressSink>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<(Progress, ExecAnswer), Error> {
+        let known = crate::gateway::caller(&self.gw, self.credential(&ctx.extensions)).await?;
+        let mut body = serde_json::Map::new();
+        body.insert("tool".to_owned(), json!(name));
+        body.insert("args".to_owned(), args.clone());
+        if let Some(id) = approval_id {
+            body.insert("approval_id".to_owned(), json!(id));
+        }
+        if let Some(trace) = ctx.meta.get("traceparent").and_then(Value::as_str) {
+            body.insert(
+                "context".to_owned(),
+                json!({"trace_id": trace.chars().take(128).collect::<String>()}),
+            );
+        }
+        let body = Value::Object(body);
+        let raw = serde_json::from_value(body).map_err(|e| Error::BadRequest {
+            code: crate::codes::Code::InvalidBody,
+            message: format!("the call cannot be read: {e}"),
+            suggestion: "send `name` and an `arguments` object",
+        });
+        crate::gateway::execute_for(&self.gw, known, raw, progress).await
+    }
+
+    /// Tells the user through elicitation that the call waits for a human, then waits for
+    /// the decision (at most the approval's TTL and `[mcp] hold_max_secs`). `None`: the
+    /// client cannot be told (no elicitation), so the call is answered pending at once.
+    async fn hold(&self, approval_id: &str, ctx: &RequestContext<RoleServer>) -> Option<Held> {
+        let can_elicit = ctx
+            .client_capabilities()
+            .or_else(|| ctx.peer.peer_info().map(|i| i.capabilities.clone()))
+            .is_some_and(|c| c.elicitation.is_some());
+        let legacy = ctx
+            .protocol_version()
+            .is_none_or(|v| v < rmcp::model::ProtocolVersion::V_2026_07_28);
+        if !can_elicit || !legacy {
+            return None;
+        }
+        let message = format!(
+            "toolgate: this tool call waits for a human approval (approval {approval_id}). An approver decides it with `toolgate approvals approve {approval_id}` (or POST /v1/approvals/{approval_id}/approve); the call runs as soon as it is approved."
+        );
+        let params: Result<rmcp::model::ElicitRequestParams, _> = serde_json::from_value(json!({
+            "mode": "form",
+            "message": message,
+            "requestedSchema": {"type": "object", "properties": {}}
+        }));
+        let Ok(params) = params else {
+            return None;
+        };
+        let told =
+            tokio::time::timeout(Duration::from_secs(30), ctx.peer.create_elicitation(params))
+                .await;
+        if let Ok(Ok(r)) = &told
+            && r.action != rmcp::model::ElicitationAction::Accept
+        {
+            return Some(Held::Ended(format!(
+                "the user declined to wait for approval {approval_id}; the call did not run (the approval stays open: send the same call again once it is approved)"
+            )));
+        }
+        let deadline = tokio::time::Instant::now() + self.gw.mcp.hold_max;
+        loop {
+            match self.status(approval_id) {
+                Some(crate::approvals::Status::Approved) => return Some(Held::Approved),
+                Some(crate::approvals::Status::Pending) => {}
+                Some(other) => {
+                    return Some(Held::Ended(format!(
+                        "approval {approval_id} ended {}: the call did not run",
+                        crate::gateway::word(&other)
+                    )));
+                }
+                None => {
+                    return Some(Held::Ended(format!(
+                        "approval {approval_id} is gone: the call did not run"
+                    )));
+                }
+            }
+            if tokio::time::Instant::now() >= deadline || ctx.ct.is_cancelled() {
+                return Some(Held::Ended(format!(
+                    "approval {approval_id} was not decided while the call was held; send the same call again once it is approved"
+                )));
+            }
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(200)) => {}
+                () = ctx.ct.cancelled() => {}
+            }
+        }
+    }
+
+    /// The upstream of a resource `uri`: as last listed to this session, else the first
+    /// upstream that reads it.
+    async fn read(&self, uri: &str) -> Result<(String, Value), McpError> {
+        let Some(hub) = self.gw.upstreams.clone() else {
+            return Err(McpError::resource_not_found("no MCP upstreams", None));
+        };
+        let known = self
+            .session
+            .resources
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(uri)
+            .cloned();
+        let candidates: Vec<String> = match known {
+            Some(u) => vec![u],
+            None => hub.status().into_iter().map(|s| s.name).collect(),
+        };
+        let mut last = String::from("no upstream has it");
+        for upstream in candidates {
+            match hub
+                .read_resource(&upstream, uri, Duration::from_secs(60))
+                .await
+            {
+                Ok(v) => return Ok((upstream, v)),
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Err(McpError::resource_not_found(last, None))
+    }
+
+    /// Screens `value` with the context gate (recorded); a block is an error.
+    async fn context_gate(
+        &self,
+        ext: &rmcp::model::Extensions,
+        value: Value,
+    ) -> Result<Value, McpError> {
+        let who = crate::gateway::authenticate(&self.gw, self.credential(ext))
+            .map_err(|e| McpError::invalid_request(e.to_string(), None))?;
+        let body = serde_json::from_value(json!({"content": value}))
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        let screened = crate::gateway::screen_content(&self.gw, who, "context", Ok(body))
+            .await
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        if screened.get("decision").and_then(Value::as_str) == Some("block") {
+            return Err(McpError::invalid_request(
+                "toolgate's context gate blocked this content (injection signals)",
+                Some(json!({"violations": screened.get("violations")})),
+            ));
+        }
+        Ok(screened.get("content").cloned().unwrap_or(Value::Null))
+    }
+}
+
+/// How a held call ended.
+enum Held {
+    Approved,
+    Ended(String),
+}
+
+/// The tool as MCP lists it: the manifest's schema, toolgate's classification as hints, and
+/// the guardrail note in the description.
+fn describe(tool: &Tool) -> Value {
+    let note = match tool.risk {
+        Risk::Low | Risk::Medium => {
+            "[toolgate: checked by policy before it runs; a denied call returns its reason]"
+        }
+        Risk::High | Risk::Critical => {
+            "[toolgate: may wait for a human approval before it runs; a denied call returns its reason]"
+        }
+    };
+    json!({
+        "name": tool.name,
+        "description": format!("{} {note}", tool.description),
+        "inputSchema": tool.input_schema,
+        "annotations": {
+            "readOnlyHint": tool.classification == Classification::Read,
+            "destructiveHint": tool.classification == Classification::Destructive,
+        }
+    })
+}
+
+fn progress_sink(ctx: &RequestContext<RoleServer>) -> Option<crate::upstream::ProgressSink> {
+    let token = ctx.meta.get_progress_token()?;
+    let peer = ctx.peer.clone();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(f64, Option<f64>, Option<String>)>();
+    tokio::spawn(async move {
+        while let Some((progress, total, message)) = rx.recv().await {
+            let p: Result<rmcp::model::ProgressNotificationParam, _> = serde_json::from_value(
+                json!({"progressToken": token, "progress": progress, "total": total, "message": message}),
+            );
+            if let Ok(p) = p {
+                let _ = peer.notify_progress(p).await;
+            }
+        }
+    });
+    Some(tx)
+}
+
+fn error_result(text: &str, structured: Value) -> CallToolResult {
+    let v = json!({
+        "content": [{"type": "text", "text": text}],
+        "structuredContent": {"toolgate": structured},
+        "isError": true
+    });
+    serde_json::from_value(v).unwrap_or_else(|_| CallToolResult::success(Vec::new()))
+}
+
+/// A call waiting for approval `id`, as an error result that names it.
+fn pending_result(
+    id: &str,
+    decision_id: Option<String>,
+    reasons: Option<Vec<String>>,
+) -> CallToolResult {
+    error_result(
+        &format!(
+            "pending approval {id}: a human must approve this call first. Send the same call (same arguments) again once it is approved; toolgate matches it to the approval (or pass `_meta: {{\"toolgate/approval_id\": \"{id}\"}}`)."
+        ),
+        json!({"decision": "pending_approval", "approval_id": id,
+               "decision_id": decision_id, "reasons": reasons}),
+    )
+}
+
+/// The pipeline's answer as an MCP tool result.
+fn to_result(answer: Result<(Progress, ExecAnswer), Error>) -> CallToolResult {
+    match answer {
+        Ok((Progress::Pending, a)) => pending_result(
+            &a.approval_id.clone().unwrap_or_default(),
+            Some(a.metadata.decision_id.clone()),
+            a.decision.as_ref().map(|d| d.reasons.clone()),
+        ),
+        Ok((Progress::Done, a)) => done(a),
+        Err(Error::Execution(_, a)) => done(*a),
+        Err(e) => {
+            let code = e.code();
+            error_result(
+                &format!("toolgate refused the call ({code}): {e}"),
+                json!({"decision": "deny", "code": code, "message": e.to_string(),
+                       "suggestion": code.hint()}),
+            )
+        }
+    }
+}
+
+/// A run's (or a refusal's) answer as a tool result.
+fn done(a: ExecAnswer) -> CallToolResult {
+    if let Some(f) = &a.error
+        && (a.data.is_null() || a.decision.is_some())
+    {
+        let decision = a.decision.as_ref();
+        return error_result(
+            &format!("{} ({}). {}", f.message, f.code, f.suggestion),
+            json!({
+                "decision": decision.map_or("allow", |d| d.decision.as_str()),
+                "stage": decision.map(|d| d.stage.as_str()),
+                "code": f.code,
+                "message": f.message,
+                "suggestion": f.suggestion,
+                "decision_id": a.metadata.decision_id,
+                "reasons": decision.map(|d| d.reasons.clone()),
+            }),
+        );
+    }
+    // An MCP upstream's result, screened: its own shape.
+    if let Some(obj) = a.data.as_object()
+        && obj.contains_key("content")
+        && let Ok(mut r) = serde_json::from_value::<CallToolResult>(a.data.clone())
+    {
+        if a.error.is_some() {
+            r.is_error = Some(true);
+        }
+        return r;
+    }
+    // A cut result, or a tool toolgate runs itself: its data as text (and structured).
+    let text = match &a.data {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let mut v = serde_json::Map::new();
+    v.insert(
+        "content".to_owned(),
+        json!([{"type": "text", "text": text}]),
+    );
+    v.insert("isError".to_owned(), json!(a.error.is_some()));
+    if a.data.is_object() {
+        v.insert("structuredContent".to_owned(), a.data.clone());
+    }
+    let v = Value::Object(v);
+    serde_json::from_value(v).unwrap_or_else(|_| CallToolResult::success(Vec::new()))
+}
+
+impl ServerHandler for Front {
+    fn get_info(&self) -> ServerConfig {
+        let caps = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .enable_resources()
+            .enable_prompts()
+            .build();
+        let mut info = ServerConfig::new(caps);
+        info.server_info = rmcp::model::Implementation::new("toolgate", env!("CARGO_PKG_VERSION"));
+        info.instructions = Some(
+            "Every tool call is checked by toolgate before it runs. A denied call comes back with a reason and a suggestion; do not retry it unchanged. A call that needs a human approval waits, or comes back pending with its approval id."
+                .to_owned(),
+        );
+        info
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        let Some(hub) = self.gw.upstreams.clone() else {
+            return;
+        };
+        let mut changes = hub.subscribe();
+        let peer = context.peer.clone();
+        tokio::spawn(async move {
+            loop {
+                match changes.recv().await {
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        if peer.notify_tool_list_changed().await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let tools = self.visible(&context.extensions)?;
+        serde_json::from_value(json!({"tools": tools}))
+            .map_err(|e| McpError::internal_error(e.to_string(), None))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        Ok(CallToolResponse::Complete(
+            self.call(request, &context).await,
+        ))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        crate::gateway::authenticate(&self.gw, self.credential(&context.extensions))
+            .map_err(|e| McpError::invalid_request(e.to_string(), None))?;
+        let Some(hub) = self.gw.upstreams.clone() else {
+            return Ok(ListResourcesResult::default());
+        };
+        let listed = hub.list_resources().await;
+        let mut map = self
+            .session
+            .resources
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut resources = Vec::new();
+        for (upstream, r) in listed {
+            if let Some(uri) = r.get("uri").and_then(Value::as_str) {
+                map.insert(uri.to_owned(), upstream);
+            }
+            resources.push(r);
+        }
+        drop(map);
+        serde_json::from_value(json!({"resources": resources}))
+            .map_err(|e| McpError::internal_error(e.to_string(), None))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        crate::gateway::authenticate(&self.gw, self.credential(&context.extensions))
+            .map_err(|e| McpError::invalid_request(e.to_string(), None))?;
+        let (_, value) = self.read(&request.uri).await?;
+        let screened = self.context_gate(&context.extensions, value).await?;
+        serde_json::from_value(screened)
+            .map(ReadResourceResponse::Complete)
+            .map_err(|e| McpError::internal_error(e.to_string(), None))
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        crate::gateway::authenticate(&self.gw, self.credential(&context.extensions))
+            .map_err(|e| McpError::invalid_request(e.to_string(), None))?;
+        let Some(hub) = self.gw.upstreams.clone() else {
+            return Ok(ListPromptsResult::default());
+        };
+        let prompts: Vec<Value> = hub
+            .list_prompts()
+            .await
+            .into_iter()
+            .map(|(_, prefix, mut p)| {
+                let named = p
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .map(|n| format!("{prefix}{}{n}", hub.separator()));
+                if let (Some(n), Some(obj)) = (named, p.as_object_mut()) {
+                    obj.insert("name".to_owned(), json!(n));
+                }
+                p
+            })
+            .collect();
+        serde_json::from_value(json!({"prompts": prompts}))
+            .map_err(|e| McpError::internal_error(e.to_string(), None))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        crate::gateway::authenticate(&self.gw, self.credential(&context.extensions))
+            .map_err(|e| McpError::invalid_request(e.to_string(), None))?;
+        let Some(hub) = self.gw.upstreams.clone() else {
+            return Err(McpError::invalid_params("no such prompt", None));
+        };
+        let Some((upstream, name)) = hub.split(&request.name) else {
+            return Err(McpError::invalid_params("no such prompt", None));
+        };
+        let value = hub
+            .get_prompt(&upstream, name, request.arguments, Duration::from_secs(60))
+            .await
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        let screened = self.context_gate(&context.extensions, value).await?;
+        serde_json::from_value(screened)
+            .map(GetPromptResponse::Complete)
+            .map_err(|e| McpError::internal_error(e.to_string(), None))
+    }
+}

@@ -1,0 +1,564 @@
+//! One upstream's supervisor: connect (a sandboxed stdio session, or streamable HTTP),
+//! initialize, list and pin its tools, follow `notifications/tools/list_changed`, and when
+//! the connection ends, mark its tools unavailable and start it again after a backoff
+//! (0.5 s doubling to 30 s; back to 0.5 s after a minute up).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, CancelledNotificationParam, ClientRequest,
+    GetPromptRequestParams, JsonObject, ProgressNotificationParam, ProgressToken,
+    ReadResourceRequestParams, Request, ServerResult,
+};
+use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RoleClient, ServiceExt};
+use serde_json::Value;
+use tokio::io::AsyncBufReadExt;
+
+use super::{CallError, Descriptor, Live, Transport, UpstreamSpec, UpstreamStatus};
+
+/// Masks secrets in an upstream's stderr line before it is logged (the output gate).
+pub type Screen = Arc<dyn Fn(&str) -> String + Send + Sync>;
+
+/// Where progress of a forwarded call goes: `(progress, total, message)`.
+pub type ProgressSink = tokio::sync::mpsc::UnboundedSender<(f64, Option<f64>, Option<String>)>;
+
+const BACKOFF_MIN: Duration = Duration::from_millis(500);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// Up this long, a crash starts the backoff over.
+const STABLE: Duration = Duration::from_secs(60);
+/// Initialization and listing must finish within this.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest stderr line logged.
+const STDERR_LINE_MAX: usize = 1024;
+
+#[derive(Default)]
+struct State {
+    peer: Option<Peer<RoleClient>>,
+    tools: BTreeMap<String, Descriptor>,
+    up: bool,
+    error: Option<String>,
+    starts: u64,
+    server: Option<String>,
+}
+
+/// One upstream and its live state.
+pub(super) struct Link {
+    spec: UpstreamSpec,
+    state: Mutex<State>,
+    tried: AtomicBool,
+    tried_notify: tokio::sync::Notify,
+    stop: tokio::sync::watch::Sender<bool>,
+    progress: Arc<Mutex<HashMap<ProgressToken, ProgressSink>>>,
+}
+
+impl Link {
+    pub(super) fn new(spec: UpstreamSpec) -> Arc<Link> {
+        Arc::new(Link {
+            spec,
+            state: Mutex::default(),
+            tried: AtomicBool::new(false),
+            tried_notify: tokio::sync::Notify::new(),
+            stop: tokio::sync::watch::channel(false).0,
+            progress: Arc::default(),
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(super) fn prefix(&self) -> &str {
+        &self.spec.prefix
+    }
+
+    pub(super) fn status(&self) -> UpstreamStatus {
+        let s = self.state();
+        UpstreamStatus {
+            name: self.spec.name.clone(),
+            transport: match self.spec.transport {
+                Transport::Stdio(_) => "stdio",
+                Transport::Http(_) => "http",
+            },
+            state: if s.up {
+                "up"
+            } else if s.error.is_some() {
+                "down"
+            } else {
+                "starting"
+            },
+            error: s.error.clone(),
+            tools: s.tools.len(),
+            starts: s.starts,
+            server: s.server.clone(),
+        }
+    }
+
+    pub(super) async fn tried(&self) {
+        loop {
+            let woken = self.tried_notify.notified();
+            if self.tried.load(Ordering::Acquire) {
+                return;
+            }
+            woken.await;
+        }
+    }
+
+    fn mark_tried(&self) {
+        self.tried.store(true, Ordering::Release);
+        self.tried_notify.notify_waiters();
+    }
+
+    pub(super) fn live(&self, tool: &str) -> Live {
+        let s = self.state();
+        if !s.up {
+            return Live::Unavailable(s.error.clone().unwrap_or_else(|| "starting".to_owned()));
+        }
+        match s.tools.get(tool) {
+            Some(d) => Live::Listed { pin: d.pin.clone() },
+            None => Live::Missing,
+        }
+    }
+
+    pub(super) fn descriptors(&self) -> Vec<Descriptor> {
+        self.state().tools.values().cloned().collect()
+    }
+
+    fn peer(&self) -> Result<Peer<RoleClient>, CallError> {
+        let s = self.state();
+        match (&s.peer, s.up) {
+            (Some(p), true) => Ok(p.clone()),
+            _ => Err(CallError::Unavailable(
+                self.spec.name.clone(),
+                s.error.clone().unwrap_or_else(|| "starting".to_owned()),
+            )),
+        }
+    }
+
+    pub(super) fn stop(&self) {
+        let _ = self.stop.send(true);
+    }
+
+    pub(super) async fn call(
+        &self,
+        tool: &str,
+        arguments: JsonObject,
+        timeout: Duration,
+        progress: Option<ProgressSink>,
+    ) -> Result<CallToolResult, CallError> {
+        let peer = self.peer()?;
+        let name = self.spec.name.clone();
+        let failed =
+            |e: rmcp::service::ServiceError| CallError::Failed(name.clone(), e.to_string());
+        let mut params = CallToolRequestParams::new(tool.to_owned());
+        params.arguments = Some(arguments);
+        let handle = peer
+            .send_cancellable_request(ClientRequest::CallToolRequest(Request::new(params)), {
+                let mut o = PeerRequestOptions::no_options();
+                o.timeout = Some(timeout);
+                o
+            })
+            .await
+            .map_err(failed)?;
+        let token = handle.progress_token.clone();
+        if let Some(sink) = progress {
+            self.progress
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(token.clone(), sink);
+        }
+        // Dropped before the answer (the caller cancelled): tell the upstream.
+        let mut guard = CancelGuard {
+            peer: Some(peer.clone()),
+            id: Some(handle.id.clone()),
+            progress: Arc::clone(&self.progress),
+            token,
+        };
+        let answer = handle.await_response().await;
+        guard.peer = None;
+        match answer {
+            Ok(ServerResult::CallToolResult(r)) => Ok(r),
+            Ok(other) => Err(CallError::Failed(
+                self.spec.name.clone(),
+                format!(
+                    "unexpected answer to tools/call: {}",
+                    serde_json::to_string(&other)
+                        .unwrap_or_default()
+                        .chars()
+                        .take(200)
+                        .collect::<String>()
+                ),
+            )),
+            Err(rmcp::service::ServiceError::Timeout { .. }) => Err(CallError::Timeout(
+                self.spec.name.clone(),
+                u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            )),
+            Err(e) => Err(failed(e)),
+        }
+    }
+
+    pub(super) async fn list_resources(&self) -> Vec<Value> {
+        let Ok(peer) = self.peer() else {
+            return Vec::new();
+        };
+        match tokio::time::timeout(self.spec.call_timeout, peer.list_all_resources()).await {
+            Ok(Ok(list)) => list
+                .into_iter()
+                .filter_map(|r| serde_json::to_value(r).ok())
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    pub(super) async fn read_resource(
+        &self,
+        uri: &str,
+        timeout: Duration,
+    ) -> Result<Value, CallError> {
+        let peer = self.peer()?;
+        let params = ReadResourceRequestParams::new(uri.to_owned());
+        let r = tokio::time::timeout(timeout, peer.read_resource(params))
+            .await
+            .map_err(|_| {
+                CallError::Timeout(
+                    self.spec.name.clone(),
+                    u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+                )
+            })?
+            .map_err(|e| CallError::Failed(self.spec.name.clone(), e.to_string()))?;
+        serde_json::to_value(r)
+            .map_err(|e| CallError::Failed(self.spec.name.clone(), e.to_string()))
+    }
+
+    pub(super) async fn list_prompts(&self) -> Vec<Value> {
+        let Ok(peer) = self.peer() else {
+            return Vec::new();
+        };
+        match tokio::time::timeout(self.spec.call_timeout, peer.list_all_prompts()).await {
+            Ok(Ok(list)) => list
+                .into_iter()
+                .filter_map(|p| serde_json::to_value(p).ok())
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    pub(super) async fn get_prompt(
+        &self,
+        prompt: &str,
+        arguments: Option<JsonObject>,
+        timeout: Duration,
+    ) -> Result<Value, CallError> {
+        let peer = self.peer()?;
+        let mut params = GetPromptRequestParams::new(prompt.to_owned());
+        params.arguments = arguments;
+        let r = tokio::time::timeout(timeout, peer.get_prompt(params))
+            .await
+            .map_err(|_| {
+                CallError::Timeout(
+                    self.spec.name.clone(),
+                    u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+                )
+            })?
+            .map_err(|e| CallError::Failed(self.spec.name.clone(), e.to_string()))?;
+        serde_json::to_value(r)
+            .map_err(|e| CallError::Failed(self.spec.name.clone(), e.to_string()))
+    }
+}
+
+/// Sends `notifications/cancelled` upstream when a forwarded call is dropped unanswered.
+struct CancelGuard {
+    peer: Option<Peer<RoleClient>>,
+    id: Option<rmcp::model::RequestId>,
+    progress: Arc<Mutex<HashMap<ProgressToken, ProgressSink>>>,
+    token: ProgressToken,
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        self.progress
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.token);
+        if let (Some(peer), Some(id)) = (self.peer.take(), self.id.take())
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            rt.spawn(async move {
+                let _ = peer
+                    .notify_cancelled(CancelledNotificationParam::new(
+                        Some(id),
+                        Some("the caller cancelled the call".to_owned()),
+                    ))
+                    .await;
+            });
+        }
+    }
+}
+
+/// The client side toolgate runs against an upstream: relists on `list_changed`, passes
+/// progress on, declines what it does not offer.
+#[derive(Clone)]
+struct Watcher {
+    relist: tokio::sync::mpsc::UnboundedSender<()>,
+    progress: Arc<Mutex<HashMap<ProgressToken, ProgressSink>>>,
+}
+
+impl rmcp::ClientHandler for Watcher {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        let _ = self.relist.send(());
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let sink = self
+            .progress
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&params.progress_token)
+            .cloned();
+        if let Some(sink) = sink {
+            let _ = sink.send((params.progress, params.total, params.message));
+        }
+    }
+
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        rmcp::model::ClientConfig::new(
+            rmcp::model::ClientCapabilities::default(),
+            rmcp::model::Implementation::new("toolgate", env!("CARGO_PKG_VERSION")),
+        )
+    }
+}
+
+/// Keeps `link` connected until it is stopped.
+pub(super) fn supervise(
+    link: Arc<Link>,
+    runner: Option<Arc<crate::exec::Runner>>,
+    screen: Screen,
+    changed: tokio::sync::broadcast::Sender<String>,
+) {
+    tokio::spawn(async move {
+        let mut backoff = BACKOFF_MIN;
+        let mut stop = link.stop.subscribe();
+        loop {
+            if *stop.borrow() {
+                break;
+            }
+            link.state().starts += 1;
+            let started = tokio::time::Instant::now();
+            let ran = run_once(&link, runner.as_ref(), &screen, &changed, &mut stop).await;
+            {
+                let mut s = link.state();
+                s.up = false;
+                s.peer = None;
+                s.tools.clear();
+                s.error = Some(match &ran {
+                    Ok(()) => "the upstream closed the connection".to_owned(),
+                    Err(e) => e.clone(),
+                });
+            }
+            link.mark_tried();
+            let _ = changed.send(link.spec.name.clone());
+            if *stop.borrow() {
+                break;
+            }
+            if started.elapsed() >= STABLE {
+                backoff = BACKOFF_MIN;
+            }
+            tracing::warn!(
+                upstream = link.spec.name,
+                error = ran.err().unwrap_or_default(),
+                retry_in_ms = u64::try_from(backoff.as_millis()).unwrap_or(u64::MAX),
+                "MCP upstream down; restarting"
+            );
+            tokio::select! {
+                () = tokio::time::sleep(backoff) => {}
+                _ = stop.changed() => break,
+            }
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+        }
+    });
+}
+
+/// One connection's life: returns when it ends.
+async fn run_once(
+    link: &Arc<Link>,
+    runner: Option<&Arc<crate::exec::Runner>>,
+    screen: &Screen,
+    changed: &tokio::sync::broadcast::Sender<String>,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) -> Result<(), String> {
+    let (relist_tx, mut relist) = tokio::sync::mpsc::unbounded_channel();
+    let watcher = Watcher {
+        relist: relist_tx,
+        progress: Arc::clone(&link.progress),
+    };
+    let name = link.spec.name.clone();
+    let mut session_child = None;
+    let connecting = async {
+        match &link.spec.transport {
+            Transport::Stdio(spec) => {
+                let runner = runner.ok_or_else(|| {
+                    "stdio upstreams run in the exec sandbox: set `[exec] root`".to_owned()
+                })?;
+                let program = resolve(&spec.command)?;
+                let session = runner
+                    .session(crate::exec::SessionSpec {
+                        program,
+                        argv: spec.args.clone(),
+                        cwd: spec.cwd.clone(),
+                        env: spec.env.clone(),
+                        access: spec.access.clone(),
+                        limits: spec.limits,
+                    })
+                    .await
+                    .map_err(|e| format!("cannot start it: {e}"))?;
+                let crate::exec::Session {
+                    child,
+                    stdin,
+                    stdout,
+                    stderr,
+                    nonce,
+                    cleanup,
+                } = session;
+                log_stderr(name.clone(), stderr, nonce, Arc::clone(screen));
+                session_child = Some((child, cleanup));
+                watcher
+                    .clone()
+                    .serve((stdout, stdin))
+                    .await
+                    .map_err(|e| format!("initialization failed: {e}"))
+            }
+            Transport::Http(spec) => {
+                use rmcp::transport::StreamableHttpClientTransport;
+                use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+                let mut config = StreamableHttpClientTransportConfig::with_uri(spec.url.clone());
+                if let Some(var) = &spec.bearer_env {
+                    let token = std::env::var(var)
+                        .map_err(|_| format!("the environment variable `{var}` is not set"))?;
+                    config = config.auth_header(token);
+                }
+                let transport = StreamableHttpClientTransport::from_config(config);
+                watcher
+                    .clone()
+                    .serve(transport)
+                    .await
+                    .map_err(|e| format!("initialization failed: {e}"))
+            }
+        }
+    };
+    let running = tokio::select! {
+        r = tokio::time::timeout(CONNECT_TIMEOUT, connecting) => match r {
+            Ok(r) => r?,
+            Err(_) => return Err(format!("no initialization within {} s", CONNECT_TIMEOUT.as_secs())),
+        },
+        _ = stop.changed() => return Ok(()),
+    };
+    let peer = running.peer().clone();
+    let server = running.peer_info().map(|i| match &i.server_info {
+        Some(s) => format!("{} {} (protocol {})", s.name, s.version, i.protocol_version),
+        None => format!("protocol {}", i.protocol_version),
+    });
+    let tools = list(&peer).await?;
+    {
+        let mut s = link.state();
+        s.peer = Some(peer.clone());
+        s.tools = tools;
+        s.up = true;
+        s.error = None;
+        s.server = server;
+    }
+    link.mark_tried();
+    let _ = changed.send(name.clone());
+    tracing::info!(
+        upstream = name,
+        tools = link.state().tools.len(),
+        "MCP upstream up"
+    );
+    let waiting = running.waiting();
+    tokio::pin!(waiting);
+    let ended = loop {
+        tokio::select! {
+            r = &mut waiting => break r.map(|_| ()).map_err(|e| e.to_string()),
+            Some(()) = relist.recv() => {
+                match list(&peer).await {
+                    Ok(tools) => {
+                        link.state().tools = tools;
+                        tracing::info!(upstream = name, "MCP upstream's tool list changed");
+                        let _ = changed.send(name.clone());
+                    }
+                    Err(e) => tracing::warn!(upstream = name, error = e, "relisting tools failed"),
+                }
+            }
+            _ = stop.changed() => break Ok(()),
+        }
+    };
+    // The connection is over: the stdio program is stopped by its launcher (stdin closed).
+    if let Some((mut child, cleanup)) = session_child {
+        let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+        drop(cleanup);
+    }
+    ended
+}
+
+async fn list(peer: &Peer<RoleClient>) -> Result<BTreeMap<String, Descriptor>, String> {
+    let tools = tokio::time::timeout(CONNECT_TIMEOUT, peer.list_all_tools())
+        .await
+        .map_err(|_| "tools/list did not answer".to_owned())?
+        .map_err(|e| format!("tools/list failed: {e}"))?;
+    Ok(tools
+        .into_iter()
+        .filter_map(|t| serde_json::to_value(t).ok())
+        .map(Descriptor::new)
+        .map(|d| (d.name.clone(), d))
+        .collect())
+}
+
+/// The program's absolute path: as written, or found on the sidecar's `PATH`.
+fn resolve(command: &str) -> Result<std::path::PathBuf, String> {
+    let p = std::path::Path::new(command);
+    if p.is_absolute() {
+        return Ok(p.to_path_buf());
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join(command))
+        .find(|c| c.is_file())
+        .ok_or_else(|| format!("`{command}` is not on the sidecar's PATH"))
+}
+
+/// Logs the program's stderr, line by line, screened; the launcher's outcome line is
+/// logged as what it is.
+fn log_stderr(name: String, stderr: tokio::process::ChildStderr, nonce: String, screen: Screen) {
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(stderr).lines();
+        let marker = format!("{nonce} ");
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.is_empty() {
+                continue;
+            }
+            if let Some(outcome) = line.strip_prefix(&marker) {
+                let o: crate::exec::Outcome = serde_json::from_str(outcome).unwrap_or_default();
+                tracing::warn!(
+                    upstream = name,
+                    exit_code = o.exit_code,
+                    signal = o.signal,
+                    error = o.error,
+                    "MCP upstream program ended"
+                );
+                continue;
+            }
+            let cut: String = line.chars().take(STDERR_LINE_MAX).collect();
+            tracing::info!(
+                upstream = name,
+                stderr = screen(&cut),
+                "MCP upstream stderr"
+            );
+        }
+    });
+}

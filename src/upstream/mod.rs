@@ -1,0 +1,340 @@
+//! MCP upstreams: the real MCP servers behind toolgate's MCP gateway (`[[mcp.upstreams]]`).
+//!
+//! Each upstream is kept connected by a supervisor of its own ([`link`]): a stdio upstream is
+//! started inside the exec sandbox (jailed working directory, rlimits, pids cgroup, no network
+//! unless declared) as a long-lived launcher session; a streamable-HTTP upstream is reached
+//! at its URL. The supervisor lists the upstream's tools (again on
+//! `notifications/tools/list_changed`), pins each descriptor's hash, and restarts a crashed
+//! upstream with exponential backoff; its tools answer "unavailable" meanwhile, and its
+//! stderr is screened by the output gate before it is logged.
+//!
+//! Owns: connections, the live descriptors and their hashes ([`pin`]), and forwarding a call
+//! that the pipeline allowed. Does not own: any decision (see `gateway`), the manifests
+//! compiled from descriptors (see `tools`, written by `toolgate mcp sync` through
+//! [`sync`]), or the MCP front end (see `mcp`).
+
+mod link;
+pub mod pin;
+pub mod sync;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{CallToolResult, JsonObject};
+use serde::Serialize;
+
+pub use link::{ProgressSink, Screen};
+pub use pin::{Descriptor, descriptor_pin};
+
+use crate::tools::{Access, LimitOverrides};
+
+/// How toolgate names an upstream's tools by default: `<upstream>.<tool>`.
+pub const DEFAULT_SEPARATOR: &str = ".";
+
+/// The validated `[mcp]` table.
+#[derive(Debug, Clone)]
+pub struct McpSettings {
+    /// Between an upstream's prefix and its tool's name (`.` by default; `__` for clients
+    /// that allow only `[A-Za-z0-9_-]` in tool names).
+    pub separator: String,
+    /// The upstreams, in the order written.
+    pub upstreams: Vec<UpstreamSpec>,
+    /// `toolgate mcp` (stdio): the environment variable holding the agent's token.
+    pub token_env: String,
+    /// `toolgate mcp` (stdio): a file holding the agent's token (read when the variable is
+    /// not set).
+    pub token_file: Option<std::path::PathBuf>,
+    /// `Host` values `/mcp` accepts besides loopback (DNS-rebinding defence).
+    pub allowed_hosts: Vec<String>,
+    /// Longest a held pending call waits for its human (capped by the approval's TTL).
+    pub hold_max: Duration,
+}
+
+impl Default for McpSettings {
+    fn default() -> Self {
+        McpSettings {
+            separator: DEFAULT_SEPARATOR.to_owned(),
+            upstreams: Vec::new(),
+            token_env: "TOOLGATE_TOKEN".to_owned(),
+            token_file: None,
+            allowed_hosts: Vec::new(),
+            hold_max: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// One `[[mcp.upstreams]]` entry.
+#[derive(Debug, Clone)]
+pub struct UpstreamSpec {
+    /// Its name: the overlay file `schemas/mcp/<name>.json`, logs, metrics.
+    pub name: String,
+    /// What its tools are named under: `<prefix><separator><tool>` (default: `name`).
+    pub prefix: String,
+    /// How it is reached.
+    pub transport: Transport,
+    /// Longest a call to it may take, unless the tool's manifest says less.
+    pub call_timeout: Duration,
+}
+
+/// How an upstream is reached.
+#[derive(Debug, Clone)]
+pub enum Transport {
+    /// A program spoken to over stdin and stdout, inside the exec sandbox.
+    Stdio(StdioSpec),
+    /// A streamable-HTTP MCP endpoint.
+    Http(HttpSpec),
+}
+
+/// A stdio upstream's program and sandbox.
+#[derive(Debug, Clone)]
+pub struct StdioSpec {
+    /// The program: an absolute path, or a name looked up on the sidecar's `PATH` at start.
+    pub command: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Environment variables set for it (nothing else of the sidecar's is passed on).
+    pub env: Vec<(String, String)>,
+    /// Its working directory below the service root.
+    pub cwd: String,
+    /// What it may reach beyond reading the service root.
+    pub access: Access,
+    /// Resource limits over `[exec.limits]`.
+    pub limits: LimitOverrides,
+}
+
+/// A streamable-HTTP upstream.
+#[derive(Debug, Clone)]
+pub struct HttpSpec {
+    /// `http://` or `https://` URL of its MCP endpoint.
+    pub url: String,
+    /// An environment variable holding a bearer token to send it.
+    pub bearer_env: Option<String>,
+}
+
+/// What toolgate knows of one upstream tool now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Live {
+    /// The upstream is up and lists the tool; `pin` is its descriptor's hash.
+    Listed {
+        /// `sha256:<hex>` of the descriptor.
+        pin: String,
+    },
+    /// The upstream is up but does not list the tool.
+    Missing,
+    /// The upstream is not connected (starting, crashed, restarting): why.
+    Unavailable(String),
+    /// No upstream of that name is configured.
+    Unknown,
+}
+
+/// Why a forwarded call failed (the call was allowed; the upstream did not answer it).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CallError {
+    /// The upstream is not connected.
+    #[error("the upstream `{0}` is unavailable: {1}")]
+    Unavailable(String, String),
+    /// It did not answer in time.
+    #[error("the upstream `{0}` did not answer within {1} ms")]
+    Timeout(String, u64),
+    /// It answered with a protocol error, or the connection broke.
+    #[error("the upstream `{0}` failed the call: {1}")]
+    Failed(String, String),
+}
+
+/// One upstream's state, for `/readyz` and `GET /v1/mcp/upstreams`.
+#[derive(Debug, Clone, Serialize)]
+pub struct UpstreamStatus {
+    /// Its name.
+    pub name: String,
+    /// `stdio` or `http`.
+    pub transport: &'static str,
+    /// `up`, `starting` or `down`.
+    pub state: &'static str,
+    /// Why it is down, when it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Tools it lists now.
+    pub tools: usize,
+    /// Times it was (re)started.
+    pub starts: u64,
+    /// The server's name and version, as it said at initialization.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+}
+
+/// The connected upstreams.
+pub struct Hub {
+    links: BTreeMap<String, Arc<link::Link>>,
+    changed: tokio::sync::broadcast::Sender<String>,
+    separator: String,
+}
+
+impl std::fmt::Debug for Hub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hub")
+            .field("upstreams", &self.links.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Hub {
+    /// Starts a supervisor per upstream (stdio ones need `runner`: the exec sandbox). Must be
+    /// called inside a Tokio runtime.
+    pub fn start(
+        settings: &McpSettings,
+        runner: Option<Arc<crate::exec::Runner>>,
+        screen: Screen,
+    ) -> Arc<Hub> {
+        // HTTPS upstreams: rustls with ring, the provider the rest of the sidecar uses.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let (changed, _) = tokio::sync::broadcast::channel(64);
+        let mut links = BTreeMap::new();
+        for spec in &settings.upstreams {
+            let link = link::Link::new(spec.clone());
+            link::supervise(
+                Arc::clone(&link),
+                runner.clone(),
+                screen.clone(),
+                changed.clone(),
+            );
+            links.insert(spec.name.clone(), link);
+        }
+        Arc::new(Hub {
+            links,
+            changed,
+            separator: settings.separator.clone(),
+        })
+    }
+
+    /// The separator between prefix and tool name.
+    pub fn separator(&self) -> &str {
+        &self.separator
+    }
+
+    /// Whether any upstream is configured.
+    pub fn is_empty(&self) -> bool {
+        self.links.is_empty()
+    }
+
+    /// Notified with an upstream's name when its tool list changed (or it came up or went
+    /// down).
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.changed.subscribe()
+    }
+
+    /// Tells subscribers that `upstream`'s tools may show differently (a descriptor approved).
+    pub fn touch(&self, upstream: &str) {
+        let _ = self.changed.send(upstream.to_owned());
+    }
+
+    /// Every upstream's state.
+    pub fn status(&self) -> Vec<UpstreamStatus> {
+        self.links.values().map(|l| l.status()).collect()
+    }
+
+    /// Waits until every upstream has been tried once (up or down), at most `wait`.
+    pub async fn settled(&self, wait: Duration) {
+        let end = tokio::time::Instant::now() + wait;
+        for link in self.links.values() {
+            let _ = tokio::time::timeout_at(end, link.tried()).await;
+        }
+    }
+
+    /// What `upstream` lists as `tool` now.
+    pub fn live(&self, upstream: &str, tool: &str) -> Live {
+        match self.links.get(upstream) {
+            None => Live::Unknown,
+            Some(link) => link.live(tool),
+        }
+    }
+
+    /// `upstream`'s live descriptors (empty when it is down).
+    pub fn descriptors(&self, upstream: &str) -> Vec<Descriptor> {
+        self.links
+            .get(upstream)
+            .map(|l| l.descriptors())
+            .unwrap_or_default()
+    }
+
+    /// Forwards an allowed call to `upstream`'s `tool`, within `timeout`. Dropping the
+    /// future cancels the call upstream (`notifications/cancelled`).
+    pub async fn call(
+        &self,
+        upstream: &str,
+        tool: &str,
+        arguments: JsonObject,
+        timeout: Duration,
+        progress: Option<ProgressSink>,
+    ) -> Result<CallToolResult, CallError> {
+        let link = self.links.get(upstream).ok_or_else(|| {
+            CallError::Unavailable(upstream.to_owned(), "not configured".to_owned())
+        })?;
+        link.call(tool, arguments, timeout, progress).await
+    }
+
+    /// Every upstream's resources, as `(upstream, resource)` JSON objects.
+    pub async fn list_resources(&self) -> Vec<(String, serde_json::Value)> {
+        let mut out = Vec::new();
+        for (name, link) in &self.links {
+            for r in link.list_resources().await {
+                out.push((name.clone(), r));
+            }
+        }
+        out
+    }
+
+    /// Reads `uri` from `upstream`.
+    pub async fn read_resource(
+        &self,
+        upstream: &str,
+        uri: &str,
+        timeout: Duration,
+    ) -> Result<serde_json::Value, CallError> {
+        let link = self.links.get(upstream).ok_or_else(|| {
+            CallError::Unavailable(upstream.to_owned(), "not configured".to_owned())
+        })?;
+        link.read_resource(uri, timeout).await
+    }
+
+    /// Every upstream's prompts, as `(upstream, prefix, prompt)`.
+    pub async fn list_prompts(&self) -> Vec<(String, String, serde_json::Value)> {
+        let mut out = Vec::new();
+        for (name, link) in &self.links {
+            for p in link.list_prompts().await {
+                out.push((name.clone(), link.prefix().to_owned(), p));
+            }
+        }
+        out
+    }
+
+    /// Gets `prompt` from `upstream`.
+    pub async fn get_prompt(
+        &self,
+        upstream: &str,
+        prompt: &str,
+        arguments: Option<JsonObject>,
+        timeout: Duration,
+    ) -> Result<serde_json::Value, CallError> {
+        let link = self.links.get(upstream).ok_or_else(|| {
+            CallError::Unavailable(upstream.to_owned(), "not configured".to_owned())
+        })?;
+        link.get_prompt(prompt, arguments, timeout).await
+    }
+
+    /// The upstream whose prefix starts `name` (`<prefix><separator><rest>`), and the rest.
+    pub fn split<'a>(&self, name: &'a str) -> Option<(String, &'a str)> {
+        self.links.iter().find_map(|(upstream, link)| {
+            name.strip_prefix(link.prefix())
+                .and_then(|r| r.strip_prefix(self.separator.as_str()))
+                .map(|rest| (upstream.clone(), rest))
+        })
+    }
+
+    /// Stops every upstream (their sessions end; stdio programs are stopped).
+    pub fn shutdown(&self) {
+        for link in self.links.values() {
+            link.stop();
+        }
+    }
+}

@@ -1,0 +1,725 @@
+//! The MCP gateway with real components: the official MCP Python SDK as the client
+//! (tests/mcp/driver.py), and as upstreams the npm reference servers (server-everything over
+//! stdio and over streamable HTTP, server-filesystem), PyPI's mcp-server-git, and a small
+//! server on the official SDK whose descriptor can change (tests/mcp/mutable_server.py).
+//! Every case runs over stdio (`toolgate mcp`) and over streamable HTTP (`/mcp`).
+//!
+//! The components come from `.ci/mcp-deps` (`TOOLGATE_MCP_DEPS`, default
+//! `/opt/toolgate-ci/mcp`); without them the tests say so and pass, unless
+//! `TOOLGATE_REQUIRE_MCP=1` (CI), where they fail.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::helpers::{copy_dir, repo};
+
+struct Deps {
+    bin: PathBuf,
+    git_python: PathBuf,
+    git_server: PathBuf,
+    client_python: PathBuf,
+}
+
+fn deps() -> Option<Deps> {
+    let root = PathBuf::from(
+        std::env::var("TOOLGATE_MCP_DEPS").unwrap_or_else(|_| "/opt/toolgate-ci/mcp".to_owned()),
+    );
+    let d = Deps {
+        bin: root.join("node/node_modules/.bin"),
+        git_python: root.join("git/bin/python3"),
+        git_server: root.join("git/bin/mcp-server-git"),
+        client_python: root.join("client/bin/python3"),
+    };
+    let have = d.bin.join("mcp-server-everything").exists()
+        && d.bin.join("mcp-server-filesystem").exists()
+        && d.git_server.exists()
+        && d.client_python.exists();
+    if have {
+        return Some(d);
+    }
+    assert!(
+        std::env::var("TOOLGATE_REQUIRE_MCP").as_deref() != Ok("1"),
+        "TOOLGATE_REQUIRE_MCP=1 but the MCP components are missing under {}: run .ci/mcp-deps",
+        root.display()
+    );
+    eprintln!(
+        "SKIPPED: the MCP components are not installed under {} (run .ci/mcp-deps)",
+        root.display()
+    );
+    None
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn path_env(d: &Deps) -> String {
+    format!(
+        "{}:{}",
+        d.bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// A gateway's files: config, policies, schemas, a workspace that is a git repository.
+struct Setup {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    config: PathBuf,
+    workspace: PathBuf,
+    port: u16,
+    web: Child,
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let _ = self.web.kill();
+        let _ = self.web.wait();
+    }
+}
+
+fn setup(d: &Deps) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    // World-readable: stdio upstreams run as nobody when the tests run as root.
+    let root = dir.path().to_path_buf();
+    std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let ex = repo().join("examples/mcp");
+    copy_dir(&ex.join("policies"), &root.join("policies"));
+    std::fs::create_dir_all(root.join("schemas/tools")).unwrap();
+    copy_dir(&ex.join("schemas/mcp"), &root.join("schemas/mcp"));
+    std::fs::write(
+        root.join("schemas/mcp/mutable.json"),
+        r#"{"tools": {"wipe": {"risk": "high", "classification": "destructive"}}}"#,
+    )
+    .unwrap();
+    std::fs::copy(
+        repo().join("examples/demo-tokens.json"),
+        root.join("tokens.json"),
+    )
+    .unwrap();
+    let ws = root.join("workspace");
+    for sub in ["notes", "state"] {
+        std::fs::create_dir_all(ws.join(sub)).unwrap();
+    }
+    std::fs::write(ws.join("README.txt"), "hello from the workspace\n").unwrap();
+    std::fs::copy(
+        repo().join("tests/mcp/mutable_server.py"),
+        ws.join("mutable_server.py"),
+    )
+    .unwrap();
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(&ws)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    git(&["init", "-q"]);
+    git(&[
+        "-c",
+        "user.email=t@t",
+        "-c",
+        "user.name=t",
+        "add",
+        "README.txt",
+    ]);
+    git(&[
+        "-c",
+        "user.email=t@t",
+        "-c",
+        "user.name=t",
+        "commit",
+        "-qm",
+        "init",
+    ]);
+    let _ = Command::new("chmod")
+        .args(["-R", "a+rwX"])
+        .arg(&ws)
+        .status();
+    // server-everything over streamable HTTP: an upstream reached by URL.
+    let web_port = free_port();
+    let web = Command::new(d.bin.join("mcp-server-everything"))
+        .arg("streamableHttp")
+        .env("PORT", web_port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let port = free_port();
+    let config = root.join("toolgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"listen = "127.0.0.1:{port}"
+policies_dir = "policies"
+schemas_dir = "schemas"
+[auth]
+tokens_file = "tokens.json"
+[exec]
+root = "workspace"
+[reload]
+widening = "apply"
+[mcp]
+token_env = "TOOLGATE_TOKEN"
+[[mcp.upstreams]]
+name = "everything"
+command = "mcp-server-everything"
+args = ["stdio"]
+[[mcp.upstreams]]
+name = "fs"
+command = "mcp-server-filesystem"
+args = ["."]
+writes = ["notes"]
+[[mcp.upstreams]]
+name = "git"
+command = "{git}"
+args = ["--repository", "."]
+reads = [".git"]
+env = {{ GIT_CONFIG_COUNT = "1", GIT_CONFIG_KEY_0 = "safe.directory", GIT_CONFIG_VALUE_0 = "*" }}
+[[mcp.upstreams]]
+name = "mutable"
+command = "{py}"
+args = ["mutable_server.py"]
+env = {{ MUTABLE_STATE_DIR = "state" }}
+writes = ["state"]
+[[mcp.upstreams]]
+name = "web"
+url = "http://127.0.0.1:{web_port}/mcp"
+"#,
+            git = d.git_server.display(),
+            py = d.git_python.display(),
+        ),
+    )
+    .unwrap();
+    wait_port(web_port);
+    // Registration: the upstreams' tools/list through the manifest compiler.
+    let out = super::helpers::toolgate()
+        .args(["mcp", "sync", "--config"])
+        .arg(&config)
+        .env("PATH", path_env(d))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "sync failed: {said}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        "exposed mutable.greet (read low, from annotations)",
+        "exposed mutable.wipe (destructive high, from overlay)",
+        "hidden  mutable.untyped",
+        "exposed git.git_status (read low, from annotations)",
+        "exposed web.echo (read low, from annotations)",
+        "exposed fs.read_text_file (read low, from annotations)",
+    ] {
+        assert!(said.contains(line), "`{line}` missing from:\n{said}");
+    }
+    assert!(root.join("schemas/mcp/mutable.json").exists());
+    let schema = std::fs::read_to_string(root.join("schemas/toolgate.cedarschema")).unwrap();
+    assert!(
+        schema.contains("action \"mutable.greet\" in [\"read\"]"),
+        "{schema}"
+    );
+    Setup {
+        _dir: dir,
+        root,
+        config,
+        workspace: ws,
+        port,
+        web,
+    }
+}
+
+fn wait_port(port: u16) {
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "port {port} never opened"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The MCP client: the official Python SDK behind tests/mcp/driver.py.
+struct Client {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<Value>,
+    next: u64,
+    events: Vec<Value>,
+}
+
+impl Client {
+    fn start(d: &Deps, args: &[String]) -> Client {
+        let mut child = Command::new(&d.client_python)
+            .arg(repo().join("tests/mcp/driver.py"))
+            .args(["--deadline-s", "170"])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line)
+                    && tx.send(v).is_err()
+                {
+                    return;
+                }
+            }
+        });
+        let mut c = Client {
+            child,
+            stdin,
+            lines,
+            next: 1,
+            events: Vec::new(),
+        };
+        let ready = c.event("ready", Duration::from_secs(60));
+        assert_eq!(ready["serverInfo"]["name"], "toolgate", "{ready}");
+        c
+    }
+
+    fn send(&mut self, mut cmd: Value) -> u64 {
+        let id = self.next;
+        self.next += 1;
+        cmd["id"] = json!(id);
+        writeln!(self.stdin, "{cmd}").unwrap();
+        self.stdin.flush().unwrap();
+        id
+    }
+
+    fn recv(&mut self, until: Instant) -> Value {
+        let left = until.saturating_duration_since(Instant::now());
+        match self.lines.recv_timeout(left) {
+            Ok(v) => v,
+            Err(RecvTimeoutError::Timeout) => {
+                panic!("no answer in time; events: {:?}", self.events)
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                panic!("the client ended; events: {:?}", self.events)
+            }
+        }
+    }
+
+    fn answer(&mut self, id: u64, wait: Duration) -> Value {
+        let until = Instant::now() + wait;
+        loop {
+            let v = self.recv(until);
+            if v.get("id") == Some(&json!(id)) && v.get("event").is_none() {
+                assert_eq!(v["ok"], true, "protocol error: {v}");
+                return v["result"].clone();
+            }
+            self.events.push(v);
+        }
+    }
+
+    fn event(&mut self, kind: &str, wait: Duration) -> Value {
+        if let Some(i) = self.events.iter().position(|e| e["event"] == kind) {
+            return self.events.remove(i);
+        }
+        let until = Instant::now() + wait;
+        loop {
+            let v = self.recv(until);
+            if v["event"] == kind {
+                return v;
+            }
+            self.events.push(v);
+        }
+    }
+
+    fn tools(&mut self) -> Vec<String> {
+        let id = self.send(json!({"op": "list_tools"}));
+        let r = self.answer(id, Duration::from_secs(30));
+        r["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    fn call(&mut self, name: &str, args: Value) -> Value {
+        let id =
+            self.send(json!({"op": "call_tool", "name": name, "arguments": args, "timeout_s": 60}));
+        self.answer(id, Duration::from_secs(90))
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "{}", json!({"id": 0, "op": "close"}));
+        let _ = self.stdin.flush();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn text(result: &Value) -> String {
+    result["content"]
+        .as_array()
+        .map(|c| {
+            c.iter()
+                .filter_map(|b| b["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
+fn api(port: u16, method: &str, path: &str, token: &str, body: Option<Value>) -> Value {
+    let agent = ureq::Agent::new_with_config(
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(30)))
+            .build(),
+    );
+    let url = format!("http://127.0.0.1:{port}{path}");
+    let auth = format!("Bearer {token}");
+    let mut resp = match body {
+        Some(b) => agent
+            .post(&url)
+            .header("authorization", &auth)
+            .header("content-type", "application/json")
+            .send(b.to_string())
+            .unwrap(),
+        None if method == "GET" => agent
+            .get(&url)
+            .header("authorization", &auth)
+            .call()
+            .unwrap(),
+        None => agent
+            .post(&url)
+            .header("authorization", &auth)
+            .send_empty()
+            .unwrap(),
+    };
+    let text = resp.body_mut().read_to_string().unwrap();
+    serde_json::from_str(&text).unwrap_or(json!({"raw": text}))
+}
+
+/// The client's arguments for a token and an elicitation mode.
+type ClientArgs = Box<dyn Fn(&str, &str) -> Vec<String>>;
+
+/// How a case reaches toolgate: the sidecar's port (for approvers), and the client's args.
+struct Front {
+    api_port: u16,
+    client: ClientArgs,
+    _serve: Option<Child>,
+}
+
+impl Drop for Front {
+    fn drop(&mut self) {
+        if let Some(c) = self._serve.as_mut() {
+            let _ = Command::new("kill").arg(c.id().to_string()).status();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn http_front(d: &Deps, s: &Setup) -> Front {
+    let log = std::fs::File::create(s.root.join("serve.log")).unwrap();
+    let child = super::helpers::toolgate()
+        .args(["serve", "--config"])
+        .arg(&s.config)
+        .env("PATH", path_env(d))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    wait_port(s.port);
+    let url = format!("http://127.0.0.1:{}/mcp", s.port);
+    Front {
+        api_port: s.port,
+        client: Box::new(move |token, elicit| {
+            vec![
+                "--elicitation".into(),
+                elicit.into(),
+                "http".into(),
+                url.clone(),
+                "--bearer".into(),
+                token.into(),
+            ]
+        }),
+        _serve: Some(child),
+    }
+}
+
+fn stdio_front(d: &Deps, s: &Setup) -> Front {
+    let bin = env!("CARGO_BIN_EXE_toolgate").to_owned();
+    let config = s.config.display().to_string();
+    let path = path_env(d);
+    let port = s.port;
+    let data = s.root.join("data").display().to_string();
+    let other_port = free_port();
+    let other_data = s.root.join("data-other").display().to_string();
+    Front {
+        api_port: port,
+        client: Box::new(move |token, elicit| {
+            // One sidecar per stdio session: another principal's gets its own port and data.
+            let (port, data) = if token == "demo-dev-token" {
+                (port, data.clone())
+            } else {
+                (other_port, other_data.clone())
+            };
+            vec![
+                "--elicitation".into(),
+                elicit.into(),
+                "stdio".into(),
+                "--env".into(),
+                format!("TOOLGATE_TOKEN={token}"),
+                "--env".into(),
+                format!("PATH={path}"),
+                "--".into(),
+                bin.clone(),
+                "mcp".into(),
+                "--config".into(),
+                config.clone(),
+                "--data-dir".into(),
+                data,
+                "--listen".into(),
+                format!("127.0.0.1:{port}"),
+            ]
+        }),
+        _serve: None,
+    }
+}
+
+/// Polls `f` until it returns `Some`, for at most `wait`.
+fn within<T>(wait: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(start.elapsed() < wait, "not within {wait:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn every_case(front: &Front, d: &Deps, s: &Setup) {
+    let mut c = Client::start(d, &(front.client)("demo-dev-token", "none"));
+    // The list is this principal's: allowed or approvable tools, unclassified ones hidden.
+    let tools = c.tools();
+    for t in [
+        "everything.echo",
+        "fs.read_text_file",
+        "git.git_status",
+        "mutable.greet",
+        "mutable.wipe",
+        "web.echo",
+    ] {
+        assert!(tools.iter().any(|n| n == t), "{t} not in {tools:?}");
+    }
+    for t in ["mutable.untyped", "fs.move_file", "everything.get-env"] {
+        assert!(!tools.iter().any(|n| n == t), "{t} listed: {tools:?}");
+    }
+    // An allowed call completes, over a stdio upstream and an HTTP one.
+    let r = c.call("everything.echo", json!({"message": "hi there"}));
+    assert_eq!(text(&r), "Echo: hi there", "{r}");
+    let r = c.call("web.echo", json!({"message": "over http"}));
+    assert_eq!(text(&r), "Echo: over http", "{r}");
+    let r = c.call("git.git_status", json!({"repo_path": "."}));
+    assert_ne!(r["isError"], true, "{r}");
+    // A denied call is an error result with the reason; traversal through the filesystem
+    // server's arguments never reaches it.
+    for path in ["../../../etc/passwd", "/etc/shadow", "notes/../../x"] {
+        let r = c.call("fs.read_text_file", json!({"path": path}));
+        assert_eq!(r["isError"], true, "{path}: {r}");
+        assert_eq!(
+            r["structuredContent"]["toolgate"]["decision"], "deny",
+            "{r}"
+        );
+        assert!(!text(&r).contains("root:"), "{r}");
+    }
+    let r = c.call("fs.read_text_file", json!({"path": ".env"}));
+    assert_eq!(r["structuredContent"]["toolgate"]["stage"], "policy", "{r}");
+    let r = c.call("fs.read_text_file", json!({"path": "README.txt"}));
+    assert!(text(&r).contains("hello from the workspace"), "{r}");
+    // A secret in an upstream result is masked, in text and structured content.
+    let r = c.call("mutable.leak", json!({}));
+    let all = r.to_string();
+    assert!(!all.contains("AKIAZ7XQ3RT5KJH2WB4N"), "{all}");
+    assert!(!all.contains("k9Fz/3QpL7wXr2Tn8VbY"), "{all}");
+    assert!(!all.contains("ghp_"), "{all}");
+    // Pending: held as an error result naming the approval; it stays held until a human
+    // approves; the same call then runs.
+    let r = c.call("mutable.wipe", json!({"target": "alpha"}));
+    assert_eq!(r["isError"], true, "{r}");
+    let id = r["structuredContent"]["toolgate"]["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = c.call("mutable.wipe", json!({"target": "alpha"}));
+    assert_eq!(
+        r["structuredContent"]["toolgate"]["decision"], "pending_approval",
+        "{r}"
+    );
+    let ok = api(
+        front.api_port,
+        "POST",
+        &format!("/v1/approvals/{id}/approve"),
+        "demo-bob-token",
+        Some(json!({"reason": "test"})),
+    );
+    assert_eq!(ok["status"], "approved", "{ok}");
+    let r = c.call("mutable.wipe", json!({"target": "alpha"}));
+    assert_eq!(text(&r), "wiped alpha", "{r}");
+    drop(c);
+    // Another principal sees only what Cedar lets it have.
+    let mut other = Client::start(d, &(front.client)("demo-sre-token", "none"));
+    assert_eq!(other.tools(), Vec::<String>::new());
+    let r = other.call("everything.echo", json!({"message": "x"}));
+    assert_eq!(r["isError"], true, "{r}");
+    drop(other);
+    // With elicitation, the call is held while the human decides, then runs.
+    let mut c = Client::start(d, &(front.client)("demo-dev-token", "accept"));
+    let id = c.send(json!({"op": "call_tool", "name": "mutable.wipe", "arguments": {"target": "beta"}, "timeout_s": 90}));
+    let told = c.event("elicitation", Duration::from_secs(30));
+    let msg = told["message"].as_str().unwrap().to_owned();
+    let approval = msg
+        .split("(approval ")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .unwrap()
+        .to_owned();
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        c.events.iter().all(|e| e.get("id") != Some(&json!(id))),
+        "answered before approval"
+    );
+    let ok = api(
+        front.api_port,
+        "POST",
+        &format!("/v1/approvals/{approval}/approve"),
+        "demo-bob-token",
+        Some(json!({"reason": "held"})),
+    );
+    assert_eq!(ok["status"], "approved", "{ok}");
+    let r = c.answer(id, Duration::from_secs(30));
+    assert_eq!(text(&r), "wiped beta", "{r}");
+    // A changed descriptor hides its tool and denies it until a director approves it.
+    let r = c.call("mutable.greet", json!({"name": "bob"}));
+    assert_eq!(text(&r), "hello bob", "{r}");
+    c.call("mutable.flip", json!({}));
+    c.event("tools_list_changed", Duration::from_secs(20));
+    within(Duration::from_secs(20), || {
+        (!c.tools().iter().any(|t| t == "mutable.greet")).then_some(())
+    });
+    let r = c.call("mutable.greet", json!({"name": "bob"}));
+    assert_eq!(
+        r["structuredContent"]["toolgate"]["stage"], "descriptor",
+        "{r}"
+    );
+    let view = api(
+        front.api_port,
+        "GET",
+        "/v1/mcp/descriptors",
+        "demo-alice-token",
+        None,
+    );
+    let changed = &view["changed"][0];
+    assert_eq!(changed["tool"], "mutable.greet", "{view}");
+    assert!(
+        changed["descriptor"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("IMPORTANT")
+    );
+    let offered = changed["offered"].as_str().unwrap().to_owned();
+    let refused = api(
+        front.api_port,
+        "POST",
+        "/v1/mcp/descriptors/approve",
+        "demo-bob-token",
+        Some(json!({"tool": "mutable.greet", "pin": offered, "reason": "looks fine"})),
+    );
+    assert_eq!(refused["error"], "not_eligible", "{refused}");
+    let ok = api(
+        front.api_port,
+        "POST",
+        "/v1/mcp/descriptors/approve",
+        "demo-alice-token",
+        Some(json!({"tool": "mutable.greet", "pin": offered, "reason": "reviewed"})),
+    );
+    assert_eq!(ok["pin"], json!(offered), "{ok}");
+    within(Duration::from_secs(20), || {
+        c.tools().iter().any(|t| t == "mutable.greet").then_some(())
+    });
+    let r = c.call("mutable.greet", json!({"name": "eve"}));
+    assert_eq!(text(&r), "hello eve", "{r}");
+    // An upstream crash is survived: its tools answer unavailable, then it is back.
+    let pid_file = s.workspace.join("state/pid");
+    let pid = std::fs::read_to_string(&pid_file).unwrap();
+    Command::new("kill")
+        .args(["-9", pid.trim()])
+        .status()
+        .unwrap();
+    let back = within(Duration::from_secs(30), || {
+        let r = c.call("mutable.greet", json!({"name": "again"}));
+        (text(&r) == "hello again").then_some(r)
+    });
+    assert_ne!(back["isError"], true);
+    assert_ne!(std::fs::read_to_string(&pid_file).unwrap(), pid);
+    let r = c.call("everything.echo", json!({"message": "still here"}));
+    assert_eq!(text(&r), "Echo: still here");
+    // Every call and result is in the audit log, with digests only.
+    let audit = api(
+        front.api_port,
+        "GET",
+        "/v1/audit?tool=mutable.leak&limit=10",
+        "demo-grace-token",
+        None,
+    );
+    let dump = audit.to_string();
+    assert!(!dump.contains("AKIAZ7XQ3RT5KJH2WB4N"), "{dump}");
+}
+
+#[test]
+fn the_gateway_over_streamable_http() {
+    let Some(d) = deps() else { return };
+    let s = setup(&d);
+    let front = http_front(&d, &s);
+    // No credential: 401 before the SDK sees the request.
+    let r = api(
+        s.port,
+        "POST",
+        "/mcp",
+        "wrong-token",
+        Some(json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})),
+    );
+    assert_eq!(r["error"], "unauthenticated", "{r}");
+    every_case(&front, &d, &s);
+}
+
+#[test]
+fn the_gateway_over_stdio() {
+    let Some(d) = deps() else { return };
+    let s = setup(&d);
+    let front = stdio_front(&d, &s);
+    every_case(&front, &d, &s);
+}
