@@ -9,7 +9,7 @@ use anyhow::Context as _;
 
 use crate::admin::Admin;
 use crate::anomaly::{Alerts, Monitor};
-use crate::api::{fit_to_fd_limit, raise_fd_limit, router};
+use crate::api::{fit_to_fd_limit, raise_fd_limit, router_at};
 use crate::approvals::{Approvals, Webhook, WebhookConfig, webhook_origin};
 use crate::audit::{Audit, EntryKind, Operator, Retention};
 use crate::auth::{AuthSetupError, Authenticator};
@@ -390,9 +390,9 @@ impl App {
                 _ = ended_rx, if stdio_task.is_some() => {}
             }
         };
-        crate::api::serve(listener, router(state), server, stop).await;
+        crate::api::serve(listener, router_at(state, Some(addr)), server, stop).await;
         if let Some(hub) = &hub {
-            hub.shutdown();
+            hub.shutdown(std::time::Duration::from_secs(10)).await;
         }
         drop(watcher);
         // Stopped and awaited, so nothing of this app outlives `serve` but what the caller

@@ -269,6 +269,7 @@ impl IntoResponse for Error {
                 };
                 plain(code, &message, code.hint())
             }
+            Error::Coded { message, .. } => plain(code, &message, code.hint()),
             Error::UnknownGate => plain(
                 code,
                 "no such gate; the gates are input, context, tool_call, output and stream",

@@ -50,7 +50,18 @@ pub async fn tools(
     let snap = state.policy.current();
     let who = gateway::authenticate(&state, credential(&headers))?;
     let Query(query) = query?;
-    let visible = authz::visible_tools(&snap, &who);
+    // A tool whose MCP upstream changed its descriptor since review is not offered.
+    let visible: Vec<_> = authz::visible_tools(&snap, &who)
+        .into_iter()
+        .filter(|t| {
+            t.mcp.as_ref().is_none_or(|b| {
+                !matches!(
+                    gateway::exposure(&state, t, b),
+                    gateway::Exposure::Changed { .. }
+                )
+            })
+        })
+        .collect();
     let functions: Vec<Value> = visible
         .iter()
         .map(|t| {

@@ -44,12 +44,22 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/gates/{gate}"),
     ("POST", "/v1/results"),
     ("POST", "/v1/execute"),
+    ("POST", "/mcp"),
+    ("GET", "/mcp"),
+    ("DELETE", "/mcp"),
+    ("GET", "/v1/mcp/descriptors"),
+    ("POST", "/v1/mcp/descriptors/approve"),
 ];
 
 /// The router over `state`.
 pub fn router(state: Gateway) -> Router {
+    router_at(state, None)
+}
+
+/// [`router`] for a sidecar listening on `listen`: `/mcp` also accepts it as `Host`.
+pub fn router_at(state: Gateway, listen: Option<std::net::SocketAddr>) -> Router {
     let limit = state.max_body_bytes;
-    let mcp = crate::mcp::service(state.clone(), None);
+    let mcp = crate::mcp::service(state.clone(), listen);
     Router::new()
         .route(
             "/mcp",

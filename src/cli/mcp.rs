@@ -102,8 +102,7 @@ fn sync(common: &Common) -> anyhow::Result<ExitCode> {
                 (u.clone(), status, hub.descriptors(&u.name))
             })
             .collect();
-        hub.shutdown();
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        hub.shutdown(std::time::Duration::from_secs(10)).await;
         Ok::<_, anyhow::Error>(out)
     })?;
     let tools_dir = schemas.join("tools");

@@ -56,10 +56,28 @@ pub struct Cleanup {
     scratch: PathBuf,
 }
 
+impl Cleanup {
+    /// Removes the cgroup and the scratch directory now (the launcher has exited).
+    pub async fn now(mut self) {
+        let cg = self.cgroup.take();
+        let scratch = std::mem::take(&mut self.scratch);
+        let _ = tokio::task::spawn_blocking(move || {
+            if let Some(dir) = cg {
+                cgroup::Cgroups::remove(&dir);
+            }
+            let _ = std::fs::remove_dir_all(&scratch);
+        })
+        .await;
+    }
+}
+
 impl Drop for Cleanup {
     fn drop(&mut self) {
         let cg = self.cgroup.take();
         let scratch = std::mem::take(&mut self.scratch);
+        if cg.is_none() && scratch.as_os_str().is_empty() {
+            return;
+        }
         std::thread::spawn(move || {
             // The launcher may still be stopping the program: let it finish first.
             std::thread::sleep(std::time::Duration::from_secs(5));

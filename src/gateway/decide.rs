@@ -87,6 +87,13 @@ pub struct Caller {
     started: std::time::Instant,
 }
 
+impl Caller {
+    /// Who calls.
+    pub fn principal(&self) -> &Principal {
+        &self.who
+    }
+}
+
 /// The first step of the decision path: who calls. An unknown caller's deny (stage `auth`)
 /// is recorded and answered 401, whatever its body says.
 pub async fn caller(state: &Gateway, credential: Credential<'_>) -> Result<Caller, Error> {

@@ -96,6 +96,14 @@ pub enum Error {
     GatesUnavailable,
     /// A stream chunk was refused before it was screened.
     Stream(crate::redact::StreamError),
+    /// A refusal that is its code: answered with the code's status and hint from the one
+    /// table (e.g. `not_an_mcp_tool` 404, `descriptor_moved` 409).
+    Coded {
+        /// Stable code; its status is the answer's.
+        code: Code,
+        /// What is wrong.
+        message: String,
+    },
     /// A rate limit refused the call: a deny decided before Cedar, answered 429.
     RateLimited {
         /// The decision (recorded in the audit log).
@@ -161,6 +169,7 @@ impl Error {
                 crate::grants::GrantError::Store(_) => Code::StoreUnavailable,
             },
             Error::UnknownGate => Code::UnknownGate,
+            Error::Coded { code, .. } => *code,
             Error::GatesUnavailable => Code::GatesUnavailable,
             Error::Stream(crate::redact::StreamError::TooMany(_)) => Code::TooManyStreams,
             Error::Stream(crate::redact::StreamError::Blocked) => Code::StreamBlocked,

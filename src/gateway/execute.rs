@@ -125,15 +125,16 @@ pub async fn execute(
     body: Result<RawCall, Error>,
 ) -> Result<(Progress, ExecAnswer), Error> {
     let known = caller(state, credential).await?;
-    execute_for(state, known, body, None).await
+    execute_for(state, known, body, crate::upstream::CallHooks::default()).await
 }
 
-/// [`execute`] for a caller [`caller`] knows; an MCP upstream's progress goes to `progress`.
+/// [`execute`] for a caller [`caller`] knows; an MCP upstream's progress and the caller's
+/// cancellation go through `hooks`.
 pub async fn execute_for(
     state: &Gateway,
     known: super::decide::Caller,
     body: Result<RawCall, Error>,
-    progress: Option<crate::upstream::ProgressSink>,
+    hooks: crate::upstream::CallHooks,
 ) -> Result<(Progress, ExecAnswer), Error> {
     let raw = body?;
     // Refused before deciding (nothing to record): a tool toolgate cannot run here. An
@@ -221,7 +222,7 @@ pub async fn execute_for(
     let runner = match (how, runner) {
         (Run::Mcp(b), _) => {
             let ids = (decision_id, execution_id);
-            return super::mcp::run_mcp(state, tool, b, args, ids, entry, progress).await;
+            return super::mcp::run_mcp(state, tool, b, args, ids, entry, hooks).await;
         }
         (_, Some(runner)) => runner,
         (_, None) => {

@@ -18,7 +18,7 @@ use crate::audit::{EntryKind, Event, ExecutionEvent, Operator};
 use crate::authz::{Advice, Stage};
 use crate::codes::Code;
 use crate::tools::{McpBinding, Tool};
-use crate::upstream::{CallError, Live, ProgressSink};
+use crate::upstream::{CallError, CallHooks, Live};
 
 /// Whether an MCP tool can be shown and called now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,7 +101,7 @@ pub(super) async fn run_mcp(
     args: Value,
     ids: (String, String),
     mut entry: ExecutionEvent,
-    progress: Option<ProgressSink>,
+    hooks: CallHooks,
 ) -> Result<(Progress, ExecAnswer), Error> {
     let (decision_id, execution_id) = ids;
     let Some(hub) = state.upstreams.clone() else {
@@ -119,9 +119,15 @@ pub(super) async fn run_mcp(
     };
     let started = Instant::now();
     let timeout = Duration::from_millis(tool.limits.timeout_ms);
-    let called = hub
-        .call(&b.upstream, &b.tool, arguments, timeout, progress)
-        .await;
+    let forwarded = hub.call(&b.upstream, &b.tool, arguments, timeout, hooks.progress);
+    // A cancelled call is dropped (the upstream is told) and recorded as cancelled.
+    let called = match hooks.cancelled {
+        Some(cancelled) => tokio::select! {
+            r = forwarded => r,
+            () = cancelled => Err(CallError::Cancelled(b.upstream.clone())),
+        },
+        None => forwarded.await,
+    };
     let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let mut metadata = Metadata {
         decision_id: decision_id.clone(),
@@ -142,13 +148,23 @@ pub(super) async fn run_mcp(
                     (Code::UpstreamUnavailable, Some(Refusal::Unavailable))
                 }
                 CallError::Timeout(..) => (Code::Timeout, None),
-                CallError::Failed(..) => (Code::UpstreamFailed, None),
+                CallError::Failed(..) | CallError::Cancelled(..) => (Code::UpstreamFailed, None),
             };
-            entry.outcome = "error".to_owned();
+            entry.outcome = if matches!(e, CallError::Cancelled(_)) {
+                "cancelled"
+            } else {
+                "error"
+            }
+            .to_owned();
             entry.reasons = vec![code.to_string()];
             entry.detail = Some(detail);
             record_or_refuse(state, Event::Execution(entry).into(), "execution").await?;
-            let mut answer = ExecAnswer::refused(decision_id, code, e.to_string(), code.hint());
+            // The upstream's words (an error's text) are screened like its results.
+            let message = match &state.gates {
+                Some(g) => g.redactor().redact(&e.to_string()),
+                None => code.meaning().to_owned(),
+            };
+            let mut answer = ExecAnswer::refused(decision_id, code, message, code.hint());
             answer.metadata = metadata;
             return match refusal {
                 Some(r) => Err(Error::Execution(r, Box::new(answer))),
@@ -180,6 +196,9 @@ pub(super) async fn run_mcp(
     .await?;
     if verdict.failure.is_none() {
         put_blobs(&mut verdict.data, blobs);
+        if tool.output_fields.is_some() {
+            text_from_structured(&mut verdict.data);
+        }
     }
     let status = outcome_on_record(&mut entry, verdict.failure.as_ref(), &verdict.report);
     if upstream_error {
@@ -206,8 +225,9 @@ pub(super) async fn run_mcp(
     ))
 }
 
+/// A refusal answered with `code`'s status from the one table (404, 409).
 fn refused(code: Code, message: String) -> Error {
-    Error::Refused(Advice::new(code, message, code.hint()))
+    Error::Coded { code, message }
 }
 
 fn unavailable_answer(decision_id: String, message: String) -> Error {
@@ -222,13 +242,69 @@ fn unavailable_answer(decision_id: String, message: String) -> Error {
     )
 }
 
+/// With a field policy, the text blocks become the filtered `structuredContent` (servers
+/// repeat the structured value as text, which would carry the fields the policy dropped).
+fn text_from_structured(v: &mut Value) {
+    let Some(sc) = v.get("structuredContent").cloned() else {
+        return;
+    };
+    if let Some(obj) = v.as_object_mut() {
+        obj.insert(
+            "content".to_owned(),
+            serde_json::json!([{"type": "text", "text": sc.to_string()}]),
+        );
+    }
+}
+
+/// Media types whose blobs are text to a model: decoded and screened as text.
+fn text_like(mime: &str) -> bool {
+    let m = mime.split(';').next().unwrap_or_default().trim();
+    m.starts_with("text/")
+        || m.ends_with("+json")
+        || m.ends_with("+xml")
+        || matches!(
+            m,
+            "application/json"
+                | "application/xml"
+                | "application/yaml"
+                | "application/x-yaml"
+                | "application/javascript"
+                | "application/x-sh"
+                | "application/toml"
+                | ""
+        )
+}
+
 /// JSON pointers and values of the base64 payloads in an MCP result (`content[i].data` of
-/// images and audio, `content[i].resource.blob`), replaced by a placeholder.
+/// images and audio, `content[i].resource.blob`), replaced by a placeholder. A resource blob
+/// of a text-like (or no) media type that decodes to UTF-8 becomes a text resource instead,
+/// so the output gate screens it.
 fn take_blobs(v: &mut Value) -> Vec<(String, String)> {
+    use base64::Engine as _;
     let mut out = Vec::new();
     let Some(items) = v.get_mut("content").and_then(Value::as_array_mut) else {
         return out;
     };
+    for item in items.iter_mut() {
+        let Some(res) = item.get_mut("resource").and_then(Value::as_object_mut) else {
+            continue;
+        };
+        let mime = res
+            .get("mimeType")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let text = res
+            .get("blob")
+            .and_then(Value::as_str)
+            .filter(|_| text_like(&mime))
+            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+            .and_then(|bytes| String::from_utf8(bytes).ok());
+        if let Some(text) = text {
+            res.remove("blob");
+            res.insert("text".to_owned(), Value::String(text));
+        }
+    }
     for (i, item) in items.iter_mut().enumerate() {
         let kind = item.get("type").and_then(Value::as_str).unwrap_or_default();
         let at = match kind {

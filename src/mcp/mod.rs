@@ -45,6 +45,61 @@ enum Who {
     PerRequest,
 }
 
+/// Largest resource or prompt passed on (after the context gate).
+const MAX_CONTEXT_BYTES: usize = 1024 * 1024;
+
+/// Resource URIs one session remembers (which upstream listed each).
+const MAX_RESOURCES_PER_SESSION: usize = 4096;
+
+/// Approvals one session remembers waiting on.
+const MAX_PENDING_PER_SESSION: usize = 256;
+
+/// Calls one principal may have held at once (each on an approval of its own); more are
+/// answered pending at once, so held calls cannot take every connection.
+const MAX_HOLDS_PER_PRINCIPAL: usize = 4;
+
+/// The approvals calls are held on now, by principal (across sessions and transports).
+static HOLDS: std::sync::LazyLock<Mutex<HashMap<String, Vec<String>>>> =
+    std::sync::LazyLock::new(Mutex::default);
+
+/// A hold's place in [`HOLDS`], given back when the hold ends.
+struct HoldSlot {
+    principal: String,
+    id: String,
+}
+
+impl HoldSlot {
+    /// A place for a hold of `id` by `principal`, unless `id` is held already or the
+    /// principal holds its most.
+    fn take(principal: &str, id: &str) -> Option<HoldSlot> {
+        let mut holds = HOLDS.lock().unwrap_or_else(PoisonError::into_inner);
+        if holds.values().any(|ids| ids.iter().any(|i| i == id)) {
+            return None;
+        }
+        let mine = holds.entry(principal.to_owned()).or_default();
+        if mine.len() >= MAX_HOLDS_PER_PRINCIPAL {
+            return None;
+        }
+        mine.push(id.to_owned());
+        Some(HoldSlot {
+            principal: principal.to_owned(),
+            id: id.to_owned(),
+        })
+    }
+}
+
+impl Drop for HoldSlot {
+    fn drop(&mut self) {
+        let mut holds = HOLDS.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(ids) = holds.get_mut(&self.principal) {
+            ids.retain(|i| i != &self.id);
+            if ids.is_empty() {
+                holds.remove(&self.principal);
+            }
+        }
+    }
+}
+
 /// One MCP session's state: the approvals it is waiting on, by (tool, argument digest), and
 /// the strings tool output returned to it.
 #[derive(Default)]
@@ -124,26 +179,26 @@ impl Front {
         let args = Value::Object(params.arguments.clone().unwrap_or_default());
         let digest = crate::audit::args_digest(&args);
         let key = (name.clone(), digest);
-        // An approval named by the client, or the one this session is waiting on for this
-        // exact call.
-        let named = params
-            .meta
-            .as_ref()
-            .and_then(|m| m.get("toolgate/approval_id"))
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .or_else(|| self.session_pending(&key));
-        let progress = progress_sink(ctx);
+        // The approval this session is waiting on for this exact call (bound to the tool and
+        // the argument digest by construction), else one the client names (the pipeline
+        // checks that it is this caller's, for this tool and these arguments).
+        let remembered = self.session_pending(&key);
+        let named = remembered.clone().or_else(|| {
+            params
+                .meta
+                .as_ref()
+                .and_then(|m| m.get("toolgate/approval_id"))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        });
         // The same call again while its approval is still open: still pending (held, when the
         // client can be told), not a second approval and not a deny.
-        if let Some(id) = &named
+        if let Some(id) = &remembered
             && self.status(id) == Some(crate::approvals::Status::Pending)
         {
             return match self.hold(id, ctx).await {
                 Some(Held::Approved) => {
-                    let answer = self
-                        .execute(&name, &args, Some(id.clone()), progress, ctx)
-                        .await;
+                    let answer = self.execute(&name, &args, Some(id.clone()), ctx).await;
                     self.forget(&key);
                     to_result(answer)
                 }
@@ -151,30 +206,20 @@ impl Front {
                 None => pending_result(id, None, None),
             };
         }
-        let mut answer = self
-            .execute(&name, &args, named.clone(), progress.clone(), ctx)
-            .await;
+        let mut answer = self.execute(&name, &args, named.clone(), ctx).await;
         if let Ok((Progress::Pending, a)) = &answer
             && let Some(id) = a.approval_id.clone()
         {
-            self.session
-                .pending
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(key.clone(), id.clone());
+            self.remember_pending(key.clone(), id.clone());
             if let Some(decided) = self.hold(&id, ctx).await {
                 answer = match decided {
-                    Held::Approved => self.execute(&name, &args, Some(id), progress, ctx).await,
+                    Held::Approved => self.execute(&name, &args, Some(id), ctx).await,
                     Held::Ended(why) => return error_result(&why, json!({"approval_id": id})),
                 };
             }
         }
         if !matches!(answer, Ok((Progress::Pending, _))) {
-            self.session
-                .pending
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(&key);
+            self.forget(&key);
         }
         let result = to_result(answer);
         if result.is_error != Some(true) {
@@ -185,6 +230,22 @@ impl Front {
                 .remember(&serde_json::to_value(&result).unwrap_or(Value::Null));
         }
         result
+    }
+
+    /// Remembers the approval a call of this session waits on (at most
+    /// [`MAX_PENDING_PER_SESSION`]; the oldest is forgotten: its call can still name it).
+    fn remember_pending(&self, key: (String, String), id: String) {
+        let mut p = self
+            .session
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if p.len() >= MAX_PENDING_PER_SESSION
+            && let Some(k) = p.keys().next().cloned()
+        {
+            p.remove(&k);
+        }
+        p.insert(key, id);
     }
 
     fn status(&self, id: &str) -> Option<crate::approvals::Status> {
@@ -218,7 +279,6 @@ impl Front {
         name: &str,
         args: &Value,
         approval_id: Option<String>,
-        progress: Option<crate::upstream::ProgressSink>,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<(Progress, ExecAnswer), Error> {
         let known = crate::gateway::caller(&self.gw, self.credential(&ctx.extensions)).await?;
@@ -240,7 +300,12 @@ impl Front {
             message: format!("the call cannot be read: {e}"),
             suggestion: "send `name` and an `arguments` object",
         });
-        crate::gateway::execute_for(&self.gw, known, raw, progress).await
+        let ct = ctx.ct.clone();
+        let hooks = crate::upstream::CallHooks {
+            progress: progress_sink(ctx, self.gw.gates.clone()),
+            cancelled: Some(Box::pin(async move { ct.cancelled().await })),
+        };
+        crate::gateway::execute_for(&self.gw, known, raw, hooks).await
     }
 
     /// Tells the user through elicitation that the call waits for a human, then waits for
@@ -257,6 +322,8 @@ impl Front {
         if !can_elicit || !legacy {
             return None;
         }
+        let who = crate::gateway::authenticate(&self.gw, self.credential(&ctx.extensions)).ok()?;
+        let _slot = HoldSlot::take(&who.uid.to_string(), approval_id)?;
         let message = format!(
             "toolgate: this tool call waits for a human approval (approval {approval_id}). An approver decides it with `toolgate approvals approve {approval_id}` (or POST /v1/approvals/{approval_id}/approve); the call runs as soon as it is approved."
         );
@@ -307,34 +374,65 @@ impl Front {
         }
     }
 
-    /// The upstream of a resource `uri`: as last listed to this session, else the first
-    /// upstream that reads it.
-    async fn read(&self, uri: &str) -> Result<(String, Value), McpError> {
+    /// The upstreams whose resources and prompts this caller may reach: agents only, and only
+    /// upstreams with a tool Cedar does not deny the caller outright.
+    fn reachable(&self, ext: &rmcp::model::Extensions) -> Result<Vec<String>, McpError> {
+        let who = crate::gateway::authenticate(&self.gw, self.credential(ext))
+            .map_err(|e| McpError::invalid_request(e.to_string(), None))?;
+        if who.kind != PrincipalKind::Agent {
+            return Err(McpError::invalid_request(
+                "resources and prompts are for agents",
+                None,
+            ));
+        }
+        let snap = self.gw.policy.current();
+        let mut ups: Vec<String> = crate::authz::visible_tools(&snap, &who)
+            .iter()
+            .filter_map(|t| t.mcp.as_ref().map(|b| b.upstream.clone()))
+            .collect();
+        ups.sort();
+        ups.dedup();
+        Ok(ups)
+    }
+
+    /// Reads `uri` from the upstream that listed it to this session (a URI never listed, or
+    /// listed by an upstream the caller may not reach, is refused).
+    async fn read(&self, uri: &str, reachable: &[String]) -> Result<Value, McpError> {
         let Some(hub) = self.gw.upstreams.clone() else {
             return Err(McpError::resource_not_found("no MCP upstreams", None));
         };
-        let known = self
+        let upstream = self
             .session
             .resources
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(uri)
-            .cloned();
-        let candidates: Vec<String> = match known {
-            Some(u) => vec![u],
-            None => hub.status().into_iter().map(|s| s.name).collect(),
-        };
-        let mut last = String::from("no upstream has it");
-        for upstream in candidates {
-            match hub
-                .read_resource(&upstream, uri, Duration::from_secs(60))
-                .await
-            {
-                Ok(v) => return Ok((upstream, v)),
-                Err(e) => last = e.to_string(),
-            }
+            .cloned()
+            .filter(|u| reachable.contains(u))
+            .ok_or_else(|| {
+                McpError::resource_not_found(
+                    "no such resource: list resources first (resources/list)",
+                    None,
+                )
+            })?;
+        hub.read_resource(&upstream, uri, Duration::from_secs(60))
+            .await
+            .map_err(|e| McpError::internal_error(self.screened(&e.to_string()), None))
+    }
+
+    /// Upstream text shown to the client outside a tool result, screened (masked).
+    fn screened(&self, text: &str) -> String {
+        match &self.gw.gates {
+            Some(g) => g.redactor().redact(text),
+            None => "<withheld: redaction unavailable>".to_owned(),
         }
-        Err(McpError::resource_not_found(last, None))
+    }
+
+    /// Upstream metadata (listings), screened by the output gate; a block withholds it.
+    fn screened_value(&self, v: Value) -> Option<Value> {
+        let g = self.gw.gates.as_ref()?;
+        let out = g.screen(crate::redact::Gate::Output, &v);
+        (out.decision != crate::redact::Action::Block).then_some(out.content)
     }
 
     /// Screens `value` with the context gate (recorded); a block is an error.
@@ -343,6 +441,14 @@ impl Front {
         ext: &rmcp::model::Extensions,
         value: Value,
     ) -> Result<Value, McpError> {
+        if value.to_string().len() > MAX_CONTEXT_BYTES {
+            return Err(McpError::invalid_request(
+                format!(
+                    "the content is larger than {MAX_CONTEXT_BYTES} bytes; toolgate does not pass it on"
+                ),
+                None,
+            ));
+        }
         let who = crate::gateway::authenticate(&self.gw, self.credential(ext))
             .map_err(|e| McpError::invalid_request(e.to_string(), None))?;
         let body = serde_json::from_value(json!({"content": value}))
@@ -388,12 +494,25 @@ fn describe(tool: &Tool) -> Value {
     })
 }
 
-fn progress_sink(ctx: &RequestContext<RoleServer>) -> Option<crate::upstream::ProgressSink> {
+/// Passes an upstream's progress to the client's progress token; its message is screened.
+fn progress_sink(
+    ctx: &RequestContext<RoleServer>,
+    gates: Option<Arc<crate::redact::Gates>>,
+) -> Option<crate::upstream::ProgressSink> {
     let token = ctx.meta.get_progress_token()?;
     let peer = ctx.peer.clone();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(f64, Option<f64>, Option<String>)>();
     tokio::spawn(async move {
         while let Some((progress, total, message)) = rx.recv().await {
+            // Progress that arrives faster than it can be sent is merged: the newest counts.
+            let (mut progress, mut total, mut message) = (progress, total, message);
+            while let Ok((p, t, m)) = rx.try_recv() {
+                (progress, total, message) = (p, t, m);
+            }
+            let message = match (&gates, message) {
+                (Some(g), Some(m)) => Some(g.redactor().redact(&m)),
+                _ => None,
+            };
             let p: Result<rmcp::model::ProgressNotificationParam, _> = serde_json::from_value(
                 json!({"progressToken": token, "progress": progress, "total": total, "message": message}),
             );
@@ -411,7 +530,7 @@ fn error_result(text: &str, structured: Value) -> CallToolResult {
         "structuredContent": {"toolgate": structured},
         "isError": true
     });
-    serde_json::from_value(v).unwrap_or_else(|_| CallToolResult::success(Vec::new()))
+    serde_json::from_value(v).unwrap_or_else(|_| CallToolResult::error(Vec::new()))
 }
 
 /// A call waiting for approval `id`, as an error result that names it.
@@ -494,7 +613,7 @@ fn done(a: ExecAnswer) -> CallToolResult {
         v.insert("structuredContent".to_owned(), a.data.clone());
     }
     let v = Value::Object(v);
-    serde_json::from_value(v).unwrap_or_else(|_| CallToolResult::success(Vec::new()))
+    serde_json::from_value(v).unwrap_or_else(|_| CallToolResult::error(Vec::new()))
 }
 
 impl ServerHandler for Front {
@@ -521,14 +640,21 @@ impl ServerHandler for Front {
         let mut changes = hub.subscribe();
         let peer = context.peer.clone();
         tokio::spawn(async move {
+            let mut check = tokio::time::interval(Duration::from_secs(30));
             loop {
-                match changes.recv().await {
-                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                        if peer.notify_tool_list_changed().await.is_err() {
-                            return;
+                tokio::select! {
+                    changed = changes.recv() => match changed {
+                        Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                            if peer.notify_tool_list_changed().await.is_err() {
+                                return;
+                            }
                         }
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    },
+                    // The session is over: stop listening for it.
+                    _ = check.tick() => if peer.is_transport_closed() {
+                        return;
+                    },
                 }
             }
         });
@@ -559,25 +685,38 @@ impl ServerHandler for Front {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        crate::gateway::authenticate(&self.gw, self.credential(&context.extensions))
-            .map_err(|e| McpError::invalid_request(e.to_string(), None))?;
+        let reachable = self.reachable(&context.extensions)?;
         let Some(hub) = self.gw.upstreams.clone() else {
             return Ok(ListResourcesResult::default());
         };
         let listed = hub.list_resources().await;
-        let mut map = self
-            .session
-            .resources
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
         let mut resources = Vec::new();
+        let mut found = Vec::new();
         for (upstream, r) in listed {
+            if !reachable.contains(&upstream) {
+                continue;
+            }
+            let Some(r) = self.screened_value(r) else {
+                continue;
+            };
             if let Some(uri) = r.get("uri").and_then(Value::as_str) {
-                map.insert(uri.to_owned(), upstream);
+                found.push((uri.to_owned(), upstream));
             }
             resources.push(r);
         }
-        drop(map);
+        {
+            let mut map = self
+                .session
+                .resources
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            for (uri, upstream) in found {
+                // The first upstream to list a URI keeps it: no upstream shadows another's.
+                if map.len() < MAX_RESOURCES_PER_SESSION || map.contains_key(&uri) {
+                    map.entry(uri).or_insert(upstream);
+                }
+            }
+        }
         serde_json::from_value(json!({"resources": resources}))
             .map_err(|e| McpError::internal_error(e.to_string(), None))
     }
@@ -587,9 +726,8 @@ impl ServerHandler for Front {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        crate::gateway::authenticate(&self.gw, self.credential(&context.extensions))
-            .map_err(|e| McpError::invalid_request(e.to_string(), None))?;
-        let (_, value) = self.read(&request.uri).await?;
+        let reachable = self.reachable(&context.extensions)?;
+        let value = self.read(&request.uri, &reachable).await?;
         let screened = self.context_gate(&context.extensions, value).await?;
         serde_json::from_value(screened)
             .map(ReadResourceResponse::Complete)
@@ -601,8 +739,7 @@ impl ServerHandler for Front {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
-        crate::gateway::authenticate(&self.gw, self.credential(&context.extensions))
-            .map_err(|e| McpError::invalid_request(e.to_string(), None))?;
+        let reachable = self.reachable(&context.extensions)?;
         let Some(hub) = self.gw.upstreams.clone() else {
             return Ok(ListPromptsResult::default());
         };
@@ -610,7 +747,8 @@ impl ServerHandler for Front {
             .list_prompts()
             .await
             .into_iter()
-            .map(|(_, prefix, mut p)| {
+            .filter(|(upstream, _, _)| reachable.contains(upstream))
+            .filter_map(|(_, prefix, mut p)| {
                 let named = p
                     .get("name")
                     .and_then(Value::as_str)
@@ -618,7 +756,7 @@ impl ServerHandler for Front {
                 if let (Some(n), Some(obj)) = (named, p.as_object_mut()) {
                     obj.insert("name".to_owned(), json!(n));
                 }
-                p
+                self.screened_value(p)
             })
             .collect();
         serde_json::from_value(json!({"prompts": prompts}))
@@ -630,18 +768,20 @@ impl ServerHandler for Front {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
-        crate::gateway::authenticate(&self.gw, self.credential(&context.extensions))
-            .map_err(|e| McpError::invalid_request(e.to_string(), None))?;
+        let reachable = self.reachable(&context.extensions)?;
         let Some(hub) = self.gw.upstreams.clone() else {
             return Err(McpError::invalid_params("no such prompt", None));
         };
-        let Some((upstream, name)) = hub.split(&request.name) else {
+        let Some((upstream, name)) = hub
+            .split(&request.name)
+            .filter(|(u, _)| reachable.contains(u))
+        else {
             return Err(McpError::invalid_params("no such prompt", None));
         };
         let value = hub
             .get_prompt(&upstream, name, request.arguments, Duration::from_secs(60))
             .await
-            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+            .map_err(|e| McpError::internal_error(self.screened(&e.to_string()), None))?;
         let screened = self.context_gate(&context.extensions, value).await?;
         serde_json::from_value(screened)
             .map(GetPromptResponse::Complete)

@@ -31,6 +31,8 @@ const BACKOFF_MAX: Duration = Duration::from_secs(30);
 const STABLE: Duration = Duration::from_secs(60);
 /// Initialization and listing must finish within this.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often a connected upstream's tools are listed again, notification or not.
+const RELIST: Duration = Duration::from_secs(60);
 /// Longest stderr line logged.
 const STDERR_LINE_MAX: usize = 1024;
 
@@ -51,6 +53,7 @@ pub(super) struct Link {
     tried: AtomicBool,
     tried_notify: tokio::sync::Notify,
     stop: tokio::sync::watch::Sender<bool>,
+    stopped: tokio::sync::watch::Sender<bool>,
     progress: Arc<Mutex<HashMap<ProgressToken, ProgressSink>>>,
 }
 
@@ -62,6 +65,7 @@ impl Link {
             tried: AtomicBool::new(false),
             tried_notify: tokio::sync::Notify::new(),
             stop: tokio::sync::watch::channel(false).0,
+            stopped: tokio::sync::watch::channel(false).0,
             progress: Arc::default(),
         })
     }
@@ -72,6 +76,10 @@ impl Link {
 
     pub(super) fn prefix(&self) -> &str {
         &self.spec.prefix
+    }
+
+    pub(super) fn call_timeout(&self) -> Duration {
+        self.spec.call_timeout
     }
 
     pub(super) fn status(&self) -> UpstreamStatus {
@@ -139,6 +147,12 @@ impl Link {
 
     pub(super) fn stop(&self) {
         let _ = self.stop.send(true);
+    }
+
+    /// Resolves once the supervisor has ended (its program stopped and cleaned up).
+    pub(super) async fn stopped(&self) {
+        let mut rx = self.stopped.subscribe();
+        let _ = rx.wait_for(|done| *done).await;
     }
 
     pub(super) async fn call(
@@ -381,6 +395,7 @@ pub(super) fn supervise(
             }
             backoff = (backoff * 2).min(BACKOFF_MAX);
         }
+        let _ = link.stopped.send(true);
     });
 }
 
@@ -479,11 +494,33 @@ async fn run_once(
         tools = link.state().tools.len(),
         "MCP upstream up"
     );
+    let closing = running.cancellation_token();
     let waiting = running.waiting();
     tokio::pin!(waiting);
+    // Listed again on `list_changed` and every RELIST as well: an upstream that changes a
+    // descriptor without saying so is caught too.
+    let mut every = tokio::time::interval(RELIST);
+    every.tick().await;
     let ended = loop {
         tokio::select! {
             r = &mut waiting => break r.map(|_| ()).map_err(|e| e.to_string()),
+            _ = every.tick() => {
+                match list(&peer).await {
+                    Ok(tools) => {
+                        let changed_now = {
+                            let mut s = link.state();
+                            let differs = s.tools != tools;
+                            s.tools = tools;
+                            differs
+                        };
+                        if changed_now {
+                            tracing::warn!(upstream = name, "MCP upstream's tools changed without a list_changed notification");
+                            let _ = changed.send(name.clone());
+                        }
+                    }
+                    Err(e) => tracing::warn!(upstream = name, error = e, "relisting tools failed"),
+                }
+            }
             Some(()) = relist.recv() => {
                 match list(&peer).await {
                     Ok(tools) => {
@@ -494,13 +531,22 @@ async fn run_once(
                     Err(e) => tracing::warn!(upstream = name, error = e, "relisting tools failed"),
                 }
             }
-            _ = stop.changed() => break Ok(()),
+            _ = stop.changed() => {
+                // Close the session first: its transport holds the program's stdin.
+                closing.cancel();
+                let _ = tokio::time::timeout(Duration::from_secs(5), &mut waiting).await;
+                break Ok(());
+            }
         }
     };
     // The connection is over: the stdio program is stopped by its launcher (stdin closed).
     if let Some((mut child, cleanup)) = session_child {
-        let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
-        drop(cleanup);
+        let exited = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+        if matches!(exited, Ok(Ok(_))) {
+            cleanup.now().await;
+        } else {
+            drop(cleanup);
+        }
     }
     ended
 }

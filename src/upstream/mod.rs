@@ -140,6 +140,19 @@ pub enum CallError {
     /// It answered with a protocol error, or the connection broke.
     #[error("the upstream `{0}` failed the call: {1}")]
     Failed(String, String),
+    /// The caller cancelled the call; the upstream was told.
+    #[error("the call to the upstream `{0}` was cancelled by the caller")]
+    Cancelled(String),
+}
+
+/// What a forwarded call reports back besides its result: progress, and the caller's
+/// cancellation.
+#[derive(Default)]
+pub struct CallHooks {
+    /// Where the upstream's progress goes.
+    pub progress: Option<ProgressSink>,
+    /// Completes when the caller cancels the call.
+    pub cancelled: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
 }
 
 /// One upstream's state, for `/readyz` and `GET /v1/mcp/upstreams`.
@@ -270,7 +283,9 @@ impl Hub {
         let link = self.links.get(upstream).ok_or_else(|| {
             CallError::Unavailable(upstream.to_owned(), "not configured".to_owned())
         })?;
-        link.call(tool, arguments, timeout, progress).await
+        // The upstream's own bound applies too (`call_timeout_ms`).
+        link.call(tool, arguments, timeout.min(link.call_timeout()), progress)
+            .await
     }
 
     /// Every upstream's resources, as `(upstream, resource)` JSON objects.
@@ -331,10 +346,15 @@ impl Hub {
         })
     }
 
-    /// Stops every upstream (their sessions end; stdio programs are stopped).
-    pub fn shutdown(&self) {
+    /// Stops every upstream (their sessions end; stdio programs are stopped and cleaned
+    /// up), waiting at most `wait`.
+    pub async fn shutdown(&self, wait: Duration) {
         for link in self.links.values() {
             link.stop();
+        }
+        let end = tokio::time::Instant::now() + wait;
+        for link in self.links.values() {
+            let _ = tokio::time::timeout_at(end, link.stopped()).await;
         }
     }
 }

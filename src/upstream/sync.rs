@@ -103,6 +103,17 @@ fn place_one(
         tool: d.name.clone(),
         why,
     };
+    let plain = !d.name.is_empty()
+        && d.name.len() <= 128
+        && !d.name.starts_with('.')
+        && d.name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if !plain {
+        return hidden(
+            "its name is not 1 to 128 of [A-Za-z0-9_.-] (the MCP tool-name rule)".to_owned(),
+        );
+    }
     if entry.and_then(|e| e.expose) == Some(false) {
         return hidden("its overlay entry says `\"expose\": false`".to_owned());
     }

@@ -543,6 +543,27 @@ fn every_case(front: &Front, d: &Deps, s: &Setup) {
     assert_eq!(text(&r), "Echo: hi there", "{r}");
     let r = c.call("web.echo", json!({"message": "over http"}));
     assert_eq!(text(&r), "Echo: over http", "{r}");
+    // Resources pass through, from the upstream that listed them, through the context gate.
+    let id = c.send(json!({"op": "list_resources"}));
+    let listed = c.answer(id, Duration::from_secs(30));
+    let uri = listed["resources"]
+        .as_array()
+        .and_then(|r| r.iter().find_map(|r| r["uri"].as_str()))
+        .unwrap_or_else(|| panic!("no resources: {listed}"))
+        .to_owned();
+    let id = c.send(json!({"op": "read_resource", "uri": uri}));
+    let read = c.answer(id, Duration::from_secs(30));
+    assert!(!read["contents"].as_array().unwrap().is_empty(), "{read}");
+    let id = c.send(json!({"op": "read_resource", "uri": "file:///etc/passwd"}));
+    let until = Instant::now() + Duration::from_secs(30);
+    let refused = loop {
+        let v = c.recv(until);
+        if v.get("id") == Some(&json!(id)) {
+            break v;
+        }
+        c.events.push(v);
+    };
+    assert_eq!(refused["ok"], false, "an unlisted URI was read: {refused}");
     let r = c.call("git.git_status", json!({"repo_path": "."}));
     assert_ne!(r["isError"], true, "{r}");
     // A denied call is an error result with the reason; traversal through the filesystem
@@ -712,8 +733,53 @@ fn the_gateway_over_streamable_http() {
         "wrong-token",
         Some(json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})),
     );
-    assert_eq!(r["error"], "unauthenticated", "{r}");
+    assert_eq!(r["decision"], "deny", "{r}");
+    assert_eq!(r["stage"], "auth", "{r}");
+    // A session belongs to the principal that opened it.
+    let agent = ureq::Agent::new_with_config(
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(30)))
+            .build(),
+    );
+    let url = format!("http://127.0.0.1:{}/mcp", s.port);
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}});
+    let resp = agent
+        .post(&url)
+        .header("authorization", "Bearer demo-dev-token")
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .send(init.to_string())
+        .unwrap();
+    let session = resp
+        .headers()
+        .get("mcp-session-id")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let other = agent
+        .post(&url)
+        .header("authorization", "Bearer demo-sre-token")
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .send(list.to_string())
+        .unwrap();
+    assert_eq!(
+        other.status().as_u16(),
+        404,
+        "another principal used a session"
+    );
     every_case(&front, &d, &s);
+    // The upstream's stderr was logged, screened: the token it printed is masked.
+    let log = std::fs::read_to_string(s.root.join("serve.log")).unwrap();
+    assert!(log.contains("debug: using github token"), "{log}");
+    assert!(!log.contains("ghp_A1b2C3d4"), "stderr logged unscreened");
 }
 
 #[test]

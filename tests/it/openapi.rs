@@ -585,12 +585,70 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 
 /// Documented answers the scenario does not provoke, and why. Kept exact: exercising one of
 /// them, or documenting a new status, fails the test until this list says so.
-const NOT_EXERCISED: &[(&str, &str, u16, &str)] = &[(
-    "POST",
-    "/v1/grants",
-    409,
-    "too_many_grants needs 1000 grants alive: minutes of audited links",
-)];
+const NOT_EXERCISED: &[(&str, &str, u16, &str)] = &[
+    (
+        "POST",
+        "/v1/grants",
+        409,
+        "too_many_grants needs 1000 grants alive: minutes of audited links",
+    ),
+    // The MCP transport's answers to real MCP clients (SSE streams, sessions) and the
+    // descriptor approvals of real upstreams: tests/it/mcp.rs drives them.
+    (
+        "POST",
+        "/mcp",
+        200,
+        "an MCP client's exchange: tests/it/mcp.rs",
+    ),
+    (
+        "POST",
+        "/mcp",
+        202,
+        "an MCP client's notification: tests/it/mcp.rs",
+    ),
+    (
+        "POST",
+        "/mcp",
+        400,
+        "a malformed JSON-RPC message under the SDK",
+    ),
+    ("POST", "/mcp", 404, "an ended session: tests/it/mcp.rs"),
+    ("POST", "/mcp", 413, "the SDK's own body limit"),
+    ("POST", "/mcp", 415, "the SDK's media-type check"),
+    (
+        "GET",
+        "/mcp",
+        200,
+        "an MCP client's stream: tests/it/mcp.rs",
+    ),
+    ("GET", "/mcp", 400, "a stream without a session"),
+    ("GET", "/mcp", 404, "an ended session"),
+    (
+        "DELETE",
+        "/mcp",
+        202,
+        "an MCP client closing: tests/it/mcp.rs",
+    ),
+    ("DELETE", "/mcp", 404, "an ended session"),
+    (
+        "POST",
+        "/v1/mcp/descriptors/approve",
+        200,
+        "needs a changed upstream descriptor: tests/it/mcp.rs",
+    ),
+    (
+        "POST",
+        "/v1/mcp/descriptors/approve",
+        409,
+        "needs an MCP upstream: tests/it/mcp.rs",
+    ),
+    (
+        "POST",
+        "/v1/mcp/descriptors/approve",
+        503,
+        "a store failure while approving",
+    ),
+];
 
 #[test]
 fn every_documented_operation_answers_as_the_document_says() {
@@ -643,7 +701,8 @@ fn every_documented_operation_answers_as_the_document_says() {
 
     // Bodies no route takes: malformed JSON, another media type, over `max_body_bytes`.
     for (method, path) in documented_operations(&s.spec) {
-        if method != "POST" {
+        // `/mcp` is the MCP SDK's transport, driven by real MCP clients in tests/it/mcp.rs.
+        if method != "POST" || path == "/mcp" {
             continue;
         }
         let uri = path.replace("{id}", "x").replace("{gate}", "input");
@@ -1222,6 +1281,24 @@ fn every_documented_operation_answers_as_the_document_says() {
     s.port = server.port;
     s.ask(409, "POST", switch, Some(ALICE), Some(json!({"on": false})));
     s.ask(200, "GET", "/readyz", None, None);
+    // MCP: the transport refuses a client that does not take both JSON and SSE; no token is
+    // a recorded 401; descriptor reviews are for humans.
+    s.ask(401, "POST", "/mcp", None, Some(json!({})));
+    s.ask(406, "POST", "/mcp", Some(DEV), Some(json!({})));
+    s.ask(406, "GET", "/mcp", Some(DEV), None);
+    s.ask(401, "GET", "/mcp", None, None);
+    s.ask(400, "DELETE", "/mcp", Some(DEV), None);
+    s.ask(401, "DELETE", "/mcp", None, None);
+    s.ask(200, "GET", "/v1/mcp/descriptors", Some(ALICE), None);
+    s.ask(403, "GET", "/v1/mcp/descriptors", Some(DEV), None);
+    let approve = "/v1/mcp/descriptors/approve";
+    let ask = json!({"tool": "echo", "pin": "sha256:00", "reason": "reviewed"});
+    let not_mcp = s.ask(404, "POST", approve, Some(ALICE), Some(ask));
+    assert_eq!(not_mcp["error"], "not_an_mcp_tool", "{not_mcp}");
+    let empty = json!({"tool": "echo", "pin": "sha256:00", "reason": " "});
+    s.ask(400, "POST", approve, Some(ALICE), Some(empty));
+    let agent = json!({"tool": "echo", "pin": "sha256:00", "reason": "x"});
+    s.ask(403, "POST", approve, Some(DEV), Some(agent));
     // No `[exec]`: execution is off.
     let off = s.ask(503, "POST", "/v1/execute", Some(DEV), Some(echo.clone()));
     assert_eq!(off["error"]["code"], "execution_off", "{off}");

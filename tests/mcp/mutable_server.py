@@ -175,6 +175,8 @@ server: Server[Any] = Server(
 async def main() -> None:
     _write_pid()
     _log(f"pid {os.getpid()} state dir {STATE_DIR}")
+    # A careless server logging a credential: toolgate screens stderr before logging it.
+    _log(f"debug: using github token {FAKE_GH_TOKEN}")
     options = server.create_initialization_options(NotificationOptions(tools_changed=True))
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, options)
