@@ -29,6 +29,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("usage: mcp_overhead DIRECT_URL TOOLGATE_URL TOKEN [CALLS]".into());
     };
     let calls: usize = args.get(4).map_or(Ok(2000), |s| s.parse())?;
+    // reqwest under rmcp uses rustls without a default provider: ring, as toolgate does.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let direct_client = ()
         .serve(StreamableHttpClientTransport::from_config(
             StreamableHttpClientTransportConfig::with_uri(direct.clone()),

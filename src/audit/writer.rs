@@ -209,6 +209,26 @@ impl Audit {
             .map(|_| ())
     }
 
+    /// Appends the record of something already done (a forwarded call's result): queued
+    /// behind the records before it and stored with the writer's next batch, so every later
+    /// record's flush covers it, without the caller waiting for its own flush. While the store
+    /// is failing or the queue is long, it waits as [`Audit::record`] does.
+    pub async fn record_after(&self, entry: Entry) -> Result<(), StoreError> {
+        if self.durability == Durability::Off {
+            return Ok(());
+        }
+        if !self.gauges.failing.load(Ordering::Relaxed)
+            && self.gauges.queued.load(Ordering::Relaxed) < MAX_UNACKED
+        {
+            return self.send(Job::one(entry, None));
+        }
+        let (ack, done) = tokio::sync::oneshot::channel();
+        self.send(Job::one(entry, Some(ack)))?;
+        done.await
+            .map_err(|_| StoreError("the audit writer stopped".to_owned()))?
+            .map(|_| ())
+    }
+
     /// Records `entries` and applies `effects` (state changes they attest) together: both
     /// are stored, durably whatever the mode, before this returns, or neither is. Returns the
     /// last entry's sequence number (0 when the log is off: the effects are applied alone).

@@ -489,12 +489,22 @@ pub(super) async fn screen_output(
     let Some(gates) = state.gates.clone() else {
         return Err(Error::GatesUnavailable);
     };
-    let (screened, stderr) = super::gates::off_workers(move || {
+    let small = text_bytes(&value) + stderr.as_ref().map_or(0, String::len) <= INLINE_SCAN_BYTES;
+    let scan = move || {
         let out = super::results::screen(&gates, schema_errors, fields.as_ref(), cap, value);
         let err = stderr.map(|s| gates.screen(crate::redact::Gate::Output, &Value::String(s)));
         (out, err)
-    })
-    .await?;
+    };
+    // A small output is screened in place (microseconds); a large one on the blocking pool.
+    // Either way a scan that panics is refused (fail closed).
+    let (screened, stderr) = if small {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(scan)).map_err(|_| {
+            tracing::error!("content scan failed; refusing to answer");
+            Error::GatesUnavailable
+        })?
+    } else {
+        super::gates::off_workers(scan).await?
+    };
     state.metrics.gate(
         crate::redact::Gate::Output.as_str(),
         screened.decision.as_str(),
@@ -504,6 +514,19 @@ pub(super) async fn screen_output(
         _ => String::new(),
     };
     Ok((verdict(screened), stderr))
+}
+
+/// Outputs up to this many bytes of text are screened on the calling task.
+const INLINE_SCAN_BYTES: usize = 16 * 1024;
+
+/// The bytes of text (strings and keys) in `v`, without serializing it.
+fn text_bytes(v: &Value) -> usize {
+    match v {
+        Value::String(s) => s.len(),
+        Value::Array(items) => items.iter().map(text_bytes).sum(),
+        Value::Object(m) => m.iter().map(|(k, v)| k.len() + text_bytes(v)).sum(),
+        _ => 8,
+    }
 }
 
 /// Sets a run's record to its status and reasons (the failure's code, then what the output

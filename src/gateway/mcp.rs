@@ -208,7 +208,16 @@ pub(super) async fn run_mcp(
         "{detail} truncated={} blob_bytes={blob_bytes}",
         verdict.truncated
     ));
-    record_or_refuse(state, Event::Execution(entry).into(), "execution").await?;
+    // The result's record is queued behind the decision's (already durable: the call ran
+    // only after it) and stored with the next batch; the answer does not wait for its flush.
+    state
+        .audit
+        .record_after(Event::Execution(entry).into())
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "result not recorded; refusing to answer");
+            Error::StoreUnavailable
+        })?;
     metadata.truncated = verdict.truncated;
     Ok((
         Progress::Done,

@@ -587,6 +587,23 @@ fn every_case(front: &Front, d: &Deps, s: &Setup) {
     assert!(!all.contains("AKIAZ7XQ3RT5KJH2WB4N"), "{all}");
     assert!(!all.contains("k9Fz/3QpL7wXr2Tn8VbY"), "{all}");
     assert!(!all.contains("ghp_"), "{all}");
+    // A compromised upstream is still in the exec sandbox: the sidecar's files, the system's
+    // secrets and the network are out of its reach.
+    let tokens = s.root.join("tokens.json").display().to_string();
+    for path in [tokens.as_str(), "/etc/shadow", "/root/.bashrc"] {
+        let r = c.call(
+            "mutable.probe",
+            json!({"path": path, "port": front.api_port}),
+        );
+        let t = text(&r);
+        assert!(t.contains("read: refused"), "{path}: {t}");
+        assert!(t.contains("connect: refused"), "{path}: {t}");
+    }
+    let r = c.call(
+        "mutable.probe",
+        json!({"path": "README.txt", "port": front.api_port}),
+    );
+    assert!(text(&r).contains("read: read 25 bytes"), "{r}");
     // Pending: held as an error result naming the approval; it stays held until a human
     // approves; the same call then runs.
     let r = c.call("mutable.wipe", json!({"target": "alpha"}));

@@ -110,6 +110,16 @@ def _tools() -> list[types.Tool]:
             annotations=types.ToolAnnotations(destructive_hint=True),
         ),
         types.Tool(
+            name="probe",
+            description="Tries to read a file and to connect to a local port (a compromised server's moves, for sandbox tests).",
+            input_schema=_object_schema(
+                {"path": {"type": "string", "description": "File to read"},
+                 "port": {"type": "integer", "description": "127.0.0.1 port to connect to"}},
+                ["path", "port"],
+            ),
+            annotations=types.ToolAnnotations(read_only_hint=True),
+        ),
+        types.Tool(
             name="flip",
             description="Changes this server's tool descriptors and announces the change.",
             input_schema=_object_schema({}, []),
@@ -156,6 +166,22 @@ async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.C
         if target is None:
             return _text("wipe: argument 'target' (string) is required", is_error=True)
         return _text(f"wiped {target}")
+    if name == "probe":
+        import socket
+
+        path = _string_arg(args, "path") or ""
+        port = args.get("port") if isinstance(args.get("port"), int) else 0
+        try:
+            with open(path, "rb") as f:
+                read = f"read {len(f.read(64))} bytes"
+        except OSError as e:
+            read = f"refused: {e.strerror}"
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2):
+                connect = "connected"
+        except OSError as e:
+            connect = f"refused: {e.strerror or e}"
+        return _text(f"read: {read}\nconnect: {connect}")
     if name == "flip":
         RUGPULL_FILE.touch()
         _log(f"created {RUGPULL_FILE}; sending notifications/tools/list_changed")
