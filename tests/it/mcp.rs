@@ -543,6 +543,20 @@ fn every_case(front: &Front, d: &Deps, s: &Setup) {
     assert_eq!(text(&r), "Echo: hi there", "{r}");
     let r = c.call("web.echo", json!({"message": "over http"}));
     assert_eq!(text(&r), "Echo: over http", "{r}");
+    // Progress passes through to the client's progress token.
+    let id = c.send(
+        json!({"op": "call_tool", "name": "everything.trigger-long-running-operation",
+        "arguments": {"duration": 1, "steps": 2}, "progress": true, "timeout_s": 60}),
+    );
+    let r = c.answer(id, Duration::from_secs(60));
+    assert!(text(&r).contains("completed"), "{r}");
+    let progress: Vec<&Value> = c
+        .events
+        .iter()
+        .filter(|e| e["event"] == "progress")
+        .collect();
+    assert!(!progress.is_empty(), "no progress: {:?}", c.events);
+    c.events.retain(|e| e["event"] != "progress");
     // Resources pass through, from the upstream that listed them, through the context gate.
     let id = c.send(json!({"op": "list_resources"}));
     let listed = c.answer(id, Duration::from_secs(30));
