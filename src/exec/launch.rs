@@ -294,7 +294,15 @@ fn supervise(spec: &LaunchSpec, out: &mut Outcome) -> Result<(), String> {
             break;
         }
     }
-    // Deadline or cancellation: TERM everyone, KILL after the grace period.
+    // Deadline or cancellation.
+    stop(spec, me, &mut reaper, out);
+    Ok(())
+}
+
+/// TERM to every process of the call, KILL after the grace period (by `finish`), every one
+/// reaped; the program's status recorded.
+fn stop(spec: &LaunchSpec, me: Pid, reaper: &mut Reaper, out: &mut Outcome) {
+    let pid = reaper.pid;
     signal(pid, &members(spec, me), Signal::TERM);
     let grace_end = Instant::now() + Duration::from_millis(spec.grace_ms);
     out.killed = true;
@@ -307,11 +315,10 @@ fn supervise(spec: &LaunchSpec, out: &mut Outcome) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(5));
     }
     // Still running after the grace period: `finish` KILLs.
-    finish(spec, me, pid, &mut reaper);
+    finish(spec, me, pid, reaper);
     if let Some(s) = reaper.status {
         record(out, s);
     }
-    Ok(())
 }
 
 /// A session: a thread passes the launcher's stdin on to the program until it ends; the
@@ -374,21 +381,7 @@ fn session(
             Err(e) => return Err(format!("poll failed: {e}")),
         }
     }
-    signal(pid, &members(spec, me), Signal::TERM);
-    let grace_end = Instant::now() + Duration::from_millis(spec.grace_ms);
-    out.killed = true;
-    while Instant::now() < grace_end {
-        reaper.reap();
-        if reaper.status.is_some() && members(spec, me).is_empty() {
-            out.killed = false;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    finish(spec, me, pid, &mut reaper);
-    if let Some(s) = reaper.status {
-        record(out, s);
-    }
+    stop(spec, me, &mut reaper, out);
     Ok(())
 }
 

@@ -705,25 +705,7 @@ impl Runner {
     ) -> Result<run::Ran, ExecError> {
         let ex = &job.ex;
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
-        let scratch = self.scratch.join(n.to_string());
-        std::fs::create_dir_all(&scratch)
-            .map_err(|e| ExecError::Setup(format!("scratch directory: {e}")))?;
-        if let Some(who) = self.run_as {
-            std::os::unix::fs::chown(&scratch, Some(who.uid), Some(who.gid))
-                .map_err(|e| ExecError::Setup(format!("scratch directory: {e}")))?;
-        }
-        let cg = match &self.cgroups {
-            Some(c) => Some(
-                c.make(
-                    n,
-                    ex.limits
-                        .processes
-                        .unwrap_or(self.settings.limits.processes),
-                )
-                .map_err(|e| ExecError::Setup(format!("cgroup: {e}")))?,
-            ),
-            None => None,
-        };
+        let (scratch, cg) = self.room(n, &n.to_string(), ex.limits.processes)?;
         let sandbox = job.sandbox.clone().map(|mut sb| {
             sb.write.push(scratch.clone());
             sb
@@ -754,6 +736,31 @@ impl Runner {
         })
         .await;
         ran.map_err(|e| ExecError::Setup(e.to_string()))
+    }
+
+    /// A fresh scratch directory (`name`, owned by the run's user) and, where cgroups can be
+    /// made, pids cgroup `n` bounded to `processes` (else `[exec.limits]`).
+    fn room(
+        &self,
+        n: u64,
+        name: &str,
+        processes: Option<u64>,
+    ) -> Result<(PathBuf, Option<PathBuf>), ExecError> {
+        let scratch = self.scratch.join(name);
+        std::fs::create_dir_all(&scratch)
+            .map_err(|e| ExecError::Setup(format!("scratch directory: {e}")))?;
+        if let Some(who) = self.run_as {
+            std::os::unix::fs::chown(&scratch, Some(who.uid), Some(who.gid))
+                .map_err(|e| ExecError::Setup(format!("scratch directory: {e}")))?;
+        }
+        let cg = match &self.cgroups {
+            Some(c) => Some(
+                c.make(n, processes.unwrap_or(self.settings.limits.processes))
+                    .map_err(|e| ExecError::Setup(format!("cgroup: {e}")))?,
+            ),
+            None => None,
+        };
+        Ok((scratch, cg))
     }
 
     /// The program's whole environment: the allowlisted variables from the sidecar's, over

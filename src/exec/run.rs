@@ -100,6 +100,22 @@ pub enum RunError {
     },
 }
 
+/// The launcher at `launcher`, as every run and session starts it: a cleared environment,
+/// the three pipes, a process group of its own.
+pub(super) fn launcher_command(launcher: &Path) -> Command {
+    let mut c = Command::new(launcher);
+    c.arg(SUBCOMMAND)
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        // Never killed on drop: a SIGKILLed launcher cannot clean up. Closing its stdin is
+        // what tells it to stop, and it then ends the run itself.
+        .kill_on_drop(false);
+    c
+}
+
 /// Runs `spec` under the launcher at `launcher`, keeping `head`/`tail` bytes of stdout. When
 /// `cancel` resolves, the spec pipe is closed, which tells the launcher to stop the run; its
 /// outcome is still awaited, so the run is over (every process reaped) when this returns.
@@ -111,16 +127,7 @@ pub async fn run(
     cancel: impl std::future::Future<Output = ()>,
 ) -> Result<Ran, RunError> {
     let started = Instant::now();
-    let mut child = Command::new(launcher)
-        .arg(SUBCOMMAND)
-        .env_clear()
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        // Never killed on drop: a SIGKILLed launcher cannot clean up. Dropping its pipe
-        // (with this future) is what tells it to stop, and it then ends the run itself.
-        .kill_on_drop(false)
+    let mut child = launcher_command(launcher)
         .spawn()
         .map_err(|source| RunError::Launcher {
             path: launcher.display().to_string(),

@@ -4,14 +4,13 @@
 //! the program (end of file, then TERM and KILL after the grace period) and reports.
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use tokio::io::AsyncWriteExt;
-use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 
-use super::launch::{LaunchSpec, SUBCOMMAND};
+use super::launch::LaunchSpec;
 use super::{ExecError, Runner, cgroup};
 use crate::tools::{Access, LimitOverrides};
 
@@ -101,25 +100,7 @@ impl Runner {
             .map_err(|e| ExecError::Setup(format!("working directory `{}`: {e}", spec.cwd)))?;
         let sandbox = self.plan(&spec.access).await?;
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
-        let scratch = self.scratch.join(format!("session-{n}"));
-        std::fs::create_dir_all(&scratch)
-            .map_err(|e| ExecError::Setup(format!("scratch directory: {e}")))?;
-        if let Some(who) = self.run_as {
-            std::os::unix::fs::chown(&scratch, Some(who.uid), Some(who.gid))
-                .map_err(|e| ExecError::Setup(format!("scratch directory: {e}")))?;
-        }
-        let cg = match &self.cgroups {
-            Some(c) => Some(
-                c.make(
-                    n,
-                    spec.limits
-                        .processes
-                        .unwrap_or(self.settings.limits.processes),
-                )
-                .map_err(|e| ExecError::Setup(format!("cgroup: {e}")))?,
-            ),
-            None => None,
-        };
+        let (scratch, cg) = self.room(n, &format!("session-{n}"), spec.limits.processes)?;
         let cleanup = Cleanup {
             cgroup: cg.clone(),
             scratch: scratch.clone(),
@@ -159,14 +140,7 @@ impl Runner {
             probe: false,
             session: true,
         };
-        let mut child = Command::new(&self.launcher)
-            .arg(SUBCOMMAND)
-            .env_clear()
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(false)
+        let mut child = super::run::launcher_command(&self.launcher)
             .spawn()
             .map_err(|e| ExecError::Setup(format!("cannot start the launcher: {e}")))?;
         let (Some(mut stdin), Some(stdout), Some(stderr)) =

@@ -233,17 +233,26 @@ impl Link {
     ) -> Result<Value, CallError> {
         let peer = self.peer()?;
         let params = ReadResourceRequestParams::new(uri.to_owned());
-        let r = tokio::time::timeout(timeout, peer.read_resource(params))
+        self.bounded(timeout, peer.read_resource(params)).await
+    }
+
+    /// A request's answer as JSON, within `timeout`.
+    async fn bounded<T: serde::Serialize>(
+        &self,
+        timeout: Duration,
+        asked: impl std::future::Future<Output = Result<T, rmcp::service::ServiceError>>,
+    ) -> Result<Value, CallError> {
+        let name = || self.spec.name.clone();
+        let answer = tokio::time::timeout(timeout, asked)
             .await
             .map_err(|_| {
                 CallError::Timeout(
-                    self.spec.name.clone(),
+                    name(),
                     u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
                 )
             })?
-            .map_err(|e| CallError::Failed(self.spec.name.clone(), e.to_string()))?;
-        serde_json::to_value(r)
-            .map_err(|e| CallError::Failed(self.spec.name.clone(), e.to_string()))
+            .map_err(|e| CallError::Failed(name(), e.to_string()))?;
+        serde_json::to_value(answer).map_err(|e| CallError::Failed(name(), e.to_string()))
     }
 
     pub(super) async fn list_prompts(&self) -> Vec<Value> {
@@ -268,17 +277,7 @@ impl Link {
         let peer = self.peer()?;
         let mut params = GetPromptRequestParams::new(prompt.to_owned());
         params.arguments = arguments;
-        let r = tokio::time::timeout(timeout, peer.get_prompt(params))
-            .await
-            .map_err(|_| {
-                CallError::Timeout(
-                    self.spec.name.clone(),
-                    u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-                )
-            })?
-            .map_err(|e| CallError::Failed(self.spec.name.clone(), e.to_string()))?;
-        serde_json::to_value(r)
-            .map_err(|e| CallError::Failed(self.spec.name.clone(), e.to_string()))
+        self.bounded(timeout, peer.get_prompt(params)).await
     }
 }
 
