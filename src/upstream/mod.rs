@@ -1,6 +1,6 @@
 //! MCP upstreams: the real MCP servers behind toolgate's MCP gateway (`[[mcp.upstreams]]`).
 //!
-//! Each upstream is kept connected by a supervisor of its own ([`link`]): a stdio upstream is
+//! Each upstream is kept connected by a supervisor of its own (`link`): a stdio upstream is
 //! started inside the exec sandbox (jailed working directory, rlimits, pids cgroup, no network
 //! unless declared) as a long-lived launcher session; a streamable-HTTP upstream is reached
 //! at its URL. The supervisor lists the upstream's tools (again on
