@@ -29,6 +29,12 @@ pub fn run(args: &SchemaArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
     };
+    // What the schema leaves out, as `validate` reports it: policies cannot read these.
+    for tool in tools.values() {
+        for (message, help) in tool.blind_spots() {
+            eprintln!("warning: {message}\n  help: {help}");
+        }
+    }
     let text = schema_gen::generate(tools.values());
     let path = args.schemas.join(schema_gen::SCHEMA_FILE);
     let current = std::fs::read_to_string(&path).ok();

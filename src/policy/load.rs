@@ -107,6 +107,7 @@ pub fn build_with(inputs: Inputs, cache: &mut LoadCache) -> Result<Loaded, LoadE
     } = parse_policies(&policies, cache, &mut problems);
     if let Some((schema, key)) = &schema {
         validate_files(schema, *key, &files, cache, &mut problems);
+        explain_untyped(&tools, &mut problems);
     }
     check_template_scopes(&set, &tools, &files, &mut problems);
     let schema = schema.map(|(s, _)| s);
@@ -147,6 +148,42 @@ pub fn build_with(inputs: Inputs, cache: &mut LoadCache) -> Result<Loaded, LoadE
 }
 
 /// Every template may give tool actions only (see [`template_scope_problem`]).
+/// A policy that reads an argument its tool declares but Cedar cannot type gets Cedar's
+/// "not found" (with a guess at another name): say instead that the argument is untyped, why,
+/// and how to type it.
+fn explain_untyped(tools: &BTreeMap<String, Tool>, problems: &mut [Problem]) {
+    for p in problems.iter_mut() {
+        let Some(rest) = p.message.split("attribute `args.").nth(1) else {
+            continue;
+        };
+        let Some((arg, rest)) = rest.split_once('`') else {
+            continue;
+        };
+        let Some(tool) = rest
+            .split("Action::\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .and_then(|name| tools.get(name))
+        else {
+            continue;
+        };
+        let arg = arg.split('.').next().unwrap_or(arg);
+        let Some(sub) = tool
+            .input_schema
+            .get("properties")
+            .and_then(|props| props.get(arg))
+        else {
+            continue;
+        };
+        if let Some(why) = crate::tools::untyped_reason(sub, &tool.input_schema) {
+            p.help = Some(format!(
+                "`{arg}` is an argument of `{}`, but untyped for policies: {why}; give it a type Cedar can express (string, integer, number, boolean, array, object; optional as `anyOf` with null)",
+                tool.name
+            ));
+        }
+    }
+}
+
 fn check_template_scopes(
     set: &PolicySet,
     tools: &BTreeMap<String, Tool>,

@@ -208,6 +208,7 @@ fn write_type(out: &mut String, ty: &CedarType, depth: usize) {
     match ty {
         CedarType::String => out.push_str("String"),
         CedarType::Long => out.push_str("Long"),
+        CedarType::Decimal => out.push_str("decimal"),
         CedarType::Bool => out.push_str("Bool"),
         CedarType::Set(inner) => {
             out.push_str("Set<");

@@ -12,7 +12,7 @@ mod fields;
 mod manifest;
 pub mod strict_json;
 
-pub use args::{ArgError, CedarType, RecordAttr};
+pub use args::{ArgError, CedarType, RecordAttr, untyped_reason};
 pub use builtin::Builtin;
 pub use executor::{
     Access, CompileError, DEFAULT_PROGRAMS, Executor, GitSpec, Keep, LimitOverrides, Parser,
@@ -138,11 +138,17 @@ impl Tool {
             .get("properties")
             .and_then(Value::as_object)
         {
-            for name in props.keys() {
+            for (name, sub) in props {
                 if !self.args_type.iter().any(|a| &a.name == name) {
+                    let why = args::untyped_reason(sub, &self.input_schema).unwrap_or_else(|| {
+                        "its name cannot be written in a Cedar schema".to_owned()
+                    });
                     out.push((
-                        format!("argument `{name}` of `{}` cannot be read by policies", self.name),
-                        "give it a type Cedar can express (string, integer, boolean, array, object)".to_owned(),
+                        format!(
+                            "argument `{name}` of `{}` is untyped for policies: {why}",
+                            self.name
+                        ),
+                        "give it a type Cedar can express (string, integer, number, boolean, array, object; optional as `anyOf` with null; local `$ref`s)".to_owned(),
                     ));
                 }
             }

@@ -63,4 +63,5 @@ mod review;
 mod server;
 mod slicing;
 mod stream;
+mod typing;
 mod webhook;

@@ -195,7 +195,7 @@ fn manifests_whose_arguments_policies_cannot_see_load_with_a_warning() {
     let text: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
     assert!(
         text.iter()
-            .any(|w| w.contains("argument `ratio` of `echo` cannot be read by policies")),
+            .any(|w| w.contains("argument `ratio` of `echo` is untyped for policies")),
         "{text:?}"
     );
     assert!(
@@ -216,7 +216,8 @@ fn manifests_whose_arguments_policies_cannot_see_load_with_a_warning() {
 fn with_blind_spots() -> TempSet {
     let set = TempSet::new();
     set.edit_manifest("echo", |m| {
-        m["inputSchema"]["properties"]["ratio"] = json!({"type": "number"});
+        m["inputSchema"]["properties"]["ratio"] =
+            json!({"anyOf": [{"type": "string"}, {"type": "integer"}]});
         m["inputSchema"]
             .as_object_mut()
             .unwrap()
