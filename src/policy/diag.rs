@@ -88,16 +88,26 @@ impl Problem {
     }
 
     fn one(file: &Path, text: &str, diag: &dyn Diagnostic, level: Level) -> Self {
-        let mut p = Problem::in_file(
-            file,
-            one_line(&diag.to_string()),
-            diag.help().map(|h| h.to_string()),
-        );
+        // The causes say what the headline does not ("error during entity deserialization":
+        // which entity, which attribute).
+        let mut message = diag.to_string();
+        let mut cause = std::error::Error::source(diag);
+        while let Some(c) = cause {
+            let more = c.to_string();
+            if !message.contains(&more) {
+                message = format!("{message}: {more}");
+            }
+            cause = c.source();
+        }
+        let mut p = Problem::in_file(file, one_line(&message), diag.help().map(|h| h.to_string()));
         p.level = level;
         let first = diag.labels().and_then(|mut l| l.next());
         match first {
             Some(label) => p.with_span(text, label.offset(), label.len()),
-            None => p,
+            None => match entity_offset(text, &message) {
+                Some(offset) => p.with_span(text, offset, 0),
+                None => p,
+            },
         }
     }
 
@@ -203,6 +213,27 @@ fn summary(problems: &[Problem]) -> String {
 
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Where in an entities file the entity a message names (`Agent::"dev-agent"`) is declared:
+/// the offset of its `"id": "dev-agent"`.
+fn entity_offset(text: &str, message: &str) -> Option<usize> {
+    let id = message.split("::\"").nth(1)?.split('"').next()?;
+    let quoted = format!("\"{id}\"");
+    let mut from = 0;
+    while let Some(at) = text.get(from..)?.find(&quoted) {
+        let pos = from + at;
+        let key = text
+            .get(..pos)?
+            .trim_end()
+            .strip_suffix(':')
+            .map(str::trim_end);
+        if key.is_some_and(|k| k.ends_with("\"id\"")) {
+            return Some(pos);
+        }
+        from = pos + quoted.len();
+    }
+    None
 }
 
 fn line_col(text: &str, offset: usize) -> (usize, usize) {

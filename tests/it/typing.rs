@@ -179,3 +179,25 @@ fn reading_an_untyped_argument_says_it_is_untyped() {
     );
     assert!(!err.contains("did you mean"), "{err}");
 }
+
+#[test]
+fn an_entity_error_names_the_entity_the_attribute_and_the_line() {
+    let set = TempSet::new();
+    let path = set.policies().join("entities.json");
+    let mut entities: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for e in entities.as_array_mut().unwrap() {
+        if e["uid"] == json!({"type": "Agent", "id": "dev-agent"}) {
+            e["attrs"]["contacts"] = json!(["a@corp.example"]);
+        }
+    }
+    std::fs::write(&path, serde_json::to_string_pretty(&entities).unwrap()).unwrap();
+    let out = super::helpers::on(&set, "validate").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("attribute `contacts` on `Agent::\"dev-agent\"`"))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(line.contains("entities.json:"), "no line: {line}");
+}
