@@ -51,20 +51,10 @@ struct RawUpstream {
     #[serde(default)]
     network: bool,
     #[serde(default)]
-    limits: RawUpstreamLimits,
+    limits: LimitOverrides,
     url: Option<String>,
     bearer_env: Option<String>,
     call_timeout_ms: Option<u64>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawUpstreamLimits {
-    cpu_secs: Option<u64>,
-    address_space_mb: Option<u64>,
-    file_size_mb: Option<u64>,
-    processes: Option<u64>,
-    open_files: Option<u64>,
 }
 
 /// Names of upstreams and prefixes: what a file name and a tool-name part may hold.
@@ -143,7 +133,6 @@ pub(super) fn settings(
                         "pass a stdio upstream its credentials in `env`".to_owned(),
                     ));
                 }
-                let l = u.limits;
                 Transport::Stdio(StdioSpec {
                     command,
                     args: u.args,
@@ -154,13 +143,7 @@ pub(super) fn settings(
                         reads: u.reads,
                         network: u.network,
                     },
-                    limits: LimitOverrides {
-                        cpu_secs: l.cpu_secs,
-                        address_space_mb: l.address_space_mb,
-                        file_size_mb: l.file_size_mb,
-                        processes: l.processes,
-                        open_files: l.open_files,
-                    },
+                    limits: u.limits,
                 })
             }
             (None, Some(url)) => {

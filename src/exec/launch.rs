@@ -259,12 +259,7 @@ fn supervise(spec: &LaunchSpec, out: &mut Outcome) -> Result<(), String> {
     let stdin = std::io::stdin();
     let mut reaper = Reaper { pid, status: None };
     loop {
-        reaper.reap();
-        if let Some(status) = reaper.status {
-            record(out, status);
-            // Whatever it left running is killed by `finish`.
-            out.stragglers = u32::try_from(members(spec, me).len()).unwrap_or(u32::MAX);
-            finish(spec, me, pid, &mut reaper);
+        if ended(spec, me, &mut reaper, out) {
             return Ok(());
         }
         let now = Instant::now();
@@ -299,6 +294,19 @@ fn supervise(spec: &LaunchSpec, out: &mut Outcome) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether the program has exited: then its status is recorded, and whatever it left
+/// running is counted, killed and reaped (by `finish`).
+fn ended(spec: &LaunchSpec, me: Pid, reaper: &mut Reaper, out: &mut Outcome) -> bool {
+    reaper.reap();
+    let Some(status) = reaper.status else {
+        return false;
+    };
+    record(out, status);
+    out.stragglers = u32::try_from(members(spec, me).len()).unwrap_or(u32::MAX);
+    finish(spec, me, reaper.pid, reaper);
+    true
+}
+
 /// TERM to every process of the call, KILL after the grace period (by `finish`), every one
 /// reaped; the program's status recorded.
 fn stop(spec: &LaunchSpec, me: Pid, reaper: &mut Reaper, out: &mut Outcome) {
@@ -330,8 +338,8 @@ fn session(
     pipe: Option<std::process::ChildStdin>,
     out: &mut Outcome,
 ) -> Result<(), String> {
-    let ended = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flag = std::sync::Arc::clone(&ended);
+    let input_ended = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = std::sync::Arc::clone(&input_ended);
     std::thread::spawn(move || {
         let mut pipe = pipe;
         let mut buf = vec![0u8; 64 * 1024];
@@ -357,14 +365,10 @@ fn session(
     let mut reaper = Reaper { pid, status: None };
     let mut stop_at: Option<Instant> = None;
     loop {
-        reaper.reap();
-        if let Some(status) = reaper.status {
-            record(out, status);
-            out.stragglers = u32::try_from(members(spec, me).len()).unwrap_or(u32::MAX);
-            finish(spec, me, pid, &mut reaper);
+        if ended(spec, me, &mut reaper, out) {
             return Ok(());
         }
-        if stop_at.is_none() && ended.load(std::sync::atomic::Ordering::Acquire) {
+        if stop_at.is_none() && input_ended.load(std::sync::atomic::Ordering::Acquire) {
             out.cancelled = true;
             stop_at = Some(Instant::now() + Duration::from_millis(spec.grace_ms));
         }

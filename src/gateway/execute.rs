@@ -30,6 +30,23 @@ const MARKER_ROOM: usize = 64;
 const STDERR_ANSWERED: usize = 4096;
 
 impl ExecAnswer {
+    /// A finished run's answer: its screened output, and `metadata` with the cap's cut.
+    pub(super) fn screened(status: &'static str, verdict: Verdict, metadata: Metadata) -> Self {
+        ExecAnswer {
+            status,
+            data: verdict.data,
+            error: verdict.failure,
+            metadata: Metadata {
+                truncated: metadata.truncated || verdict.truncated,
+                ..metadata
+            },
+            approval_id: None,
+            decision: None,
+            output: Some(verdict.report),
+            stderr: String::new(),
+        }
+    }
+
     pub(super) fn refused(
         decision_id: String,
         code: Code,
@@ -368,19 +385,7 @@ async fn run_builtin(
     record_or_refuse(state, Event::Execution(entry).into(), "execution").await?;
     Ok((
         Progress::Done,
-        ExecAnswer {
-            status,
-            data: verdict.data,
-            error: verdict.failure,
-            metadata: Metadata {
-                truncated: verdict.truncated,
-                ..metadata
-            },
-            approval_id: None,
-            decision: None,
-            output: Some(verdict.report),
-            stderr: String::new(),
-        },
+        ExecAnswer::screened(status, verdict, metadata),
     ))
 }
 

@@ -129,7 +129,7 @@ pub(super) async fn run_mcp(
         None => forwarded.await,
     };
     let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    let mut metadata = Metadata {
+    let metadata = Metadata {
         decision_id: decision_id.clone(),
         execution_id: Some(execution_id),
         duration_ms: Some(duration_ms),
@@ -218,19 +218,9 @@ pub(super) async fn run_mcp(
             tracing::error!(error = %e, "result not recorded; refusing to answer");
             Error::StoreUnavailable
         })?;
-    metadata.truncated = verdict.truncated;
     Ok((
         Progress::Done,
-        ExecAnswer {
-            status,
-            data: verdict.data,
-            error: verdict.failure,
-            metadata,
-            approval_id: None,
-            decision: None,
-            output: Some(verdict.report),
-            stderr: String::new(),
-        },
+        ExecAnswer::screened(status, verdict, metadata),
     ))
 }
 

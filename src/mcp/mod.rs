@@ -147,10 +147,15 @@ impl Front {
         }
     }
 
+    /// Who calls, or the MCP error that says the credential was refused.
+    fn who(&self, ext: &rmcp::model::Extensions) -> Result<crate::authz::Principal, McpError> {
+        crate::gateway::authenticate(&self.gw, self.credential(ext))
+            .map_err(|e| McpError::invalid_request(e.to_string(), None))
+    }
+
     /// The tools this caller sees: not denied outright by Cedar, and runnable here now.
     fn visible(&self, ext: &rmcp::model::Extensions) -> Result<Vec<Value>, McpError> {
-        let who = crate::gateway::authenticate(&self.gw, self.credential(ext))
-            .map_err(|e| McpError::invalid_request(e.to_string(), None))?;
+        let who = self.who(ext)?;
         if who.kind != PrincipalKind::Agent {
             return Ok(Vec::new());
         }
@@ -377,8 +382,7 @@ impl Front {
     /// The upstreams whose resources and prompts this caller may reach: agents only, and only
     /// upstreams with a tool Cedar does not deny the caller outright.
     fn reachable(&self, ext: &rmcp::model::Extensions) -> Result<Vec<String>, McpError> {
-        let who = crate::gateway::authenticate(&self.gw, self.credential(ext))
-            .map_err(|e| McpError::invalid_request(e.to_string(), None))?;
+        let who = self.who(ext)?;
         if who.kind != PrincipalKind::Agent {
             return Err(McpError::invalid_request(
                 "resources and prompts are for agents",
@@ -449,8 +453,7 @@ impl Front {
                 None,
             ));
         }
-        let who = crate::gateway::authenticate(&self.gw, self.credential(ext))
-            .map_err(|e| McpError::invalid_request(e.to_string(), None))?;
+        let who = self.who(ext)?;
         let body = serde_json::from_value(json!({"content": value}))
             .map_err(|e| McpError::internal_error(e.to_string(), None))?;
         let screened = crate::gateway::screen_content(&self.gw, who, "context", Ok(body))

@@ -503,33 +503,8 @@ async fn run_once(
     let ended = loop {
         tokio::select! {
             r = &mut waiting => break r.map(|_| ()).map_err(|e| e.to_string()),
-            _ = every.tick() => {
-                match list(&peer).await {
-                    Ok(tools) => {
-                        let changed_now = {
-                            let mut s = link.state();
-                            let differs = s.tools != tools;
-                            s.tools = tools;
-                            differs
-                        };
-                        if changed_now {
-                            tracing::warn!(upstream = name, "MCP upstream's tools changed without a list_changed notification");
-                            let _ = changed.send(name.clone());
-                        }
-                    }
-                    Err(e) => tracing::warn!(upstream = name, error = e, "relisting tools failed"),
-                }
-            }
-            Some(()) = relist.recv() => {
-                match list(&peer).await {
-                    Ok(tools) => {
-                        link.state().tools = tools;
-                        tracing::info!(upstream = name, "MCP upstream's tool list changed");
-                        let _ = changed.send(name.clone());
-                    }
-                    Err(e) => tracing::warn!(upstream = name, error = e, "relisting tools failed"),
-                }
-            }
+            _ = every.tick() => relist_into(link, &peer, changed, false).await,
+            Some(()) = relist.recv() => relist_into(link, &peer, changed, true).await,
             _ = stop.changed() => {
                 // Close the session first: its transport holds the program's stdin.
                 closing.cancel();
@@ -548,6 +523,39 @@ async fn run_once(
         }
     }
     ended
+}
+
+/// Lists `link`'s tools again and tells subscribers when they changed (`announced`: the
+/// upstream said so; otherwise a periodic check that found a silent change).
+async fn relist_into(
+    link: &Link,
+    peer: &Peer<RoleClient>,
+    changed: &tokio::sync::broadcast::Sender<String>,
+    announced: bool,
+) {
+    let name = &link.spec.name;
+    match list(peer).await {
+        Ok(tools) => {
+            let differs = {
+                let mut s = link.state();
+                let differs = s.tools != tools;
+                s.tools = tools;
+                differs
+            };
+            if announced || differs {
+                if announced {
+                    tracing::info!(upstream = name, "MCP upstream's tool list changed");
+                } else {
+                    tracing::warn!(
+                        upstream = name,
+                        "MCP upstream's tools changed without a list_changed notification"
+                    );
+                }
+                let _ = changed.send(name.clone());
+            }
+        }
+        Err(e) => tracing::warn!(upstream = name, error = e, "relisting tools failed"),
+    }
 }
 
 async fn list(peer: &Peer<RoleClient>) -> Result<BTreeMap<String, Descriptor>, String> {

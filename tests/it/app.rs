@@ -2,7 +2,6 @@
 //! `toolgate serve` runs), the default data directory beside the config file, the `--listen`
 //! and `TOOLGATE_*` overrides a container sets, and every config problem reported at once.
 
-use std::net::TcpListener as StdListener;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -13,14 +12,6 @@ use crate::helpers::*;
 use crate::process::exchange;
 use toolgate::app::App;
 use toolgate::config::Config;
-
-fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A config over `set`'s policies with the demo tokens; `extra` goes on top.
 fn write_config(set: &TempSet, extra: &str) -> std::path::PathBuf {

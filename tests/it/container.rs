@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::helpers::{DEV, TempSet, copy_dir, repo};
+use crate::helpers::{DEV, TempSet, copy_dir, free_port, repo};
 use crate::process::exchange;
 
 /// Debian's default `PATH`, which the image inherits.
@@ -266,14 +266,6 @@ impl Running {
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// The real uid of process `pid`.

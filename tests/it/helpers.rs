@@ -326,6 +326,15 @@ pub fn hostile_tree(root: &Path, outside: &Path) -> Vec<String> {
     ]
 }
 
+/// A loopback port free now (for a server a test starts).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 // The `toolgate` binary.
 
 pub fn toolgate() -> std::process::Command {

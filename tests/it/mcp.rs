@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::helpers::{copy_dir, repo};
+use super::helpers::{copy_dir, free_port, repo};
 
 struct Deps {
     bin: PathBuf,
@@ -52,14 +52,6 @@ fn deps() -> Option<Deps> {
         root.display()
     );
     None
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn path_env(d: &Deps) -> String {
