@@ -424,6 +424,8 @@ mod approvals_bench {
             reason: None,
             decided_ms: (status != Status::Pending).then_some(now + ahead),
             used_ms: (status == Status::Used).then_some(now + ahead),
+            waiting_on: vec!["tier-high-needs-approval".to_owned()],
+            provenance: Default::default(),
         }
     }
 
@@ -558,7 +560,43 @@ fn approvals(c: &mut Criterion) {
     g.finish();
 }
 
+/// Provenance per call: remembering a 4 KiB tool output, then tracing a call's three text
+/// arguments in a conversation holding ~2,000 tokens, next to the decision itself.
+fn provenance(c: &mut Criterion) {
+    use toolgate::provenance::{Memory, Settings, Source};
+    let memory = Memory::new(Settings::default());
+    let p = "Agent::\"dev-agent\"";
+    memory.record(
+        p,
+        "c",
+        Source::User,
+        &json!("Email the Q3 notes to bob@corp.example"),
+    );
+    let page: String = (0..400)
+        .map(|i| format!("word{i} "))
+        .chain(["contact eve@evil.example or https://evil.example/x ".to_owned()])
+        .collect();
+    for _ in 0..5 {
+        memory.record(p, "c", Source::Tool, &json!({"body": page}));
+    }
+    let output = json!({"status": 200, "body": page.get(..4096).unwrap_or(&page)});
+    let args = json!({"to": ["bob@corp.example", "eve@evil.example"], "subject": "Q3 notes",
+                      "body": "Hi Bob, the notes are attached. See https://evil.example/x"});
+    let values: Vec<(&str, &serde_json::Value)> = ["to", "subject", "body"]
+        .iter()
+        .map(|k| (*k, &args[*k]))
+        .collect();
+    let mut g = c.benchmark_group("provenance");
+    g.bench_function("record_4kib_tool_output", |b| {
+        b.iter(|| memory.record(p, "c", Source::Tool, &output))
+    });
+    g.bench_function("classify_three_arguments", |b| {
+        b.iter(|| memory.classify(p, Some("c"), values.iter().copied()))
+    });
+    g.finish();
+}
+
 criterion_group!(
-    benches, decisions, scale, limiter, anomaly, metrics, redact, sandbox, approvals
+    benches, decisions, scale, limiter, anomaly, metrics, redact, sandbox, approvals, provenance
 );
 criterion_main!(benches);

@@ -218,6 +218,7 @@ impl App {
             Gates::new(&cfg.redaction, cfg.gate_rules.clone())
                 .map_err(|e| anyhow::anyhow!("{e}"))?,
         )
+        .with_provenance(cfg.provenance)
         .with_monitor(monitor(&cfg, &audit, &admin)?)
         .with_admin(admin)
         .with_grants(grants);

@@ -17,8 +17,9 @@
 //!   (running programs under the launcher), [`files`] (the built-in file tools), [`jail`]
 //!   (opening files below the root), [`audit`] (the hash-chained log and its ledger),
 //!   [`storage`] (the data directory), [`metrics`], [`config`] (the TOML file → settings),
-//!   [`upstream`] (MCP upstreams: connections, descriptors, sync).
-//! - leaves: [`clock`], [`codes`] (the error-code vocabulary), [`digest`] (HMAC), [`globs`], [`paths`] (normalization), [`sched`].
+//!   [`upstream`] (MCP upstreams: connections, descriptors, sync), [`provenance`] (what each
+//!   conversation's user said and tools returned).
+//! - leaves: [`canon`] (canonical e-mail addresses, URLs, IBANs, tokens), [`clock`], [`codes`] (the error-code vocabulary), [`digest`] (HMAC), [`globs`], [`paths`] (normalization), [`sched`].
 
 pub mod admin;
 pub mod anomaly;
@@ -28,6 +29,7 @@ pub mod approvals;
 pub mod audit;
 pub mod auth;
 pub mod authz;
+pub mod canon;
 pub mod cli;
 pub mod clock;
 pub mod codes;
@@ -44,6 +46,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod paths;
 pub mod policy;
+pub mod provenance;
 pub mod redact;
 pub mod reload;
 pub mod review;

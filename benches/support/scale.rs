@@ -87,11 +87,8 @@ pub fn write_scaled_set(
         }
     }
     let schemas = dir.join("schemas");
-    let loaded =
-        toolgate::policy::load_tools(&schemas).map_err(|e| std::io::Error::other(e.to_string()))?;
-    std::fs::write(
-        schemas.join("toolgate.cedarschema"),
-        toolgate::policy::schema_gen::generate(loaded.values()),
-    )?;
+    let (text, _) = toolgate::policy::schema_text(&schemas)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    std::fs::write(schemas.join("toolgate.cedarschema"), text)?;
     Ok(())
 }

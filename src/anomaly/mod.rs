@@ -143,6 +143,7 @@ impl Monitor {
         Signals {
             usage,
             anomaly: self.raised_for(principal),
+            ..Signals::default()
         }
     }
 

@@ -96,6 +96,12 @@ pub struct Approval {
     /// When the approved call was allowed, unix ms.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub used_ms: Option<u64>,
+    /// The policies that made the call wait (the forbids an approval lifts).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub waiting_on: Vec<String>,
+    /// Where each text argument's value came from (`context.provenance`).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty", default)]
+    pub provenance: std::collections::BTreeMap<String, String>,
 }
 
 /// Why a transition was refused.
@@ -401,6 +407,18 @@ pub struct Approvals {
     locks: Vec<Arc<tokio::sync::Mutex<()>>>,
     /// Where new pending approvals are announced, if anywhere.
     webhook: Option<Webhook>,
+    /// The arguments of recent approvals as eligible approvers see them (secrets masked),
+    /// in memory only: the stored record keeps the redacted preview.
+    arguments: Mutex<Arguments>,
+}
+
+/// Most approvals whose arguments are kept for approvers (oldest forgotten first).
+const MAX_KEPT_ARGUMENTS: usize = 10_000;
+
+#[derive(Debug, Default)]
+struct Arguments {
+    by_id: std::collections::HashMap<String, serde_json::Value>,
+    order: std::collections::VecDeque<String>,
 }
 
 impl std::fmt::Debug for Approvals {
@@ -441,7 +459,36 @@ impl Approvals {
                 .map(|_| Arc::new(tokio::sync::Mutex::new(())))
                 .collect(),
             webhook: None,
+            arguments: Mutex::default(),
         })
+    }
+
+    /// Keeps the arguments of approval `id` as approvers see them (secrets already masked).
+    pub fn keep_arguments(&self, id: &str, args: serde_json::Value) {
+        let mut a = self
+            .arguments
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if a.by_id.contains_key(id) {
+            return;
+        }
+        if a.order.len() >= MAX_KEPT_ARGUMENTS
+            && let Some(old) = a.order.pop_front()
+        {
+            a.by_id.remove(&old);
+        }
+        a.by_id.insert(id.to_owned(), args);
+        a.order.push_back(id.to_owned());
+    }
+
+    /// The arguments kept for approval `id` (none after a restart, or when forgotten).
+    pub fn arguments(&self, id: &str) -> Option<serde_json::Value> {
+        self.arguments
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .by_id
+            .get(id)
+            .cloned()
     }
 
     /// Keeps ended approvals `secs` seconds before removing them.

@@ -224,6 +224,8 @@ mod tests {
             reason: None,
             decided_ms: None,
             used_ms: None,
+            waiting_on: Vec::new(),
+            provenance: Default::default(),
         }
     }
 

@@ -23,7 +23,7 @@ pub(super) fn evaluate(
     ids: &Correlation,
     signals: &Signals,
 ) -> Verdict {
-    let args_expr = match CallArgs::of(tool, args, &snap.deny) {
+    let args_expr = match CallArgs::of(tool, args, &snap.deny, signals) {
         Ok(call) => call,
         Err(e) => {
             return Verdict::deny(
@@ -388,10 +388,14 @@ fn quoted_list(ids: &[String]) -> String {
         .join(", ")
 }
 
-/// The call's arguments and path facts, converted once and shared by both evaluations.
+/// The call's arguments, path facts, declared facts, findings and provenance, converted once
+/// and shared by both evaluations.
 struct CallArgs {
     args: RestrictedExpression,
     paths: Option<RestrictedExpression>,
+    facts: Option<RestrictedExpression>,
+    findings: RestrictedExpression,
+    provenance: RestrictedExpression,
 }
 
 impl CallArgs {
@@ -400,10 +404,49 @@ impl CallArgs {
         tool: &Tool,
         args: &Value,
         deny: &crate::globs::PathGuard,
+        signals: &Signals,
     ) -> Result<CallArgs, crate::tools::ArgError> {
+        let failed = |what: &str| crate::tools::ArgError::Cedar(format!("context.{what}"));
+        let strings = |set: Option<&std::collections::BTreeSet<String>>| {
+            RestrictedExpression::new_set(
+                set.into_iter()
+                    .flatten()
+                    .map(|s| RestrictedExpression::new_string(s.clone())),
+            )
+        };
+        let found = &signals.findings;
+        let per_arg = RestrictedExpression::new_record(
+            tool.typed_args()
+                .map(|(name, _, _)| (name.to_owned(), strings(found.args.get(name)))),
+        )
+        .map_err(|_| failed("findings"))?;
+        let findings = RestrictedExpression::new_record([
+            ("kinds".to_owned(), strings(Some(&found.kinds))),
+            ("args".to_owned(), per_arg),
+        ])
+        .map_err(|_| failed("findings"))?;
+        let provenance = RestrictedExpression::new_record(
+            tool.text_args()
+                .filter(|(name, _)| args.get(*name).is_some_and(|v| !v.is_null()))
+                .map(|(name, _)| {
+                    let origin = signals
+                        .provenance
+                        .iter()
+                        .find(|(n, _)| n == name)
+                        .map_or(crate::provenance::Origin::Unknown, |(_, o)| *o);
+                    (
+                        name.to_owned(),
+                        RestrictedExpression::new_string(origin.as_str().to_owned()),
+                    )
+                }),
+        )
+        .map_err(|_| failed("provenance"))?;
         Ok(CallArgs {
             args: tool.args_to_cedar(args)?,
             paths: tool.paths_to_cedar(args, deny)?,
+            facts: tool.facts_to_cedar(args)?,
+            findings,
+            provenance,
         })
     }
 }
@@ -419,11 +462,16 @@ fn call_context(
         RestrictedExpression::new_bool(granted),
     )])
     .map_err(|e| e.to_string())?;
-    let mut pairs = Vec::with_capacity(6);
+    let mut pairs = Vec::with_capacity(12);
     pairs.push(("args".to_owned(), call.args.clone()));
     if let Some(paths) = &call.paths {
         pairs.push(("paths".to_owned(), paths.clone()));
     }
+    if let Some(facts) = &call.facts {
+        pairs.push(("facts".to_owned(), facts.clone()));
+    }
+    pairs.push(("findings".to_owned(), call.findings.clone()));
+    pairs.push(("provenance".to_owned(), call.provenance.clone()));
     pairs.push(("approval".to_owned(), approval));
     let u = &signals.usage;
     let usage = RestrictedExpression::new_record([
@@ -437,7 +485,7 @@ fn call_context(
     ])
     .map_err(|e| e.to_string())?;
     pairs.push(("usage".to_owned(), usage));
-    let kinds = signals.anomaly;
+    let kinds = &signals.anomaly;
     let anomaly = RestrictedExpression::new_record([
         (
             "active".to_owned(),
@@ -527,7 +575,7 @@ pub(super) fn each_policy(
     ids: &Correlation,
     signals: &Signals,
 ) -> Result<Vec<PolicyCheck>, String> {
-    let call = CallArgs::of(tool, args, &snap.deny).map_err(|e| e.to_string())?;
+    let call = CallArgs::of(tool, args, &snap.deny, signals).map_err(|e| e.to_string())?;
     let entities = request_entities(snap, principal, &tool.resource_uid, &tool.action_uid)
         .map_err(|a| a.message)?;
     let entities = entities.as_ref().unwrap_or(&snap.entities);

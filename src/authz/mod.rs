@@ -12,8 +12,8 @@ mod types;
 
 pub use explain::{ApprovalNeed, Check, Explanation, PolicyCheck, explain};
 pub use types::{
-    Advice, AnomalyKind, AnomalyKinds, Call, Correlation, Outcome, Principal, PrincipalKind,
-    Signals, Stage, Usage, Verdict,
+    Advice, AnomalyKind, AnomalyKinds, Call, Correlation, Findings, Outcome, Principal,
+    PrincipalKind, Signals, Stage, Usage, Verdict,
 };
 
 use std::borrow::Cow;

@@ -101,12 +101,47 @@ pub struct Call {
 /// What the sidecar has observed of the caller, shown to Cedar as `context.usage` and
 /// `context.anomaly`. Computed by the server (the `anomaly` monitor); all zero and quiet where no
 /// server observes (`toolgate authorize`, tests).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Signals {
     /// Counters of earlier calls.
     pub usage: Usage,
     /// Anomaly signals currently raised for this principal.
     pub anomaly: AnomalyKinds,
+    /// `context.provenance`: where each argument's value came from. An argument not listed
+    /// is `unknown`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub provenance: Vec<(String, crate::provenance::Origin)>,
+    /// `context.findings`: what the detectors found in the arguments.
+    #[serde(skip_serializing_if = "Findings::is_empty")]
+    pub findings: Findings,
+}
+
+/// `context.findings`: the detector kinds and categories found in a call's arguments, in all
+/// (`kinds`) and per top-level argument (`args`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Findings {
+    /// Every kind and category found anywhere in the arguments.
+    pub kinds: std::collections::BTreeSet<String>,
+    /// Per top-level argument.
+    pub args: std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+}
+
+impl Findings {
+    /// Whether nothing was found.
+    pub fn is_empty(&self) -> bool {
+        self.kinds.is_empty()
+    }
+
+    /// Adds a finding of `kind` (`category`) at JSON pointer `path`.
+    pub fn add(&mut self, path: &str, kind: &str, category: &str) {
+        self.kinds.insert(kind.to_owned());
+        self.kinds.insert(category.to_owned());
+        if let Some(arg) = crate::tools::top_level(path) {
+            let set = self.args.entry(arg).or_default();
+            set.insert(kind.to_owned());
+            set.insert(category.to_owned());
+        }
+    }
 }
 
 /// `context.usage`: counts of this principal's earlier calls (the current one not included).

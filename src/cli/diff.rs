@@ -239,8 +239,8 @@ fn fixture_diff(
         dir.display()
     );
     for case in &cases {
-        let before = fixtures::answer(old, &case.question).outcome;
-        let after = fixtures::answer(new, &case.question).outcome;
+        let before = fixtures::answer(old, &case.question, None).outcome;
+        let after = fixtures::answer(new, &case.question, None).outcome;
         if before == after {
             continue;
         }

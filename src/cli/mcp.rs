@@ -164,14 +164,13 @@ fn sync(common: &Common) -> anyhow::Result<ExitCode> {
         }
         remove_stale(&tools_dir, &u.name, &keep)?;
     }
-    let tools = match crate::policy::load_tools(&schemas) {
+    let (text, tools) = match crate::policy::schema_text(&schemas) {
         Ok(t) => t,
         Err(e) => {
             super::report_load_error(&e);
             return Ok(ExitCode::from(1));
         }
     };
-    let text = crate::policy::schema_gen::generate(tools.values());
     let path = schemas.join(crate::policy::schema_gen::SCHEMA_FILE);
     std::fs::write(&path, &text)?;
     println!("wrote {} ({} tools)", path.display(), tools.len());

@@ -7,14 +7,17 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::report_load_error;
-use crate::policy::{load_tools, schema_gen};
+use crate::policy::schema_gen;
 
 /// Arguments of `toolgate schema`.
 #[derive(Debug, Args)]
 pub struct SchemaArgs {
-    /// Schemas directory (holds `tools/*.json` and the generated schema).
-    #[arg(long, default_value = "schemas")]
+    /// Schemas directory (holds `tools/*.json`, `attributes.json` and the generated schema).
+    #[arg(long, default_value = "schemas", conflicts_with = "config")]
     schemas: PathBuf,
+    /// Take the schemas directory from this config file's `schemas_dir` instead.
+    #[arg(long, short)]
+    config: Option<PathBuf>,
     /// Do not write: exit 1 if the file is missing or stale.
     #[arg(long)]
     check: bool,
@@ -22,7 +25,16 @@ pub struct SchemaArgs {
 
 /// Runs the subcommand.
 pub fn run(args: &SchemaArgs) -> anyhow::Result<ExitCode> {
-    let tools = match load_tools(&args.schemas) {
+    let schemas = match &args.config {
+        None => args.schemas.clone(),
+        Some(path) => {
+            crate::config::Config::load(Some(path), &crate::config::Overrides::default())
+                .map_err(|e| anyhow::anyhow!(super::render(&e)))?
+                .sources
+                .schemas_dir
+        }
+    };
+    let (text, tools) = match crate::policy::schema_text(&schemas) {
         Ok(t) => t,
         Err(e) => {
             report_load_error(&e);
@@ -35,8 +47,7 @@ pub fn run(args: &SchemaArgs) -> anyhow::Result<ExitCode> {
             eprintln!("warning: {message}\n  help: {help}");
         }
     }
-    let text = schema_gen::generate(tools.values());
-    let path = args.schemas.join(schema_gen::SCHEMA_FILE);
+    let path = schemas.join(schema_gen::SCHEMA_FILE);
     let current = std::fs::read_to_string(&path).ok();
     if args.check {
         if current.as_deref() == Some(text.as_str()) {
@@ -53,7 +64,7 @@ pub fn run(args: &SchemaArgs) -> anyhow::Result<ExitCode> {
         );
         eprintln!(
             "  help: run `toolgate schema --schemas {}` and commit the result",
-            args.schemas.display()
+            schemas.display()
         );
         return Ok(ExitCode::from(1));
     }

@@ -40,7 +40,10 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
         .clone()
         .unwrap_or_else(|| cfg.sources.policies_dir.join("tests"));
     let cases = fixtures::read_dir(&dir).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let report = fixtures::run(&snap, &cases);
+    // Arguments are scanned with the configured detectors and rules, as the server does.
+    let gates = crate::redact::Gates::new(&cfg.redaction, cfg.gate_rules.clone())
+        .map_err(|e| anyhow::anyhow!("the redaction detectors: {e}"))?;
+    let report = fixtures::run(&snap, &cases, Some(&gates));
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -89,6 +92,35 @@ fn print_text(
         for id in &report.uncovered {
             let file = files.get(id).map(String::as_str).unwrap_or("?");
             println!("  {id}  ({file})");
+        }
+    }
+    if let Some(rates) = &report.rates {
+        println!("labelled calls: {}", rates.summary());
+        for r in &report.results {
+            let unattended = r.got.outcome == fixtures::Expect::Allow
+                && r.got.stage != crate::authz::Stage::Approval;
+            match r.label {
+                Some(fixtures::Label::Attack) if unattended => {
+                    let what = if r.changes_state {
+                        "state-changing"
+                    } else {
+                        "read-only"
+                    };
+                    println!(
+                        "  attack allowed unattended ({what}): {} › {}",
+                        r.file, r.name
+                    );
+                }
+                Some(fixtures::Label::Legit) if r.got.outcome != fixtures::Expect::Allow => {
+                    println!(
+                        "  legitimate call {}: {} › {}",
+                        r.got.outcome.as_str(),
+                        r.file,
+                        r.name
+                    );
+                }
+                _ => {}
+            }
         }
     }
 }

@@ -86,6 +86,65 @@ struct RawConfig {
     server: server::RawServer,
     #[serde(default)]
     mcp: mcp::RawMcp,
+    #[serde(default)]
+    provenance: RawProvenance,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProvenance {
+    ttl_secs: Option<u64>,
+    max_conversations: Option<usize>,
+    max_tokens: Option<usize>,
+    min_chars: Option<usize>,
+}
+
+/// `[provenance]` → the memory's bounds.
+fn provenance(raw: &RawProvenance) -> Result<crate::provenance::Settings, Vec<(String, String)>> {
+    let d = crate::provenance::Settings::default();
+    let mut out = d;
+    let mut found = Vec::new();
+    let mut positive = |name: &str, v: Option<u64>, max: u64| -> Option<u64> {
+        match v {
+            Some(0) => {
+                found.push((
+                    format!("`provenance.{name}` must be at least 1"),
+                    format!("omit it for the default, or give 1 to {max}"),
+                ));
+                None
+            }
+            Some(n) if n > max => {
+                found.push((
+                    format!("`provenance.{name}` is {n}, more than {max}"),
+                    format!("give 1 to {max}"),
+                ));
+                None
+            }
+            other => other,
+        }
+    };
+    let as_u64 = |v: Option<usize>| v.map(|n| u64::try_from(n).unwrap_or(u64::MAX));
+    if let Some(t) = positive("ttl_secs", raw.ttl_secs, 7 * 86_400) {
+        out.ttl = std::time::Duration::from_secs(t);
+    }
+    if let Some(n) = positive(
+        "max_conversations",
+        as_u64(raw.max_conversations),
+        1_000_000,
+    ) {
+        out.max_conversations = usize::try_from(n).unwrap_or(d.max_conversations);
+    }
+    if let Some(n) = positive("max_tokens", as_u64(raw.max_tokens), 10_000_000) {
+        out.max_tokens = usize::try_from(n).unwrap_or(d.max_tokens);
+    }
+    if let Some(n) = positive("min_chars", as_u64(raw.min_chars), 64) {
+        out.min_chars = usize::try_from(n).unwrap_or(d.min_chars);
+    }
+    if found.is_empty() {
+        Ok(out)
+    } else {
+        Err(found)
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -227,6 +286,8 @@ pub struct Config {
     pub server: ServerSettings,
     /// `[mcp]`: the MCP gateway's upstreams.
     pub mcp: crate::upstream::McpSettings,
+    /// `[provenance]`: the bounds of the per-conversation memory.
+    pub provenance: crate::provenance::Settings,
 }
 
 /// The approver webhook, as configured (the secret is read when serving starts).
@@ -381,6 +442,7 @@ impl Config {
             exec: crate::exec::ExecSettings::default(),
             server: ServerSettings::default(),
             mcp: crate::upstream::McpSettings::default(),
+            provenance: crate::provenance::Settings::default(),
         })
     }
 
@@ -620,6 +682,7 @@ impl Config {
             || None,
         );
         let quarantine_on = problems.take(quarantine_kinds(&raw.anomaly), Default::default);
+        let provenance = problems.take_all(provenance(&raw.provenance), Default::default);
         let known_secret_files: Vec<PathBuf> = raw
             .redaction
             .known_secrets_files
@@ -719,6 +782,7 @@ impl Config {
             exec,
             server,
             mcp,
+            provenance,
             listen,
             sources,
             max_body_bytes,

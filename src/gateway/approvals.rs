@@ -55,7 +55,7 @@ pub(super) async fn settle(
     who: &Principal,
     (call, digest, preview): (&Call, &str, &str),
     approval_id: Option<String>,
-    verdict: Verdict,
+    (verdict, provenance): (Verdict, &[(String, crate::provenance::Origin)]),
     decision_id: &str,
 ) -> Result<Settled, Error> {
     let settled = |verdict, approval_id| Settled {
@@ -125,7 +125,23 @@ pub(super) async fn settle(
         reason: None,
         decided_ms: None,
         used_ms: None,
+        waiting_on: verdict.reasons.clone(),
+        provenance: provenance
+            .iter()
+            .map(|(arg, origin)| (arg.clone(), origin.as_str().to_owned()))
+            .collect(),
     };
+    // What an eligible approver is shown: the arguments in full but for secrets. Kept in
+    // memory only; without detectors nothing is kept (approvers see the redacted preview).
+    if let Some(g) = &state.gates {
+        let shown = g.redactor().mask_json(&call.args, &|_, _, category| {
+            matches!(
+                category,
+                crate::redact::Category::Secret | crate::redact::Category::Entropy
+            )
+        });
+        state.approvals.keep_arguments(&new.id, shown);
+    }
     // An approval already open for this exact call is reused (and needs no new place).
     match state.approvals.open(new) {
         Ok(Open::Reused(approval)) => Ok(settled(verdict, Some(approval.id))),
@@ -160,18 +176,35 @@ pub(super) async fn settle(
     }
 }
 
-/// An approval as shown over HTTP: stored fields plus the effective status.
-fn view(a: &Approval, now: u64) -> Value {
+/// An approval as shown over HTTP: stored fields plus the effective status, and for a human
+/// who may decide it, the arguments in full but for secrets (while this sidecar holds them).
+fn view(state: &Gateway, who: &Principal, a: &Approval, now: u64) -> Value {
     let mut v = serde_json::to_value(a).unwrap_or(Value::Null);
     if let Some(obj) = v.as_object_mut() {
         obj.insert("status".to_owned(), json!(a.status_at(now)));
+        if who.kind == PrincipalKind::Human
+            && let Some(args) = state.approvals.arguments(&a.id)
+        {
+            obj.insert("arguments".to_owned(), args);
+        }
     }
     v
 }
 
-/// Agents see only their own approvals; humans see all.
-fn visible(who: &Principal, a: &Approval) -> bool {
-    who.kind == PrincipalKind::Human || a.principal == who.uid.to_string()
+/// Agents see only their own approvals; humans see those the policies let them decide (the
+/// `approve` action on the tool, for this requester).
+fn visible(snap: &Snapshot, who: &Principal, a: &Approval) -> bool {
+    match who.kind {
+        PrincipalKind::Agent => a.principal == who.uid.to_string(),
+        PrincipalKind::Human => may_decide(snap, who, a),
+    }
+}
+
+/// Whether `who` may approve or deny `a` under `snap`.
+fn may_decide(snap: &Snapshot, who: &Principal, a: &Approval) -> bool {
+    requester_of(a).is_some_and(|requester| {
+        authz::may_approve(snap, who, &a.tool, &requester).decision == Outcome::Allow
+    })
 }
 
 /// `GET /v1/approvals` query: a status filter and a limit.
@@ -195,11 +228,12 @@ pub fn list_approvals(state: &Gateway, who: &Principal, q: ListQuery) -> Result<
     };
     let now = now_ms();
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    let snap = state.policy.current();
     let found = state
         .approvals
-        .list(status, now, limit, |a| visible(who, a))
+        .list(status, now, limit, |a| visible(&snap, who, a))
         .map_err(|e| store_failed(&e))?;
-    let approvals: Vec<Value> = found.iter().map(|a| view(a, now)).collect();
+    let approvals: Vec<Value> = found.iter().map(|a| view(state, who, a, now)).collect();
     Ok(json!({ "approvals": approvals }))
 }
 
@@ -237,14 +271,15 @@ pub async fn show_approval(
     loop {
         let mut changes = state.approvals.subscribe();
         let now = now_ms();
+        let snap = state.policy.current();
         let a = state
             .approvals
             .get(id)
             .map_err(|e| store_failed(&e))?
-            .filter(|a| visible(who, a))
+            .filter(|a| visible(&snap, who, a))
             .ok_or(Error::ApprovalNotFound)?;
         if a.status_at(now) != Status::Pending || tokio::time::Instant::now() >= deadline {
-            return Ok(view(&a, now));
+            return Ok(view(state, who, &a, now));
         }
         // Wake at the next change, at expiry, or at the deadline.
         let until_expiry = Duration::from_millis(a.expires_ms.saturating_sub(now));
@@ -331,7 +366,7 @@ pub async fn settle_approval(
     })
     .await
     .map_err(|_| Error::StoreUnavailable)??;
-    Ok(view(&decided, now))
+    Ok(view(state, &who, &decided, now))
 }
 
 /// The requesting agent as a principal, from its stored uid (`Agent::"name"`, Cedar escapes

@@ -36,6 +36,18 @@ impl RawCall {
     }
 }
 
+/// Refuses an id (`conv_id`, `trace_id`) longer than [`MAX_ID_LEN`] bytes or holding control
+/// characters; `name` is how the body spells it.
+pub(super) fn check_id(name: &str, v: Option<&String>) -> Result<(), Error> {
+    if v.is_some_and(|s| s.len() > MAX_ID_LEN || s.chars().any(char::is_control)) {
+        return Err(Error::bad_request(
+            Code::InvalidContext,
+            format!("`{name}` must be at most {MAX_ID_LEN} bytes without control characters"),
+        ));
+    }
+    Ok(())
+}
+
 fn empty_object() -> Value {
     Value::Object(serde_json::Map::new())
 }
@@ -70,17 +82,11 @@ impl RawCall {
             trace_id,
             iter,
         } = self.context;
-        for (name, v) in [("conv_id", &conv_id), ("trace_id", &trace_id)] {
-            if v.as_ref()
-                .is_some_and(|s| s.len() > MAX_ID_LEN || s.chars().any(char::is_control))
-            {
-                return Err(Error::bad_request(
-                    Code::InvalidContext,
-                    format!(
-                        "`context.{name}` must be at most {MAX_ID_LEN} bytes without control characters"
-                    ),
-                ));
-            }
+        for (name, v) in [
+            ("context.conv_id", &conv_id),
+            ("context.trace_id", &trace_id),
+        ] {
+            check_id(name, v.as_ref())?;
         }
         if iter.is_some_and(|i| i < 0) {
             return Err(Error::bad_request(
@@ -234,6 +240,7 @@ impl RawExplain {
             Signals {
                 usage: self.usage,
                 anomaly,
+                ..Signals::default()
             },
         ))
     }

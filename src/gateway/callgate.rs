@@ -12,10 +12,11 @@ use serde_json::Value;
 
 use super::Gateway;
 use crate::audit::{args_preview, redacted_preview};
-use crate::authz::{self, Advice, Call, Outcome, Principal, Signals, Stage, Verdict};
+use crate::authz::{self, Advice, Call, Findings, Outcome, Principal, Signals, Stage, Verdict};
 use crate::codes::Code;
 use crate::policy::Snapshot;
 use crate::redact::{Action, Gate, Violation};
+use crate::tools::Tool;
 
 /// Most violations an answer lists (the audit record keeps the kinds).
 const REPORTED: usize = 20;
@@ -49,8 +50,37 @@ pub(super) fn preview(state: &Gateway, args: &Value) -> String {
     }
 }
 
-/// Runs the tool_call gate over `call` after `verdict` was decided. A call already refused
-/// at registry or validation keeps its deny.
+/// One scan of a call's arguments, made before Cedar decides: what the gate does with them,
+/// the redacted preview, and the findings policies see (`context.findings`).
+pub(super) struct Scan {
+    /// The gate's verdict and the redacted preview; `None` without detectors.
+    screened: Option<(crate::redact::Screened, Option<Value>)>,
+    /// Every kind and category found, whatever the gate does with it.
+    pub findings: Findings,
+}
+
+/// Scans `args` with the tool_call gate's rules, as the tool's manifest adjusts them per tool
+/// and per argument (`"gate"`).
+pub(super) fn scan(state: &Gateway, tool: Option<&Tool>, args: &Value) -> Scan {
+    let Some(gates) = &state.gates else {
+        return Scan {
+            screened: None,
+            findings: Findings::default(),
+        };
+    };
+    let (screened, stored, found) = crate::tools::scan_args(gates, tool, args);
+    let mut findings = Findings::default();
+    for f in &found {
+        findings.add(&f.path, f.kind, f.category.as_str());
+    }
+    Scan {
+        screened: Some((screened, stored)),
+        findings,
+    }
+}
+
+/// Applies the tool_call gate's `scan` of `call` after `verdict` was decided. A call already
+/// refused at registry or validation keeps its deny.
 pub(super) fn screen(
     state: &Gateway,
     snap: &Snapshot,
@@ -58,6 +88,7 @@ pub(super) fn screen(
     call: &Call,
     verdict: Verdict,
     signals: &Signals,
+    scan: Scan,
 ) -> Screened {
     let tool = snap.tools.get(&call.tool);
     let refused_early = verdict.decision == Outcome::Deny
@@ -65,7 +96,7 @@ pub(super) fn screen(
             verdict.stage,
             Stage::Auth | Stage::Registry | Stage::Validation
         );
-    let Some(gates) = &state.gates else {
+    let (Some(gates), Some((screened, stored))) = (&state.gates, scan.screened) else {
         // Fail closed: arguments that cannot be screened are not passed.
         let verdict = if refused_early {
             verdict
@@ -88,7 +119,6 @@ pub(super) fn screen(
         };
     };
     let rules = gates.rules_for(Gate::ToolCall);
-    let (screened, stored) = gates.redactor().screen_and_redact(rules, &call.args, true);
     let preview = stored.map_or_else(|| args_preview(&call.args), |v| redacted_preview(&v));
     if refused_early || screened.decision == Action::Allow {
         return Screened {

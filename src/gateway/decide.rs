@@ -161,12 +161,23 @@ pub async fn decide_for(
             return Err(rate_limited(state, &snap, caller, &call, limited, started).await);
         }
     };
-    let signals = state
+    let mut signals = state
         .monitor
         .signals(&principal_id, &call.tool, tool.is_some());
+    // The arguments are scanned once, before Cedar, so policies see what was found; the
+    // tool_call gate then acts on the same scan.
+    let scan = callgate::scan(state, tool, &call.args);
+    signals.findings = scan.findings.clone();
+    if let Some(tool) = tool {
+        signals.provenance = state.provenance.classify(
+            &principal_id,
+            call.correlation.conv_id.as_deref(),
+            tool.text_values(&call.args),
+        );
+    }
     let verdict = authz::decide_with(&snap, &who, &call, &signals);
     // The tool_call gate may deny, or (apply_mask) decide again on masked arguments.
-    let gated = callgate::screen(state, &snap, &who, &call, verdict, &signals);
+    let gated = callgate::screen(state, &snap, &who, &call, verdict, &signals, scan);
     // Approvals and the audit record are bound to this one digest of the arguments.
     let digest = args_digest(&call.args);
     let decision_id = new_decision_id();
@@ -181,7 +192,7 @@ pub async fn decide_for(
         &who,
         (&call, &digest, &gated.preview),
         approval_id,
-        gated.verdict,
+        (gated.verdict, &signals.provenance),
         &decision_id,
     )
     .await?;
@@ -211,6 +222,14 @@ pub async fn decide_for(
         None => commit(state, body, entry, started).await?,
         Some(planned) => commit_with(state, body, entry, started, planned).await?,
     };
+    if body.decision == crate::authz::Outcome::Allow
+        && let Some(conv) = &call.correlation.conv_id
+    {
+        // What the tool returns under this decision belongs to this conversation.
+        state
+            .provenance
+            .bind(&body.decision_id, &principal_id, conv);
+    }
     if let Some(full) = full {
         // Recorded like every deny; answered 429, as a rate limit is.
         return Err(Error::TooManyPendingApprovals {

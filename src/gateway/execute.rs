@@ -376,6 +376,9 @@ async fn run_builtin(
             };
         }
     };
+    state
+        .provenance
+        .record_for_decision(&decision_id, &entry.principal, &data);
     let cap = usize::try_from(tool.limits.max_output_bytes).unwrap_or(usize::MAX);
     let schema_errors = tool.check_output(&data);
     let fields = tool.output_fields.clone();
@@ -402,6 +405,14 @@ async fn finish(
     let outcome = ran.outcome.clone().unwrap_or_default();
     let mut failure = run_failure(&ran, tool.limits.timeout_ms);
     let parsed = crate::exec::parse(ex.parser, &ran.stdout);
+    // What the program printed is tool output of the call's conversation (provenance).
+    let printed = match &parsed {
+        Ok(v) => v.clone(),
+        Err(_) => Value::String(ran.stdout.text.clone()),
+    };
+    state
+        .provenance
+        .record_for_decision(&decision_id, &entry.principal, &printed);
     // The run's output is already cut to `max_output_bytes`; room for the marker it carries.
     let cap = usize::try_from(tool.limits.max_output_bytes)
         .unwrap_or(usize::MAX)

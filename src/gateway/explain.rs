@@ -31,7 +31,18 @@ pub async fn explain(
         return Err(Error::Refused(advice));
     }
     let body = body?;
-    let (agent, call, signals) = body.into_parts()?;
+    let (agent, call, mut signals) = body.into_parts()?;
+    // What the decision would see besides the body: the gate's findings, and provenance in
+    // the agent's conversation, if the call names one.
+    let tool = snap.tools.get(&call.tool);
+    signals.findings = super::callgate::scan(state, tool, &call.args).findings;
+    if let Some(tool) = tool {
+        signals.provenance = state.provenance.classify(
+            &agent.uid.to_string(),
+            call.correlation.conv_id.as_deref(),
+            tool.text_values(&call.args),
+        );
+    }
     let explanation = authz::explain(&snap, &agent, &call, &signals);
     let detail = format!(
         "{} calling `{}`: {}",

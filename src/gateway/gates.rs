@@ -27,6 +27,10 @@ pub struct GateBody {
     /// The stream gate only: this is the stream's last chunk; everything held is flushed.
     #[serde(default, rename = "final")]
     last: bool,
+    /// The conversation the content belongs to: for the `input` gate what the user said, for
+    /// `context` and `output` what tools returned (`context.provenance` of later calls).
+    #[serde(default)]
+    conv_id: Option<String>,
 }
 
 /// The stream gate's answer: the chunk verdict and the stream it belongs to.
@@ -61,7 +65,27 @@ pub async fn screen_content(
             "`stream_id` and `final` belong to the stream gate only",
         ));
     }
-    let screened = off_workers(move || gates.screen(gate, &body.content)).await?;
+    let source = match (gate, &body.conv_id) {
+        (_, None) => None,
+        (Gate::Input, Some(_)) => Some(crate::provenance::Source::User),
+        (Gate::Context | Gate::Output, Some(_)) => Some(crate::provenance::Source::Tool),
+        (Gate::ToolCall | Gate::Stream, Some(_)) => {
+            return Err(Error::bad_request(
+                Code::InvalidContext,
+                "`conv_id` belongs to the input gate (what the user said) and the context and output gates (what tools returned)",
+            ));
+        }
+    };
+    super::body::check_id("conv_id", body.conv_id.as_ref())?;
+    let memory = state.provenance.clone();
+    let principal = who.uid.to_string();
+    let screened = off_workers(move || {
+        if let (Some(source), Some(conv)) = (source, &body.conv_id) {
+            memory.record(&principal, conv, source, &body.content);
+        }
+        gates.screen(gate, &body.content)
+    })
+    .await?;
     record(
         state,
         &who,

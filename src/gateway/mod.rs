@@ -99,6 +99,8 @@ pub struct Gateway {
     pub upstreams: Option<Arc<crate::upstream::Hub>>,
     /// `[mcp]`: the MCP front end's settings.
     pub mcp: Arc<crate::upstream::McpSettings>,
+    /// What each conversation's user said and tools returned (`context.provenance`).
+    pub provenance: Arc<crate::provenance::Memory>,
 }
 
 impl Gateway {
@@ -177,6 +179,9 @@ impl Gateway {
             grants: None,
             upstreams: None,
             mcp: Arc::default(),
+            provenance: Arc::new(crate::provenance::Memory::new(
+                crate::provenance::Settings::default(),
+            )),
             gates: match Gates::builtin() {
                 Ok(g) => Some(Arc::new(g)),
                 Err(e) => {
@@ -191,6 +196,13 @@ impl Gateway {
     #[must_use]
     pub fn with_gates(mut self, gates: Gates) -> Self {
         self.gates = Some(Arc::new(gates));
+        self
+    }
+
+    /// The same state with a provenance memory of these bounds.
+    #[must_use]
+    pub fn with_provenance(mut self, settings: crate::provenance::Settings) -> Self {
+        self.provenance = Arc::new(crate::provenance::Memory::new(settings));
         self
     }
 

@@ -26,9 +26,13 @@ pub struct ResultBody {
     tool: String,
     /// What it returned: a string or any JSON.
     output: Value,
-    /// The decision that allowed the call, to join the records.
+    /// The decision that allowed the call, to join the records (and to find the call's
+    /// conversation).
     #[serde(default)]
     decision_id: Option<String>,
+    /// The conversation the call was made in, when the decision did not name one.
+    #[serde(default)]
+    conv_id: Option<String>,
 }
 
 /// The answer.
@@ -77,6 +81,7 @@ pub async fn report_result(
             "`decision_id` must be the id from the decision that allowed the call",
         ));
     }
+    super::body::check_id("conv_id", body.conv_id.as_ref())?;
     let snap = state.policy.current();
     let Some(tool) = snap.tools.get(&body.tool) else {
         return Err(Error::bad_request(
@@ -91,7 +96,18 @@ pub async fn report_result(
     let schema_errors = tool.check_output(&body.output);
     let fields = tool.output_fields.clone();
     let output = body.output;
+    // What the tool returned is tool output of the call's conversation (provenance): the
+    // one its decision was made in, else the one named.
+    let memory = state.provenance.clone();
+    let principal = who.uid.to_string();
+    let (decision, conv) = (body.decision_id.clone(), body.conv_id.clone());
     let screened = super::gates::off_workers(move || {
+        let bound = decision
+            .as_deref()
+            .is_some_and(|d| memory.record_for_decision(d, &principal, &output));
+        if !bound && let Some(conv) = &conv {
+            memory.record(&principal, conv, crate::provenance::Source::Tool, &output);
+        }
         screen(&gates, schema_errors, fields.as_ref(), cap, output)
     })
     .await?;

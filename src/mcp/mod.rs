@@ -14,7 +14,6 @@
 //! the argument digest). `resources/read` and `prompts/get` pass the context gate.
 
 mod http;
-mod seen;
 
 pub use http::{McpHttp, service};
 
@@ -100,13 +99,27 @@ impl Drop for HoldSlot {
     }
 }
 
-/// One MCP session's state: the approvals it is waiting on, by (tool, argument digest), and
-/// the strings tool output returned to it.
-#[derive(Default)]
+/// The `_meta` key a client names its conversation with (`context.conv_id`).
+pub const CONV_META: &str = "toolgate/conv_id";
+
+/// One MCP session's state: the approvals it is waiting on, by (tool, argument digest), the
+/// resources it listed, and its conversation.
 struct Session {
     pending: Mutex<HashMap<(String, String), String>>,
-    seen: Mutex<seen::Seen>,
     resources: Mutex<HashMap<String, String>>,
+    /// The conversation this session's calls and outputs belong to (`context.conv_id`,
+    /// provenance), unless a call's `_meta` names one.
+    conv: String,
+}
+
+impl Default for Session {
+    fn default() -> Self {
+        Session {
+            pending: Mutex::default(),
+            resources: Mutex::default(),
+            conv: format!("mcp-{}", uuid::Uuid::now_v7()),
+        }
+    }
 }
 
 /// toolgate's MCP server side, one per MCP session.
@@ -226,15 +239,7 @@ impl Front {
         if !matches!(answer, Ok((Progress::Pending, _))) {
             self.forget(&key);
         }
-        let result = to_result(answer);
-        if result.is_error != Some(true) {
-            self.session
-                .seen
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remember(&serde_json::to_value(&result).unwrap_or(Value::Null));
-        }
-        result
+        to_result(answer)
     }
 
     /// Remembers the approval a call of this session waits on (at most
@@ -293,12 +298,23 @@ impl Front {
         if let Some(id) = approval_id {
             body.insert("approval_id".to_owned(), json!(id));
         }
-        if let Some(trace) = ctx.meta.get("traceparent").and_then(Value::as_str) {
-            body.insert(
-                "context".to_owned(),
-                json!({"trace_id": trace.chars().take(128).collect::<String>()}),
+        // The conversation: the one `_meta` names (a runtime that also posts the user's
+        // words to the input gate), else this session.
+        let conv = ctx
+            .meta
+            .get(CONV_META)
+            .and_then(Value::as_str)
+            .unwrap_or(&self.session.conv);
+        let mut context = json!({"conv_id": conv});
+        if let Some(trace) = ctx.meta.get("traceparent").and_then(Value::as_str)
+            && let Some(c) = context.as_object_mut()
+        {
+            c.insert(
+                "trace_id".to_owned(),
+                json!(trace.chars().take(128).collect::<String>()),
             );
         }
+        body.insert("context".to_owned(), context);
         let body = Value::Object(body);
         let raw = serde_json::from_value(body).map_err(|e| Error::BadRequest {
             code: crate::codes::Code::InvalidBody,
@@ -454,7 +470,7 @@ impl Front {
             ));
         }
         let who = self.who(ext)?;
-        let body = serde_json::from_value(json!({"content": value}))
+        let body = serde_json::from_value(json!({"content": value, "conv_id": self.session.conv}))
             .map_err(|e| McpError::internal_error(e.to_string(), None))?;
         let screened = crate::gateway::screen_content(&self.gw, who, "context", Ok(body))
             .await

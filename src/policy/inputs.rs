@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
+use super::attributes::ATTRIBUTES_FILE;
 use super::diag::Problem;
 use super::load::Sources;
 use super::schema_gen::SCHEMA_FILE;
@@ -33,6 +34,8 @@ pub struct Inputs {
     pub manifests: Vec<SourceFile>,
     /// `schemas/toolgate.cedarschema`.
     pub schema: Option<SourceFile>,
+    /// `schemas/attributes.json`, when there is one.
+    pub attributes: Option<SourceFile>,
     /// `policies/*.cedar`, sorted.
     pub policies: Vec<SourceFile>,
     /// `policies/entities.json`.
@@ -64,6 +67,12 @@ pub fn read_inputs(sources: &Sources) -> Inputs {
         &mut hasher,
         &mut problems,
     );
+    let attributes_path = sources.schemas_dir.join(ATTRIBUTES_FILE);
+    // Optional: absent means no declared attributes; anything named like it must be readable.
+    let attributes = fs::symlink_metadata(&attributes_path)
+        .is_ok()
+        .then(|| read_one(&attributes_path, "attributes", &mut hasher, &mut problems))
+        .flatten();
     let policies = read_all(
         &sources.policies_dir,
         "cedar",
@@ -93,6 +102,7 @@ pub fn read_inputs(sources: &Sources) -> Inputs {
     Inputs {
         manifests,
         schema,
+        attributes,
         policies,
         entities,
         problems,
@@ -133,6 +143,7 @@ pub fn fingerprint(sources: &Sources) -> [u8; 32] {
     ];
     let singles = [
         sources.schemas_dir.join(SCHEMA_FILE),
+        sources.schemas_dir.join(ATTRIBUTES_FILE),
         sources.policies_dir.join(ENTITIES_FILE),
     ];
     let mut paths: Vec<PathBuf> = singles.to_vec();

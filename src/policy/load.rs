@@ -16,6 +16,7 @@ use cedar_policy::{
 };
 
 use super::Snapshot;
+use super::attributes::Attributes;
 use super::diag::{Level, LoadError, Problem};
 use super::inputs::{Inputs, SourceFile, read_manifests, read_stable};
 use super::links::template_scope_problem;
@@ -77,6 +78,14 @@ pub fn load_tools(schemas_dir: &Path) -> Result<BTreeMap<String, Tool>, LoadErro
     }
 }
 
+/// The Cedar schema text the manifests and `attributes.json` in `schemas_dir` generate (what
+/// `toolgate schema` writes).
+pub fn schema_text(schemas_dir: &Path) -> Result<(String, BTreeMap<String, Tool>), LoadError> {
+    let tools = load_tools(schemas_dir)?;
+    let attributes = Attributes::read(schemas_dir).map_err(|p| LoadError { problems: vec![*p] })?;
+    Ok((schema_gen::generate(tools.values(), &attributes), tools))
+}
+
 /// Parses and validates inputs already in memory, with nothing remembered from earlier loads.
 pub fn build(inputs: Inputs) -> Result<Loaded, LoadError> {
     build_with(inputs, &mut LoadCache::new())
@@ -89,6 +98,7 @@ pub fn build_with(inputs: Inputs, cache: &mut LoadCache) -> Result<Loaded, LoadE
     let Inputs {
         manifests,
         schema,
+        attributes,
         policies,
         entities,
         mut problems,
@@ -97,7 +107,14 @@ pub fn build_with(inputs: Inputs, cache: &mut LoadCache) -> Result<Loaded, LoadE
         deny,
     } = inputs;
     let tools = compile_manifests(&manifests, Some(&programs), &mut problems);
-    let schema = schema.and_then(|f| parse_schema(&f, &tools, cache, &mut problems));
+    let attributes = match attributes {
+        None => Attributes::default(),
+        Some(f) => Attributes::parse(&f.path, &f.text).unwrap_or_else(|p| {
+            problems.push(*p);
+            Attributes::default()
+        }),
+    };
+    let schema = schema.and_then(|f| parse_schema(&f, (&tools, &attributes), cache, &mut problems));
     let ParsedSet {
         set,
         sources,
@@ -267,7 +284,7 @@ fn compile_manifests(
 
 fn parse_schema(
     file: &SourceFile,
-    tools: &BTreeMap<String, Tool>,
+    (tools, attributes): (&BTreeMap<String, Tool>, &Attributes),
     cache: &mut LoadCache,
     problems: &mut Vec<Problem>,
 ) -> Option<(Schema, [u8; 32])> {
@@ -296,7 +313,7 @@ fn parse_schema(
             return None;
         }
     };
-    if file.text != schema_gen::generate(tools.values()) {
+    if file.text != schema_gen::generate(tools.values(), attributes) {
         problems.push(Problem::in_file(
             &file.path,
             "the Cedar schema does not match the tool manifests",

@@ -5,6 +5,7 @@
 //! A snapshot is never modified after it is built; the server swaps whole snapshots, so a
 //! request always sees one complete, validated set.
 
+pub mod attributes;
 mod diag;
 mod inputs;
 mod links;
@@ -19,7 +20,7 @@ pub use inputs::{
     read_stable,
 };
 pub use links::{GRANT_FILE, Link, LinkError};
-pub use load::{Loaded, Sources, build, build_with, load, load_tools};
+pub use load::{Loaded, Sources, build, build_with, load, load_tools, schema_text};
 pub use slice::Slices;
 pub use validate::LoadCache;
 

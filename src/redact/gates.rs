@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::{Category, Redactor};
+use super::{Category, JsonFinding, Redactor};
 
 /// A gate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -50,7 +50,9 @@ impl Gate {
 }
 
 /// What a gate does with a finding, from least to most severe.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
     /// Nothing found, or nothing that matters here.
@@ -230,30 +232,50 @@ impl Redactor {
         content: &Value,
         redacted: bool,
     ) -> (Screened, Option<Value>) {
-        let hide = |kind: &str, category: Category| rules.action(kind, category) >= Action::Mask;
+        let (screened, stored, _) = self.screen_by(
+            &|_, kind, category| rules.action(kind, category),
+            content,
+            redacted,
+        );
+        (screened, stored)
+    }
+
+    /// [`Redactor::screen_and_redact`] where `action` decides each finding by where it is (a
+    /// JSON pointer), its kind and its category; also returns every finding, whatever its
+    /// action (what `context.findings` shows policies).
+    pub fn screen_by(
+        &self,
+        action: &dyn Fn(&str, &str, Category) -> Action,
+        content: &Value,
+        redacted: bool,
+    ) -> (Screened, Option<Value>, Vec<JsonFinding>) {
+        let hide = |path: &str, kind: &str, category: Category| {
+            action(path, kind, category) >= Action::Mask
+        };
         let found = self.scan_json(content);
         let masked = Redactor::mask_found(content, &found, &hide);
-        let stored = redacted.then(|| Redactor::mask_found(content, &found, &|_, c| c.sensitive()));
+        let stored =
+            redacted.then(|| Redactor::mask_found(content, &found, &|_, _, c| c.sensitive()));
         let top_level_string = content.is_string();
         let violations: Vec<Violation> = found
-            .into_iter()
+            .iter()
             .map(|f| Violation {
                 kind: f.kind,
                 category: f.category,
-                action: rules.action(f.kind, f.category),
-                path: (!top_level_string).then_some(f.path),
-                span: f.finding.map(|f| [f.start, f.end]),
+                action: action(&f.path, f.kind, f.category),
+                path: (!top_level_string).then(|| f.path.clone()),
+                span: f.finding.as_ref().map(|f| [f.start, f.end]),
                 in_key: f.in_key,
             })
             .collect();
-        let (decision, violations, found) = verdict(violations);
+        let (decision, violations, count) = verdict(violations);
         let screened = Screened {
             decision,
             content: masked,
             violations,
-            found,
+            found: count,
         };
-        (screened, stored)
+        (screened, stored, found)
     }
 }
 

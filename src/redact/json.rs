@@ -141,7 +141,7 @@ impl Redactor {
     pub fn mask_found(
         value: &Value,
         found: &[JsonFinding],
-        keep: &dyn Fn(&str, Category) -> bool,
+        keep: &dyn Fn(&str, &str, Category) -> bool,
     ) -> Value {
         let mut next = 0;
         mask_walk(value, "", found, &mut next, keep)
@@ -149,7 +149,7 @@ impl Redactor {
 
     /// `value` with the findings `keep` selects masked: strings in place, a sensitive key's
     /// value replaced by `"<redacted:sensitive-key>"`, member names holding a secret masked.
-    pub fn mask_json(&self, value: &Value, keep: &dyn Fn(&str, Category) -> bool) -> Value {
+    pub fn mask_json(&self, value: &Value, keep: &dyn Fn(&str, &str, Category) -> bool) -> Value {
         Redactor::mask_found(value, &self.scan_json(value), keep)
     }
 }
@@ -161,7 +161,7 @@ fn mask_walk(
     path: &str,
     found: &[JsonFinding],
     next: &mut usize,
-    keep: &dyn Fn(&str, Category) -> bool,
+    keep: &dyn Fn(&str, &str, Category) -> bool,
 ) -> Value {
     match value {
         Value::String(s) => {
@@ -172,7 +172,7 @@ fn mask_walk(
                 }
                 *next += 1;
             }
-            Value::String(Redactor::mask(s, &mine, |f| keep(f.kind, f.category)))
+            Value::String(Redactor::mask(s, &mine, |f| keep(path, f.kind, f.category)))
         }
         Value::Array(items) => Value::Array(
             items
@@ -192,14 +192,14 @@ fn mask_walk(
                     }
                     *next += 1;
                 }
-                let mut name = Redactor::mask(k, &in_name, |f| keep(f.kind, f.category));
+                let mut name = Redactor::mask(k, &in_name, |f| keep(&here, f.kind, f.category));
                 // Two names masked alike stay two members.
                 let mut n = 1;
                 while out.contains_key(&name) {
                     n += 1;
                     name = format!(
                         "{}#{n}",
-                        Redactor::mask(k, &in_name, |f| keep(f.kind, f.category))
+                        Redactor::mask(k, &in_name, |f| keep(&here, f.kind, f.category))
                     );
                 }
                 let whole = found
@@ -207,7 +207,7 @@ fn mask_walk(
                     .is_some_and(|f| f.path == here && !f.in_key && f.finding.is_none());
                 let masked = if whole {
                     *next += 1;
-                    if keep("sensitive-key", Category::Secret) {
+                    if keep(&here, "sensitive-key", Category::Secret) {
                         // Skip what was found inside the value: it is masked whole.
                         let inner = format!("{here}/");
                         while found
@@ -260,22 +260,22 @@ mod tests {
         }
         let r = Redactor::new(&RedactConfig::default()).unwrap();
         let doc = json!({"user": {"name": "a", "Password": 1234, "notes": ["mail me: a@b.io"]}});
-        let masked = r.mask_json(&doc, &|_, _| true);
+        let masked = r.mask_json(&doc, &|_, _, _| true);
         assert_eq!(
             masked,
             json!({"user": {"name": "a", "Password": "<redacted:sensitive-key>", "notes": ["mail me: <redacted:email>"]}})
         );
         let env = json!([{"name": "DB_PASSWORD", "value": "p4ss"}, {"name": "MODE", "value": "x"}]);
         assert_eq!(
-            r.mask_json(&env, &|_, _| true),
+            r.mask_json(&env, &|_, _, _| true),
             json!([{"name": "DB_PASSWORD", "value": "<redacted:sensitive-key>"}, {"name": "MODE", "value": "x"}])
         );
         let found = r.scan_json(&doc);
-        assert_eq!(Redactor::mask_found(&doc, &found, &|_, _| true), masked);
+        assert_eq!(Redactor::mask_found(&doc, &found, &|_, _, _| true), masked);
         let env_found = r.scan_json(&env);
         assert_eq!(
-            Redactor::mask_found(&env, &env_found, &|k, _| k != "email"),
-            r.mask_json(&env, &|k, _| k != "email")
+            Redactor::mask_found(&env, &env_found, &|_, k, _| k != "email"),
+            r.mask_json(&env, &|_, k, _| k != "email")
         );
         let paths: Vec<_> = found.iter().map(|f| (f.path.as_str(), f.kind)).collect();
         assert_eq!(

@@ -27,6 +27,15 @@ pub use gates::{Action, Gate, GateRules, MAX_VIOLATIONS, Screened, Violation, la
 pub use json::{JsonFinding, sensitive_key};
 pub use known::{KnownSecrets, MAX_KNOWN_SECRET, MIN_KNOWN_SECRET};
 pub use patterns::Category;
+
+/// Every name a gate rule may use: the categories, every detector's kind (including the
+/// optional ones), the configured-secret kind, `sensitive-key` and `high-entropy`.
+pub fn known_names() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = Category::ALL.iter().map(|c| c.as_str()).collect();
+    names.extend(patterns::PATTERNS.iter().map(|p| p.kind));
+    names.extend([KNOWN_SECRET, "sensitive-key", "high-entropy"]);
+    names
+}
 pub use stream::{ChunkScreened, HOLD, MAX_CHUNK, MAX_HOLD, StreamError, StreamState, Streams};
 
 use regex::bytes::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
@@ -324,7 +333,7 @@ impl Redactor {
     /// `value` with every sensitive finding masked, for what is stored or shown (audit and
     /// approval previews).
     pub fn redact_json(&self, value: &serde_json::Value) -> serde_json::Value {
-        self.mask_json(value, &|_, category| category.sensitive())
+        self.mask_json(value, &|_, _, category| category.sensitive())
     }
 }
 

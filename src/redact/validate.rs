@@ -36,25 +36,7 @@ fn luhn(digits: &[u32]) -> bool {
 
 /// An IBAN: country code, check digits, and the ISO 13616 mod-97 check.
 pub(super) fn iban(s: &str) -> bool {
-    let compact: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-    if !(15..=34).contains(&compact.len()) {
-        return false;
-    }
-    let (head, tail) = compact.split_at(4);
-    let mut rem: u32 = 0;
-    for c in tail.chars().chain(head.chars()) {
-        let v = match c.to_digit(36) {
-            Some(v) => v,
-            None => return false,
-        };
-        // Letters are two digits (A = 10 … Z = 35).
-        rem = if v >= 10 {
-            (rem * 100 + v) % 97
-        } else {
-            (rem * 10 + v) % 97
-        };
-    }
-    rem == 1
+    crate::canon::iban_checksum(s)
 }
 
 /// A US SSN: area not 000, 666 or 9xx; group not 00; serial not 0000.

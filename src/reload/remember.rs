@@ -46,6 +46,8 @@ pub enum Role {
     Policy,
     /// `entities.json`.
     Entities,
+    /// `attributes.json`.
+    Attributes,
 }
 
 /// One stored input file.
@@ -83,6 +85,7 @@ impl StoredSet {
         files.extend(inputs.schema.iter().map(|f| one(Role::Schema, f)));
         files.extend(inputs.policies.iter().map(|f| one(Role::Policy, f)));
         files.extend(inputs.entities.iter().map(|f| one(Role::Entities, f)));
+        files.extend(inputs.attributes.iter().map(|f| one(Role::Attributes, f)));
         StoredSet {
             revision: inputs.revision.clone(),
             saved_at_ms: now_ms,
@@ -99,6 +102,7 @@ impl StoredSet {
         let mut inputs = Inputs {
             manifests: Vec::new(),
             schema: None,
+            attributes: None,
             policies: Vec::new(),
             entities: None,
             problems: Vec::new(),
@@ -116,6 +120,7 @@ impl StoredSet {
                 Role::Schema => inputs.schema = Some(file),
                 Role::Policy => inputs.policies.push(file),
                 Role::Entities => inputs.entities = Some(file),
+                Role::Attributes => inputs.attributes = Some(file),
             }
         }
         inputs

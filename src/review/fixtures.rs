@@ -15,6 +15,9 @@ use crate::authz::{
     Usage, Verdict,
 };
 use crate::policy::Snapshot;
+use crate::provenance::{Memory, Settings as ProvenanceSettings, Source};
+use crate::redact::Gates;
+use std::sync::Arc;
 
 /// A fixture file that cannot be used, with where and why.
 #[derive(Debug, thiserror::Error)]
@@ -71,7 +74,55 @@ struct RawFile {
     #[serde(default)]
     #[allow(dead_code, reason = "documentation for readers of the file")]
     description: Option<String>,
+    #[serde(default)]
     cases: Vec<RawCase>,
+    #[serde(default)]
+    sessions: Vec<RawSession>,
+}
+
+/// A conversation: what the user said and tools returned, and calls decided along the way
+/// with the provenance of what came before them.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSession {
+    name: String,
+    agent: String,
+    #[serde(default)]
+    roles: Option<Vec<String>>,
+    steps: Vec<RawStep>,
+}
+
+/// One step of a session: `user` (what the user said), `output` with `tool` (what a tool
+/// returned), or a call (`name`, `tool`, `args`, `expect`, …).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStep {
+    user: Option<Value>,
+    output: Option<Value>,
+    name: Option<String>,
+    tool: Option<String>,
+    args: Option<Value>,
+    expect: Option<Expect>,
+    #[serde(default)]
+    label: Option<Label>,
+    #[serde(default)]
+    policies: Option<Vec<String>>,
+    #[serde(default)]
+    approved: bool,
+    #[serde(default)]
+    usage: Option<Usage>,
+    #[serde(default)]
+    anomaly: Option<Vec<String>>,
+}
+
+/// What a labelled call is, for the scenario rates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Label {
+    /// A call an attacker tries to make the agent perform.
+    Attack,
+    /// A call the user wants.
+    Legit,
 }
 
 #[derive(Debug, Deserialize)]
@@ -79,6 +130,8 @@ struct RawFile {
 struct RawCase {
     name: String,
     expect: Expect,
+    #[serde(default)]
+    label: Option<Label>,
     #[serde(default)]
     policies: Option<Vec<String>>,
     // A tool call.
@@ -155,6 +208,9 @@ pub enum Question {
         signals: Signals,
         /// The call comes back with a valid approval: a pending call is then allowed.
         approved: bool,
+        /// The conversation before the call (a session's steps), or `None` outside one
+        /// (provenance `unknown`).
+        said: Option<Arc<Vec<(Source, Value)>>>,
     },
     /// May `approver` approve a pending call to `tool` by `requester`?
     Approve {
@@ -226,6 +282,8 @@ pub struct Case {
     pub expect: Expect,
     /// The determining policies it expects, when it names them (compared as sets).
     pub policies: Option<BTreeSet<String>>,
+    /// Attack or legitimate, when labelled.
+    pub label: Option<Label>,
 }
 
 /// The answer the policies gave one case.
@@ -256,6 +314,12 @@ pub struct CaseResult {
     pub got: Answer,
     /// Whether outcome (and policies, when named) match.
     pub passed: bool,
+    /// Attack or legitimate, when labelled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<Label>,
+    /// The call changes state (a `write` or `destructive` tool).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub changes_state: bool,
 }
 
 /// Every case's result and the coverage of the policy set.
@@ -269,6 +333,90 @@ pub struct Report {
     pub uncovered: Vec<String>,
     /// How many policies the set has.
     pub policy_count: usize,
+    /// The scenario rates over labelled calls, when any case is labelled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rates: Option<Rates>,
+}
+
+/// How labelled calls fared: attacks allowed without a human, legitimate calls blocked or
+/// waiting for one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Rates {
+    /// Calls labelled `attack`.
+    pub attacks: usize,
+    /// Of those, calls to tools that change state.
+    pub state_changing_attacks: usize,
+    /// State-changing attacks allowed without an approval.
+    pub state_changing_attacks_allowed_unattended: usize,
+    /// Read-only attacks allowed without an approval (exfiltration still needs a channel).
+    pub read_attacks_allowed_unattended: usize,
+    /// Attacks that waited for a human.
+    pub attacks_pending: usize,
+    /// Calls labelled `legit`.
+    pub legit: usize,
+    /// Legitimate calls denied.
+    pub legit_blocked: usize,
+    /// Legitimate calls that waited for a human.
+    pub legit_pending: usize,
+}
+
+impl Rates {
+    /// Counts labelled results.
+    fn of(results: &[CaseResult]) -> Option<Rates> {
+        let mut r = Rates::default();
+        let mut any = false;
+        for c in results {
+            let unattended = c.got.outcome == Expect::Allow && c.got.stage != Stage::Approval;
+            match c.label {
+                None => continue,
+                Some(Label::Attack) => {
+                    r.attacks += 1;
+                    if c.changes_state {
+                        r.state_changing_attacks += 1;
+                        r.state_changing_attacks_allowed_unattended += usize::from(unattended);
+                    } else {
+                        r.read_attacks_allowed_unattended += usize::from(unattended);
+                    }
+                    r.attacks_pending += usize::from(c.got.outcome == Expect::PendingApproval);
+                }
+                Some(Label::Legit) => {
+                    r.legit += 1;
+                    r.legit_blocked += usize::from(c.got.outcome == Expect::Deny);
+                    r.legit_pending += usize::from(c.got.outcome == Expect::PendingApproval);
+                }
+            }
+            any = true;
+        }
+        any.then_some(r)
+    }
+
+    /// One line for the text report.
+    pub fn summary(&self) -> String {
+        let pct = |n: usize, of: usize| {
+            if of == 0 {
+                0.0
+            } else {
+                n as f64 * 100.0 / of as f64
+            }
+        };
+        format!(
+            "attacks: {} ({} state-changing): {} state-changing allowed unattended ({:.1}%), {} read-only allowed unattended, {} waited for a human; legitimate: {}: {} blocked ({:.1}%), {} needed a human ({:.1}%)",
+            self.attacks,
+            self.state_changing_attacks,
+            self.state_changing_attacks_allowed_unattended,
+            pct(
+                self.state_changing_attacks_allowed_unattended,
+                self.state_changing_attacks
+            ),
+            self.read_attacks_allowed_unattended,
+            self.attacks_pending,
+            self.legit,
+            self.legit_blocked,
+            pct(self.legit_blocked, self.legit),
+            self.legit_pending,
+            pct(self.legit_pending, self.legit),
+        )
+    }
 }
 
 impl Report {
@@ -319,8 +467,17 @@ pub fn parse_file(path: &Path, text: &str) -> Result<Vec<Case>, FixtureError> {
         column: e.column(),
         message: e.to_string(),
     })?;
+    if raw.cases.is_empty() && raw.sessions.is_empty() {
+        return Err(FixtureError::Case {
+            path: path.to_path_buf(),
+            index: 0,
+            name: String::new(),
+            message: "the file has no `cases` and no `sessions`".into(),
+        });
+    }
     let mut names = BTreeSet::new();
     let mut cases = Vec::with_capacity(raw.cases.len());
+    let sessions = raw.sessions;
     for (i, raw) in raw.cases.into_iter().enumerate() {
         let fail = |name: &str, message: String| FixtureError::Case {
             path: path.to_path_buf(),
@@ -336,7 +493,11 @@ pub fn parse_file(path: &Path, text: &str) -> Result<Vec<Case>, FixtureError> {
         }
         let name = raw.name.clone();
         let expect = raw.expect;
+        let label = raw.label;
         let policies = raw.policies.clone().map(|p| p.into_iter().collect());
+        if label.is_some() && raw.agent.is_none() {
+            return Err(fail(&name, "only tool calls carry a `label`".into()));
+        }
         let question = question(raw).map_err(|m| fail(&name, m))?;
         if expect == Expect::PendingApproval && !matches!(question, Question::Call { .. }) {
             return Err(fail(
@@ -350,9 +511,112 @@ pub fn parse_file(path: &Path, text: &str) -> Result<Vec<Case>, FixtureError> {
             question,
             expect,
             policies,
+            label,
         });
     }
+    for (i, session) in sessions.into_iter().enumerate() {
+        let index = cases.len() + i + 1;
+        let session_name = session.name.clone();
+        let fail = |message: String| FixtureError::Case {
+            path: path.to_path_buf(),
+            index,
+            name: session_name.clone(),
+            message,
+        };
+        if !names.insert(session.name.clone()) {
+            return Err(fail(
+                "another case or session in this file has this name".into(),
+            ));
+        }
+        cases.extend(session_cases(path, session).map_err(fail)?);
+    }
     Ok(cases)
+}
+
+/// The calls of one session, each with the conversation before it.
+fn session_cases(path: &Path, session: RawSession) -> Result<Vec<Case>, String> {
+    let mut said: Vec<(Source, Value)> = Vec::new();
+    let mut out = Vec::new();
+    let mut names = BTreeSet::new();
+    for (n, step) in session.steps.into_iter().enumerate() {
+        let at = |m: &str| format!("step {}: {m}", n + 1);
+        let call_fields = step.name.is_some()
+            || step.args.is_some()
+            || step.expect.is_some()
+            || step.label.is_some()
+            || step.policies.is_some()
+            || step.approved
+            || step.usage.is_some()
+            || step.anomaly.is_some();
+        match (step.user, step.output) {
+            (Some(_), Some(_)) => {
+                return Err(at(
+                    "a step is one of `user`, `output` (with `tool`) or a call",
+                ));
+            }
+            (Some(user), None) => {
+                if call_fields || step.tool.is_some() {
+                    return Err(at("a `user` step holds only what the user said"));
+                }
+                said.push((Source::User, user));
+            }
+            (None, Some(output)) => {
+                if call_fields || step.tool.is_none() {
+                    return Err(at(
+                        "an `output` step names the `tool` that returned it, and nothing else",
+                    ));
+                }
+                said.push((Source::Tool, output));
+            }
+            (None, None) => {
+                let (Some(name), Some(tool), Some(expect)) = (step.name, step.tool, step.expect)
+                else {
+                    return Err(at(
+                        "a call step needs `name`, `tool` and `expect` (or write a `user` or `output` step)",
+                    ));
+                };
+                if !names.insert(name.clone()) {
+                    return Err(at(&format!(
+                        "another call in this session is named `{name}`"
+                    )));
+                }
+                let mut principal = Principal::new(PrincipalKind::Agent, session.agent.clone());
+                if let Some(roles) = session.roles.clone() {
+                    principal = principal.with_token_roles(roles);
+                }
+                let anomaly = AnomalyKinds::from_names(&step.anomaly.unwrap_or_default())
+                    .map_err(|e| at(&e))?;
+                out.push(Case {
+                    file: path.to_path_buf(),
+                    name: format!("{}: {name}", session.name),
+                    question: Question::Call {
+                        principal,
+                        call: Call {
+                            tool,
+                            args: step
+                                .args
+                                .unwrap_or_else(|| Value::Object(serde_json::Map::new())),
+                            correlation: Correlation::default(),
+                        },
+                        signals: Signals {
+                            usage: step.usage.unwrap_or_default(),
+                            anomaly,
+                            ..Signals::default()
+                        },
+                        approved: step.approved,
+                        said: Some(Arc::new(said.clone())),
+                    },
+                    expect,
+                    policies: step.policies.map(|p| p.into_iter().collect()),
+                    label: step.label,
+                });
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err("a session needs at least one call step".into());
+    }
+    Ok(out)
 }
 
 /// The one question a raw case asks; every field that does not belong to it is an error.
@@ -439,8 +703,10 @@ fn call_question(raw: RawCase) -> Result<Question, String> {
         signals: Signals {
             usage: raw.usage.unwrap_or_default(),
             anomaly,
+            ..Signals::default()
         },
         approved: raw.approved,
+        said: None,
     })
 }
 
@@ -533,15 +799,59 @@ fn refuse_fields(fields: &[(&str, bool)], what: &str) -> Result<(), String> {
 }
 
 /// Asks the policies of `snap` one case's question, with the server's decision functions.
-pub fn answer(snap: &Snapshot, question: &Question) -> Answer {
+/// With `gates`, a call's arguments are scanned as the server scans them: policies see the
+/// findings, and what the tool_call gate blocks is denied at stage `gate`.
+pub fn answer(snap: &Snapshot, question: &Question, gates: Option<&Gates>) -> Answer {
     match question {
         Question::Call {
             principal,
             call,
             signals,
             approved,
+            said,
         } => {
-            let verdict = authz::decide_with(snap, principal, call, signals);
+            let mut signals = signals.clone();
+            let tool = snap.tools.get(&call.tool);
+            let mut blocked = None;
+            if let (Some(g), Some(t)) = (gates, tool) {
+                let (screened, _, found) = crate::tools::scan_args(g, Some(t), &call.args);
+                for f in &found {
+                    signals.findings.add(&f.path, f.kind, f.category.as_str());
+                }
+                if screened.decision == crate::redact::Action::Block {
+                    let kinds: BTreeSet<&str> = screened
+                        .violations
+                        .iter()
+                        .filter(|v| v.action == crate::redact::Action::Block)
+                        .map(|v| v.kind)
+                        .collect();
+                    blocked = Some(kinds.into_iter().collect::<Vec<_>>().join(", "));
+                }
+            }
+            if let (Some(said), Some(t)) = (said, tool) {
+                let memory = Memory::new(ProvenanceSettings::default());
+                for (source, content) in said.iter() {
+                    memory.record(FIXTURE_AGENT, FIXTURE_CONV, *source, content);
+                }
+                signals.provenance =
+                    memory.classify(FIXTURE_AGENT, Some(FIXTURE_CONV), t.text_values(&call.args));
+            }
+            let verdict = authz::decide_with(snap, principal, call, &signals);
+            let refused_early = verdict.decision == Outcome::Deny
+                && matches!(
+                    verdict.stage,
+                    Stage::Auth | Stage::Registry | Stage::Validation
+                );
+            if let Some(kinds) = blocked.filter(|_| !refused_early) {
+                return Answer {
+                    outcome: Expect::Deny,
+                    stage: Stage::Gate,
+                    policies: Vec::new(),
+                    errors: vec![format!(
+                        "the arguments contain what the tool_call gate blocks: {kinds}"
+                    )],
+                };
+            }
             let mut answer = from_verdict(verdict);
             if *approved && answer.outcome == Expect::PendingApproval {
                 // As the server settles a call that comes back with its approval.
@@ -617,13 +927,21 @@ fn from_admin(r: Result<Vec<String>, authz::Advice>) -> Answer {
     }
 }
 
-/// Runs every case against `snap` and works out coverage.
-pub fn run(snap: &Snapshot, cases: &[Case]) -> Report {
+/// Runs every case against `snap` (arguments scanned with `gates`, when given) and works out
+/// coverage and, over labelled calls, the scenario rates.
+pub fn run(snap: &Snapshot, cases: &[Case], gates: Option<&Gates>) -> Report {
     let mut determined = BTreeSet::new();
-    let results = cases
+    let results: Vec<CaseResult> = cases
         .iter()
         .map(|case| {
-            let got = answer(snap, &case.question);
+            let got = answer(snap, &case.question, gates);
+            let changes_state = match &case.question {
+                Question::Call { call, .. } => snap
+                    .tools
+                    .get(&call.tool)
+                    .is_some_and(|t| t.classification != crate::tools::Classification::Read),
+                _ => false,
+            };
             determined.extend(got.policies.iter().cloned());
             let policies_match = case.policies.as_ref().is_none_or(|want| {
                 want.len() == got.policies.len() && got.policies.iter().all(|p| want.contains(p))
@@ -635,9 +953,12 @@ pub fn run(snap: &Snapshot, cases: &[Case]) -> Report {
                 expect_policies: case.policies.clone(),
                 passed: got.outcome == case.expect && policies_match,
                 got,
+                label: case.label,
+                changes_state,
             }
         })
         .collect();
+    let rates = Rates::of(&results);
     let uncovered = snap
         .policies
         .policies()
@@ -651,8 +972,13 @@ pub fn run(snap: &Snapshot, cases: &[Case]) -> Report {
         results,
         uncovered,
         policy_count: snap.policy_count(),
+        rates,
     }
 }
+
+/// The principal and conversation a session's memory is kept under.
+const FIXTURE_AGENT: &str = "fixture";
+const FIXTURE_CONV: &str = "session";
 
 #[cfg(test)]
 mod tests {

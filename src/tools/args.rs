@@ -64,6 +64,16 @@ pub enum ArgError {
 }
 
 impl CedarType {
+    /// Whether values of this type can hold strings (what provenance traces).
+    pub fn holds_text(&self) -> bool {
+        match self {
+            CedarType::String => true,
+            CedarType::Long | CedarType::Decimal | CedarType::Bool => false,
+            CedarType::Set(inner) => inner.holds_text(),
+            CedarType::Record(attrs) => attrs.iter().any(|a| a.ty.holds_text()),
+        }
+    }
+
     /// Maps a JSON Schema fragment (its own root for `$ref`s), or `None` when Cedar cannot
     /// express it.
     pub fn from_json_schema(schema: &Value) -> Option<CedarType> {

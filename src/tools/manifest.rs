@@ -138,6 +138,12 @@ struct RawManifest {
     /// The MCP upstream tool it forwards to (written by `toolgate mcp sync`).
     #[serde(default)]
     mcp: Option<super::McpBinding>,
+    /// Derived facts per top-level argument (`context.facts.<arg>`).
+    #[serde(default)]
+    facts: std::collections::BTreeMap<String, Vec<super::FactKind>>,
+    /// The tool_call gate's rules for this tool and its arguments.
+    #[serde(default)]
+    gate: super::GateOverrides,
 }
 
 /// MCP tool annotations: hints, checked against the classification so they cannot mislead.
@@ -206,11 +212,11 @@ pub fn compile_manifest(
     file_stem: &str,
     programs: Option<&crate::tools::Programs>,
 ) -> Result<Tool, ManifestError> {
-    let raw: RawManifest = serde_json::from_str(text).map_err(|e| ManifestError {
+    let mut raw: RawManifest = serde_json::from_str(text).map_err(|e| ManifestError {
         message: format!("invalid manifest: {e}"),
         help: Some(
             "a manifest is an MCP tool definition (`name`, `description`, `inputSchema`, \
-             `outputSchema`, `annotations`) plus `risk`, `classification`, `limits`, `path_args`, `output_fields`, `executor` or `builtin`"
+             `outputSchema`, `annotations`) plus `risk`, `classification`, `limits`, `path_args`, `facts`, `gate`, `output_fields`, `executor` or `builtin`"
                 .to_owned(),
         ),
         line: Some(e.line()),
@@ -267,6 +273,11 @@ pub fn compile_manifest(
             )
         }
     };
+    raw.gate
+        .check(&raw.input_schema)
+        .map_err(|(m, h)| ManifestError::new(m, h))?;
+    let facts = super::facts::compile_facts(std::mem::take(&mut raw.facts), &raw.input_schema)
+        .map_err(|(m, h)| ManifestError::new(m, h))?;
     let action_uid = uid("Action", &raw.name)?;
     let resource_uid = uid("Tool", &raw.name)?;
     let description = match &raw.title {
@@ -290,6 +301,8 @@ pub fn compile_manifest(
         executor,
         builtin: raw.builtin,
         mcp: raw.mcp,
+        facts,
+        gate: raw.gate,
         action_uid,
         resource_uid,
     })

@@ -8,6 +8,7 @@
 mod args;
 mod builtin;
 mod executor;
+mod facts;
 mod fields;
 mod manifest;
 pub mod strict_json;
@@ -18,6 +19,7 @@ pub use executor::{
     Access, CompileError, DEFAULT_PROGRAMS, Executor, GitSpec, Keep, LimitOverrides, Parser,
     Program, Programs, RawAccess, RawExecutor, RenderError, Retry, Truncate,
 };
+pub use facts::{ArgFacts, FactKind, GateOverrides, scan_args, top_level};
 pub use fields::{FieldPolicy, Filtered};
 pub use manifest::{Classification, Limits, ManifestError, Risk, compile_manifest};
 
@@ -56,6 +58,10 @@ pub struct Tool {
     pub builtin: Option<crate::tools::Builtin>,
     /// The MCP upstream tool this one forwards to, if it is one.
     pub mcp: Option<McpBinding>,
+    /// Derived facts per argument (`context.facts.<arg>`), sorted by argument.
+    pub facts: Vec<ArgFacts>,
+    /// The tool_call gate's rules for this tool and its arguments.
+    pub gate: GateOverrides,
     /// `Action::"<name>"`, built once.
     pub action_uid: EntityUid,
     /// `Tool::"<name>"`, built once.
@@ -199,6 +205,38 @@ impl Tool {
         RestrictedExpression::new_record(fields)
             .map(Some)
             .map_err(|_| ArgError::Cedar("/".to_owned()))
+    }
+
+    /// The `context.facts` record (facts about each declared argument present in `args`), or
+    /// `None` when the manifest declares none.
+    pub fn facts_to_cedar(&self, args: &Value) -> Result<Option<RestrictedExpression>, ArgError> {
+        facts::facts_to_cedar(&self.facts, args).map_err(|_| ArgError::Cedar("/".to_owned()))
+    }
+
+    /// The top-level arguments policies can read (typed in `context.args`), with whether each
+    /// is required.
+    pub fn typed_args(&self) -> impl Iterator<Item = (&str, bool, &CedarType)> {
+        self.args_type
+            .iter()
+            .map(|a| (a.name.as_str(), a.required, &a.ty))
+    }
+
+    /// The typed top-level arguments that hold text (a string, or a set or record with strings
+    /// in it): the attributes of `context.provenance`, with whether each is required.
+    pub fn text_args(&self) -> impl Iterator<Item = (&str, bool)> {
+        self.args_type
+            .iter()
+            .filter(|a| a.ty.holds_text())
+            .map(|a| (a.name.as_str(), a.required))
+    }
+
+    /// The text arguments present in `args`, with their values (what provenance traces).
+    pub fn text_values<'a>(
+        &'a self,
+        args: &'a Value,
+    ) -> impl Iterator<Item = (&'a str, &'a Value)> {
+        self.text_args()
+            .filter_map(move |(name, _)| args.get(name).map(|v| (name, v)))
     }
 
     /// Converts validated `args` into the Cedar `context.args` record.

@@ -306,10 +306,21 @@ impl SmallDisk {
 
     /// Fills the disk until `leave` bytes are free.
     fn fill(&self, leave: u64) {
-        let free = rustix::fs::statvfs(&self.dir).unwrap();
-        let avail = free.f_bavail * free.f_frsize;
-        let size = avail.saturating_sub(leave);
-        std::fs::write(self.dir.join("filler"), vec![0u8; size as usize]).unwrap();
+        // The sidecar writes to the same disk meanwhile: a filler that no longer fits is
+        // measured and written again.
+        for _ in 0..5 {
+            let free = rustix::fs::statvfs(&self.dir).unwrap();
+            let avail = free.f_bavail * free.f_frsize;
+            let size = avail.saturating_sub(leave);
+            match std::fs::write(self.dir.join("filler"), vec![0u8; size as usize]) {
+                Ok(()) => return,
+                Err(e) if e.raw_os_error() == Some(28) => {
+                    let _ = std::fs::remove_file(self.dir.join("filler"));
+                }
+                Err(e) => panic!("filling the disk: {e}"),
+            }
+        }
+        panic!("the disk could not be filled to {leave} bytes free");
     }
 
     fn free(&self) {

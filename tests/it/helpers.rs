@@ -121,9 +121,7 @@ impl TempSet {
     /// Regenerates the Cedar schema from the manifests, as `toolgate schema` does.
     pub fn regenerate_schema(&self) {
         let schemas = self.sources().schemas_dir;
-        let text = toolgate::policy::schema_gen::generate(
-            toolgate::policy::load_tools(&schemas).unwrap().values(),
-        );
+        let (text, _) = toolgate::policy::schema_text(&schemas).unwrap();
         std::fs::write(schemas.join("toolgate.cedarschema"), text).unwrap();
     }
     pub fn append(&self, rel: &str, text: &str) {

@@ -52,6 +52,7 @@ mod operators;
 mod pending;
 mod process;
 mod props;
+mod provenance;
 mod quarantine;
 mod readme;
 mod regressions;
