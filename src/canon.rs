@@ -279,22 +279,33 @@ pub fn tokens(text: &str, min_chars: usize) -> Tokens {
     found.scan(text);
     let mut t = Tokens::default();
     t.ids.extend(found.emails.iter().map(|e| format!("e:{e}")));
-    t.ids.extend(found.urls.iter().map(|u| format!("u:{u}")));
+    t.ids
+        .extend(found.urls.iter().map(|u| format!("u:{}", url_key(u))));
     t.ids.extend(found.ibans.iter().map(|i| format!("i:{i}")));
+    // Repeats are kept: the memory's hash sets absorb them.
     let long = |s: &str| s.chars().count() >= min_chars;
     for word in text
         .split(|c: char| !c.is_alphanumeric())
         .filter(|w| long(w))
     {
-        push_new(&mut t.words, format!("w:{}", word.to_lowercase()));
+        t.words.push(format!("w:{}", word.to_lowercase()));
     }
     for chunk in text.split_whitespace() {
         let chunk = chunk.trim_matches(|c: char| !c.is_alphanumeric() && c != '/' && c != '~');
         if long(chunk) && chunk.contains(|c: char| !c.is_alphanumeric()) {
-            push_new(&mut t.words, format!("c:{}", chunk.to_lowercase()));
+            t.words.push(format!("c:{}", chunk.to_lowercase()));
         }
     }
     t
+}
+
+/// What identifies a canonical URL for provenance: without its scheme, a leading `www.` or a
+/// trailing `/`, so the `www.x.example/p` a user typed is the `https://x.example/p/` an agent
+/// fetches.
+pub fn url_key(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.strip_prefix("www.").unwrap_or(rest);
+    rest.trim_end_matches('/')
 }
 
 #[cfg(test)]
@@ -337,5 +348,9 @@ mod tests {
         assert!(t.words.contains(&"w:landlord".to_owned()));
         assert!(t.words.contains(&"c:reports/q3.pdf".to_owned()));
         assert!(!t.words.iter().any(|w| w == "w:the" || w == "w:pay"));
+        let typed = tokens("post it to www.hooks.example/releases/ please", 4);
+        let fetched = tokens("https://hooks.example/releases", 4);
+        assert_eq!(typed.ids, fetched.ids);
+        assert_eq!(typed.ids, ["u:hooks.example/releases"]);
     }
 }

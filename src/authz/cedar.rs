@@ -91,12 +91,15 @@ pub(super) fn evaluate(
             )],
         );
     }
+    // Denied even if approved: the forbids that still hold are the reasons (those an approval
+    // would lift are not).
+    let refusing = reasons(&approved);
     Verdict::new(
         Outcome::Deny,
         Stage::Policy,
         Some(tool),
-        blocking.clone(),
-        vec![denial_advice(tool, &blocking)],
+        refusing.clone(),
+        vec![denial_advice(tool, &refusing)],
     )
 }
 

@@ -265,9 +265,10 @@ fn every_explanation_agrees_with_its_decision() {
                 assert!(e.approval.as_ref().is_some_and(|a| !a.because.is_empty()));
             }
             Outcome::Deny if !e.policies.is_empty() => {
-                let forbids = satisfied(false, false);
+                // The reasons are the forbids an approval would not lift.
+                let forbids = satisfied(false, true);
                 if forbids.is_empty() {
-                    assert!(satisfied(true, false).is_empty(), "{agent} {tool}: {e:?}");
+                    assert!(satisfied(true, true).is_empty(), "{agent} {tool}: {e:?}");
                 } else {
                     assert_eq!(forbids, verdict.reasons, "{agent} {tool}");
                 }
