@@ -54,6 +54,7 @@ stdin: one JSON command per line; commands run concurrently and answers may arri
 out of order (match them by id). Each command may carry "timeout_s" (SDK read timeout).
   {"id":1,"op":"list_tools"}
   {"id":2,"op":"call_tool","name":"x","arguments":{..},"timeout_s":30,"progress":true}
+      "meta":{..} is sent as the request's _meta (e.g. {"toolgate/conv_id": "c-1"}).
       progress:true sends _meta.progressToken = "progress-<id>"; notifications for it
       are printed as progress events carrying "id".
   {"id":3,"op":"read_resource","uri":".."}
@@ -296,9 +297,10 @@ async def execute(state: State, cmd: dict[str, Any]) -> Any:
     op = cmd.get("op")
     timeout = _timeout(cmd)
     if op == "call_tool":
-        meta = None
+        meta = dict(cmd.get("meta") or {}) or None
         if cmd.get("progress"):
-            meta = {"progressToken": PROGRESS_PREFIX + json.dumps(cmd.get("id"))}
+            meta = dict(meta or {})
+            meta["progressToken"] = PROGRESS_PREFIX + json.dumps(cmd.get("id"))
         # The SDK's read timeout: on expiry it sends notifications/cancelled and
         # raises McpError -32001 (REQUEST_TIMEOUT).
         return await client.call_tool(
