@@ -4,11 +4,14 @@
 //! (`Bob@Corp.example` and `bob@corp.example`, an IBAN with or without spaces, `HTTPS://X.io/`
 //! and `https://x.io`) is one value.
 //!
-//! Scanners are hand-written and linear: no regular expression to compile, nothing that can
+//! Scanners are hand-written and linear in their input, also adversarial input (a web page
+//! of `www. www. …`, thousands of `@`): no regular expression to compile, nothing that can
 //! fail at run time.
 
+use std::collections::HashSet;
+
 /// The identifiers found in a text, canonical and in order of appearance (repeats kept out).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct Found {
     /// E-mail addresses, lowercased.
     pub emails: Vec<String>,
@@ -19,31 +22,49 @@ pub struct Found {
     pub hosts: Vec<String>,
     /// IBANs that pass the ISO 13616 mod-97 check, uppercase without spaces.
     pub ibans: Vec<String>,
+    /// What each list holds already (tagged by list), so repeats cost a lookup, not a scan.
+    seen: HashSet<(u8, String)>,
 }
 
 impl Found {
     /// Adds what `text` holds.
     pub fn scan(&mut self, text: &str) {
         for e in emails(text) {
-            push_new(&mut self.emails, e);
+            self.add(0, e);
         }
         for u in urls(text) {
             if let Some(h) = host_of(&u) {
-                push_new(&mut self.hosts, h);
+                self.add(2, h);
             }
-            push_new(&mut self.urls, u);
+            self.add(1, u);
         }
         for i in ibans(text) {
-            push_new(&mut self.ibans, i);
+            self.add(3, i);
+        }
+    }
+
+    fn add(&mut self, list: u8, item: String) {
+        if self.seen.contains(&(list, item.clone())) {
+            return;
+        }
+        self.seen.insert((list, item.clone()));
+        match list {
+            0 => self.emails.push(item),
+            1 => self.urls.push(item),
+            2 => self.hosts.push(item),
+            _ => self.ibans.push(item),
         }
     }
 
     /// The domains of the e-mail addresses.
     pub fn email_domains(&self) -> Vec<String> {
         let mut out = Vec::new();
+        let mut seen = HashSet::new();
         for e in &self.emails {
-            if let Some((_, d)) = e.rsplit_once('@') {
-                push_new(&mut out, d.to_owned());
+            if let Some((_, d)) = e.rsplit_once('@')
+                && seen.insert(d)
+            {
+                out.push(d.to_owned());
             }
         }
         out
@@ -55,10 +76,13 @@ impl Found {
     }
 }
 
-fn push_new(list: &mut Vec<String>, item: String) {
-    if !list.contains(&item) {
-        list.push(item);
-    }
+/// `items` without repeats, first occurrences in order.
+fn unique(items: Vec<String>) -> Vec<String> {
+    let mut seen = HashSet::with_capacity(items.len());
+    items
+        .into_iter()
+        .filter(|i| seen.insert(i.clone()))
+        .collect()
 }
 
 /// Every string inside a JSON value (object keys excluded), depth first.
@@ -71,95 +95,124 @@ pub fn strings<'a>(value: &'a serde_json::Value, out: &mut Vec<&'a str>) {
     }
 }
 
-fn is_local_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || "._%+-'".contains(c)
+/// What ends an address's local part or domain, besides whitespace and control characters.
+const ADDRESS_STOP: &[char] = &[
+    '<', '>', '(', ')', '[', ']', '{', '}', ',', ';', ':', '"', '\'', '`', '|', '\\', '@', '/',
+    '?', '#',
+];
+
+fn is_address_char(c: char) -> bool {
+    !c.is_whitespace() && !c.is_control() && !ADDRESS_STOP.contains(&c)
 }
 
-fn is_domain_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || c == '.' || c == '-'
-}
-
-/// E-mail addresses in `text`, lowercased.
+/// E-mail addresses in `text`, lowercased. Read generously, so that nothing with an `@` and
+/// a domain escapes the lists policies check: any run of address characters around an `@`
+/// whose domain is not empty is one (`'@evil.example` is `@evil.example`, `a@b` is `a@b`).
 pub fn emails(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     for (at, _) in text.match_indices('@') {
-        let before = &text[..at];
+        let before = text.get(..at).unwrap_or("");
         let start = before
             .char_indices()
             .rev()
-            .take_while(|(_, c)| is_local_char(*c))
+            .take_while(|(_, c)| is_address_char(*c))
             .last()
             .map_or(at, |(i, _)| i);
-        let local = before[start..].trim_start_matches(['.', '\'']);
-        let after = &text[at + 1..];
+        let local = before.get(start..).unwrap_or("").trim_start_matches('.');
+        let after = text.get(at + 1..).unwrap_or("");
         let end = after
             .char_indices()
-            .find(|(_, c)| !is_domain_char(*c))
+            .find(|(_, c)| !is_address_char(*c))
             .map_or(after.len(), |(i, _)| i);
-        let domain = after[..end].trim_end_matches(['.', '-']);
-        let tld_ok = domain.rsplit_once('.').is_some_and(|(head, tld)| {
-            !head.is_empty() && tld.len() >= 2 && tld.chars().all(|c| c.is_ascii_alphabetic())
-        });
-        if !local.is_empty() && tld_ok && !domain.contains("..") {
-            let addr = format!("{local}@{domain}").to_ascii_lowercase();
-            push_new(&mut out, addr);
+        let domain = after
+            .get(..end)
+            .unwrap_or("")
+            .trim_end_matches(['.', '-'])
+            .trim_start_matches('.');
+        if !domain.is_empty() {
+            out.push(format!("{local}@{domain}").to_lowercase());
         }
     }
-    out
+    unique(out)
 }
-
-const URL_STOP: &[char] = &['<', '>', '"', '`', '\'', '|', '\\', '^', '{', '}'];
 
 /// URLs in `text`, canonical.
 pub fn urls(text: &str) -> Vec<String> {
+    const STARTS: [&str; 4] = ["https://", "http://", "ftp://", "www."];
     let lower = text.to_ascii_lowercase();
     let mut out = Vec::new();
+    // The next occurrence of each start at or after `from`, found again only once passed:
+    // each is searched for over the text once in all.
+    // `None`: not searched yet; `Some(None)`: not in the rest of the text.
+    let mut next: [Option<Option<usize>>; 4] = [None; 4];
     let mut from = 0;
     while from < lower.len() {
-        let next = ["https://", "http://", "ftp://", "www."]
-            .iter()
-            .filter_map(|p| lower[from..].find(p).map(|i| from + i))
-            .min();
-        let Some(start) = next else { break };
+        for (slot, p) in next.iter_mut().zip(STARTS) {
+            let stale = match *slot {
+                None => true,
+                Some(Some(i)) => i < from,
+                Some(None) => false,
+            };
+            if stale {
+                *slot = Some(lower.get(from..).and_then(|r| r.find(p)).map(|i| from + i));
+            }
+        }
+        let Some(start) = next.iter().flatten().flatten().copied().min() else {
+            break;
+        };
         // `www.` only at a word start (not inside `xwww.` or a URL already taken).
-        let boundary = lower[..start]
-            .chars()
-            .next_back()
+        let boundary = lower
+            .get(..start)
+            .and_then(|b| b.chars().next_back())
             .is_none_or(|c| !c.is_ascii_alphanumeric() && c != '.' && c != '/');
-        let rest = &text[start..];
+        let rest = text.get(start..).unwrap_or("");
+        // A URL ends only at whitespace: `https://github.com'@evil.example/` and
+        // `https://github.com"@evil.example/` go to `evil.example`, as browsers read them.
         let len = rest
             .char_indices()
-            .find(|(_, c)| c.is_whitespace() || URL_STOP.contains(c) || c.is_control())
+            .find(|(_, c)| c.is_whitespace() || c.is_control())
             .map_or(rest.len(), |(i, _)| i);
-        let raw = rest[..len].trim_end_matches(['.', ',', ';', ':', '!', '?', ')', ']', '}']);
-        if boundary && let Some(u) = canonical_url(raw) {
-            push_new(&mut out, u);
+        let raw = rest
+            .get(..len)
+            .unwrap_or("")
+            .trim_end_matches(['.', ',', ';', ':', '!', '?', ')', ']', '}', '>', '"', '\'']);
+        // A `www.` start needs a name after it: `www.` alone, or `www.x`, is not a URL.
+        let www = lower.get(start..).is_some_and(|r| r.starts_with("www."));
+        let named = !www
+            || raw
+                .get(4..)
+                .and_then(|r| r.split(['/', '?', '#', ':']).next())
+                .is_some_and(|h| h.contains('.') && !h.starts_with('.'));
+        if boundary
+            && named
+            && let Some(u) = canonical_url(raw)
+        {
+            out.push(u);
         }
         from = start + len.max(1);
     }
-    out
+    unique(out)
 }
 
-/// The canonical form of one URL, or `None` when it has no host.
+/// The canonical form of one URL, or `None` when it has no host. The host is what a browser
+/// would reach: after the last `@` of the authority, which ends at `/`, `\\`, `?` or `#`;
+/// percent-escapes decoded and lowercased (any characters kept, so an unusual host is still a
+/// host: `x_y.evil.example`, `évil.example`).
 pub fn canonical_url(raw: &str) -> Option<String> {
     let (scheme, rest) = match raw.split_once("://") {
         Some((s, r)) => (s.to_ascii_lowercase(), r),
         None => ("http".to_owned(), raw),
     };
-    let split = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let split = rest.find(['/', '\\', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(split);
     let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let host_port = host_port.to_ascii_lowercase();
+    let host_port = percent_decoded(host_port).to_lowercase();
     let (host, port) = match host_port.rsplit_once(':') {
         Some((h, p)) if p.chars().all(|c| c.is_ascii_digit()) => (h.to_owned(), p.to_owned()),
         _ => (host_port.clone(), String::new()),
     };
     let host = host.trim_end_matches('.').to_owned();
-    if host.is_empty()
-        || !host
-            .chars()
-            .all(|c| is_domain_char(c) || c == '[' || c == ']' || c == ':')
-    {
+    if host.is_empty() || host.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return None;
     }
     let default = matches!(
@@ -171,8 +224,34 @@ pub fn canonical_url(raw: &str) -> Option<String> {
     } else {
         format!(":{port}")
     };
-    let tail = if tail == "/" { "" } else { tail };
+    let tail = tail.replace('\\', "/");
+    let tail = if tail == "/" { "" } else { tail.as_str() };
     Some(format!("{scheme}://{host}{port}{tail}"))
+}
+
+/// `%XX` escapes decoded where they make valid UTF-8; the rest kept as written.
+fn percent_decoded(s: &str) -> String {
+    if !s.contains('%') {
+        return s.to_owned();
+    }
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |k: usize| bytes.get(k).and_then(|b| (*b as char).to_digit(16));
+        match (bytes.get(i), hex(i + 1), hex(i + 2)) {
+            (Some(b'%'), Some(h), Some(l)) => {
+                out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
+                i += 3;
+            }
+            (Some(b), _, _) => {
+                out.push(*b);
+                i += 1;
+            }
+            (None, _, _) => break,
+        }
+    }
+    String::from_utf8(out).unwrap_or_else(|_| s.to_owned())
 }
 
 /// The host of a canonical URL.
@@ -229,13 +308,13 @@ pub fn ibans(text: &str) -> Vec<String> {
             .find(|(n, _)| *n >= 15 && compact.get(..*n).is_some_and(iban_checksum));
         match hit.and_then(|(n, end)| compact.get(..*n).map(|c| (c, *end))) {
             Some((iban, end)) => {
-                push_new(&mut out, iban.to_owned());
+                out.push(iban.to_owned());
                 i = end;
             }
             None => i += 1,
         }
     }
-    out
+    unique(out)
 }
 
 /// The ISO 13616 mod-97 check of an IBAN (spaces ignored; 15 to 34 characters).
@@ -260,17 +339,37 @@ pub fn iban_checksum(s: &str) -> bool {
     rem == 1
 }
 
-/// The distinctive tokens of `text` for provenance matching, each tagged with what it is:
-/// `e:` e-mail addresses, `u:` URLs, `i:` IBANs (canonical), then `w:` words (runs of letters
-/// and digits) and `c:` chunks (whitespace-separated, surrounding punctuation trimmed), both
-/// lowercased and only when at least `min_chars` long. Identifiers come first, in
-/// [`Tokens::ids`]; words and chunks in [`Tokens::words`].
+/// One identifier found in a text, as provenance matches it: its tagged tokens, and for a URL
+/// the token that, said by the user, makes it the user's (its host).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identifier {
+    /// `e:<address>` and `d:<domain>` for an e-mail address; `u:<url key>` and `h:<host>` for
+    /// a URL; `i:<iban>` for an IBAN.
+    pub tokens: Vec<String>,
+    /// A URL's `h:<host>`: a URL on a host the user named is the user's.
+    pub user_if: Option<String>,
+}
+
+/// The distinctive tokens of `text` for provenance matching: its identifiers (e-mail
+/// addresses, URLs, IBANs, canonical), then `w:` words (runs of letters and digits) and `c:`
+/// chunks (whitespace-separated, surrounding punctuation trimmed), both lowercased and only
+/// when at least `min_chars` long.
 #[derive(Debug, Default)]
 pub struct Tokens {
-    /// Tagged canonical identifiers.
-    pub ids: Vec<String>,
+    /// The identifiers.
+    pub ids: Vec<Identifier>,
     /// Tagged words and chunks.
     pub words: Vec<String>,
+}
+
+impl Tokens {
+    /// Every token, identifiers' first (what a memory records).
+    pub fn all(&self) -> impl Iterator<Item = &String> {
+        self.ids
+            .iter()
+            .flat_map(|i| i.tokens.iter())
+            .chain(&self.words)
+    }
 }
 
 /// Tokenizes `text` (see [`Tokens`]).
@@ -278,10 +377,31 @@ pub fn tokens(text: &str, min_chars: usize) -> Tokens {
     let mut found = Found::default();
     found.scan(text);
     let mut t = Tokens::default();
-    t.ids.extend(found.emails.iter().map(|e| format!("e:{e}")));
-    t.ids
-        .extend(found.urls.iter().map(|u| format!("u:{}", url_key(u))));
-    t.ids.extend(found.ibans.iter().map(|i| format!("i:{i}")));
+    for e in &found.emails {
+        let mut tokens = vec![format!("e:{e}")];
+        if let Some((_, d)) = e.rsplit_once('@') {
+            tokens.push(format!("d:{d}"));
+        }
+        t.ids.push(Identifier {
+            tokens,
+            user_if: None,
+        });
+    }
+    for u in &found.urls {
+        let host = host_of(u).map(|h| format!("h:{}", h.strip_prefix("www.").unwrap_or(&h)));
+        t.ids.push(Identifier {
+            tokens: std::iter::once(format!("u:{}", url_key(u)))
+                .chain(host.clone())
+                .collect(),
+            user_if: host,
+        });
+    }
+    for i in &found.ibans {
+        t.ids.push(Identifier {
+            tokens: vec![format!("i:{i}")],
+            user_if: None,
+        });
+    }
     // Repeats are kept: the memory's hash sets absorb them.
     let long = |s: &str| s.chars().count() >= min_chars;
     for word in text
@@ -327,7 +447,15 @@ mod tests {
         assert_eq!(f.ibans, ["DE89370400440532013000"]);
         f.scan("GB82WEST12345698765432.");
         assert_eq!(f.ibans.len(), 2);
-        assert!(emails("a@b, @x.io, x@y.c, me@host").is_empty());
+        // Read generously: whatever has an `@` and a domain is an address to check.
+        assert_eq!(
+            emails("a@b, '@evil.example, x@y.c, me@host, meet @ 5"),
+            ["a@b", "@evil.example", "x@y.c", "me@host"]
+        );
+        // The host is the one a browser reaches, whatever it is made of.
+        let mut f = Found::default();
+        f.scan("https://github.com'@evil.example/c https://x_y.evil.example/l https://%65vil.example\\@good.example/");
+        assert_eq!(f.hosts, ["evil.example", "x_y.evil.example"]);
         assert_eq!(
             canonical_url("http://a.io:8080/").as_deref(),
             Some("http://a.io:8080")
@@ -339,18 +467,32 @@ mod tests {
     }
 
     #[test]
+    fn adversarial_text_is_read_in_linear_time() {
+        let many_starts = "www. ".repeat(200_000);
+        let many_ats = "a@b.io ".repeat(100_000);
+        // Quadratic scanners would take minutes here; these finish in milliseconds.
+        assert!(urls(&many_starts).is_empty());
+        assert_eq!(emails(&many_ats), ["a@b.io"]);
+        assert!(emails(&"@".repeat(200_000)).is_empty());
+        assert!(tokens(&many_starts, 4).ids.is_empty());
+    }
+
+    #[test]
     fn tokens_keep_identifiers_and_long_words_only() {
         let t = tokens(
             "Pay the Landlord at DE89 3704 0044 0532 0130 00 (see reports/q3.pdf)",
             4,
         );
-        assert_eq!(t.ids, ["i:DE89370400440532013000"]);
+        assert_eq!(t.ids[0].tokens, ["i:DE89370400440532013000"]);
         assert!(t.words.contains(&"w:landlord".to_owned()));
         assert!(t.words.contains(&"c:reports/q3.pdf".to_owned()));
         assert!(!t.words.iter().any(|w| w == "w:the" || w == "w:pay"));
         let typed = tokens("post it to www.hooks.example/releases/ please", 4);
         let fetched = tokens("https://hooks.example/releases", 4);
         assert_eq!(typed.ids, fetched.ids);
-        assert_eq!(typed.ids, ["u:hooks.example/releases"]);
+        assert_eq!(
+            typed.ids[0].tokens,
+            ["u:hooks.example/releases", "h:hooks.example"]
+        );
     }
 }

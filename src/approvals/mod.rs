@@ -414,11 +414,14 @@ pub struct Approvals {
 
 /// Most approvals whose arguments are kept for approvers (oldest forgotten first).
 const MAX_KEPT_ARGUMENTS: usize = 10_000;
+/// Most bytes of arguments (as JSON text) kept for approvers (oldest forgotten first).
+const MAX_KEPT_BYTES: usize = 32 << 20;
 
 #[derive(Debug, Default)]
 struct Arguments {
-    by_id: std::collections::HashMap<String, serde_json::Value>,
+    by_id: std::collections::HashMap<String, (serde_json::Value, usize)>,
     order: std::collections::VecDeque<String>,
+    bytes: usize,
 }
 
 impl std::fmt::Debug for Approvals {
@@ -465,20 +468,25 @@ impl Approvals {
 
     /// Keeps the arguments of approval `id` as approvers see them (secrets already masked).
     pub fn keep_arguments(&self, id: &str, args: serde_json::Value) {
+        let size = args.to_string().len();
         let mut a = self
             .arguments
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if a.by_id.contains_key(id) {
+        if a.by_id.contains_key(id) || size > MAX_KEPT_BYTES {
             return;
         }
-        if a.order.len() >= MAX_KEPT_ARGUMENTS
-            && let Some(old) = a.order.pop_front()
-        {
-            a.by_id.remove(&old);
+        while a.order.len() >= MAX_KEPT_ARGUMENTS || a.bytes + size > MAX_KEPT_BYTES {
+            let Some(old) = a.order.pop_front() else {
+                break;
+            };
+            if let Some((_, n)) = a.by_id.remove(&old) {
+                a.bytes -= n;
+            }
         }
-        a.by_id.insert(id.to_owned(), args);
+        a.by_id.insert(id.to_owned(), (args, size));
         a.order.push_back(id.to_owned());
+        a.bytes += size;
     }
 
     /// The arguments kept for approval `id` (none after a restart, or when forgotten).
@@ -488,7 +496,7 @@ impl Approvals {
             .unwrap_or_else(PoisonError::into_inner)
             .by_id
             .get(id)
-            .cloned()
+            .map(|(v, _)| v.clone())
     }
 
     /// Keeps ended approvals `secs` seconds before removing them.

@@ -96,6 +96,7 @@ struct RawProvenance {
     ttl_secs: Option<u64>,
     max_conversations: Option<usize>,
     max_tokens: Option<usize>,
+    max_total_tokens: Option<usize>,
     min_chars: Option<usize>,
 }
 
@@ -136,6 +137,13 @@ fn provenance(raw: &RawProvenance) -> Result<crate::provenance::Settings, Vec<(S
     }
     if let Some(n) = positive("max_tokens", as_u64(raw.max_tokens), 10_000_000) {
         out.max_tokens = usize::try_from(n).unwrap_or(d.max_tokens);
+    }
+    if let Some(n) = positive(
+        "max_total_tokens",
+        as_u64(raw.max_total_tokens),
+        1_000_000_000,
+    ) {
+        out.max_total_tokens = usize::try_from(n).unwrap_or(d.max_total_tokens);
     }
     if let Some(n) = positive("min_chars", as_u64(raw.min_chars), 64) {
         out.min_chars = usize::try_from(n).unwrap_or(d.min_chars);

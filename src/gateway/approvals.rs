@@ -131,26 +131,18 @@ pub(super) async fn settle(
             .map(|(arg, origin)| (arg.clone(), origin.as_str().to_owned()))
             .collect(),
     };
-    // What an eligible approver is shown: the arguments in full but for secrets. Kept in
-    // memory only; without detectors nothing is kept (approvers see the redacted preview).
-    if let Some(g) = &state.gates {
-        let shown = g.redactor().mask_json(&call.args, &|_, _, category| {
-            matches!(
-                category,
-                crate::redact::Category::Secret | crate::redact::Category::Entropy
-            )
-        });
-        state.approvals.keep_arguments(&new.id, shown);
-    }
     // An approval already open for this exact call is reused (and needs no new place).
     match state.approvals.open(new) {
         Ok(Open::Reused(approval)) => Ok(settled(verdict, Some(approval.id))),
         // Stored with the pending decision's record: no approval without its decision.
-        Ok(Open::New(planned)) => Ok(Settled {
-            approval_id: Some(planned.approval.id.clone()),
-            planned: Some(planned),
-            ..settled(verdict, None)
-        }),
+        Ok(Open::New(planned)) => {
+            keep_for_approvers(state, &planned.approval.id, &call.args);
+            Ok(Settled {
+                approval_id: Some(planned.approval.id.clone()),
+                planned: Some(planned),
+                ..settled(verdict, None)
+            })
+        }
         Err(OpenError::Full(full)) => Ok(Settled {
             verdict: Verdict::deny(
                 Stage::ApprovalLimit,
@@ -174,6 +166,23 @@ pub(super) async fn settle(
         }),
         Err(OpenError::Store(e)) => Err(store_failed(&e)),
     }
+}
+
+/// Keeps what an eligible approver is shown of a new approval's call: the arguments in full
+/// but for secrets, high-entropy tokens, card and social-security numbers; addresses and IBANs
+/// stay readable. In memory only; without detectors nothing is kept (approvers then see the
+/// redacted preview).
+fn keep_for_approvers(state: &Gateway, id: &str, args: &Value) {
+    let Some(g) = &state.gates else {
+        return;
+    };
+    let shown = g.redactor().mask_json(args, &|_, kind, category| {
+        matches!(
+            category,
+            crate::redact::Category::Secret | crate::redact::Category::Entropy
+        ) || matches!(kind, "credit-card" | "us-ssn")
+    });
+    state.approvals.keep_arguments(id, shown);
 }
 
 /// An approval as shown over HTTP: stored fields plus the effective status, and for a human

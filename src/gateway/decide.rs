@@ -169,10 +169,11 @@ pub async fn decide_for(
     let scan = callgate::scan(state, tool, &call.args);
     signals.findings = scan.findings.clone();
     if let Some(tool) = tool {
+        let traced = tool.traced_values(&call.args);
         signals.provenance = state.provenance.classify(
             &principal_id,
             call.correlation.conv_id.as_deref(),
-            tool.text_values(&call.args),
+            traced.iter().map(|(n, v)| (*n, v.as_ref())),
         );
     }
     let verdict = authz::decide_with(&snap, &who, &call, &signals);

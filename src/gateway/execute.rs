@@ -376,9 +376,7 @@ async fn run_builtin(
             };
         }
     };
-    state
-        .provenance
-        .record_for_decision(&decision_id, &entry.principal, &data);
+    super::remember_output(state, &decision_id, &entry.principal, &data).await;
     let cap = usize::try_from(tool.limits.max_output_bytes).unwrap_or(usize::MAX);
     let schema_errors = tool.check_output(&data);
     let fields = tool.output_fields.clone();
@@ -410,9 +408,7 @@ async fn finish(
         Ok(v) => v.clone(),
         Err(_) => Value::String(ran.stdout.text.clone()),
     };
-    state
-        .provenance
-        .record_for_decision(&decision_id, &entry.principal, &printed);
+    super::remember_output(state, &decision_id, &entry.principal, &printed).await;
     // The run's output is already cut to `max_output_bytes`; room for the marker it carries.
     let cap = usize::try_from(tool.limits.max_output_bytes)
         .unwrap_or(usize::MAX)

@@ -37,10 +37,11 @@ pub async fn explain(
     let tool = snap.tools.get(&call.tool);
     signals.findings = super::callgate::scan(state, tool, &call.args).findings;
     if let Some(tool) = tool {
-        signals.provenance = state.provenance.classify(
+        let traced = tool.traced_values(&call.args);
+        signals.provenance = state.provenance.peek(
             &agent.uid.to_string(),
             call.correlation.conv_id.as_deref(),
-            tool.text_values(&call.args),
+            traced.iter().map(|(n, v)| (*n, v.as_ref())),
         );
     }
     let explanation = authz::explain(&snap, &agent, &call, &signals);

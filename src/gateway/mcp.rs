@@ -178,9 +178,7 @@ pub(super) async fn run_mcp(
     // and put back into the screened result.
     let blobs = take_blobs(&mut value);
     // What the upstream returned is tool output of the call's conversation (provenance).
-    state
-        .provenance
-        .record_for_decision(&decision_id, &entry.principal, &value);
+    super::remember_output(state, &decision_id, &entry.principal, &value).await;
     let blob_bytes: usize = blobs.iter().map(|(_, b)| b.len()).sum();
     let schema_errors = match (value.get("structuredContent"), upstream_error) {
         (Some(sc), false) => tool.check_output(sc),

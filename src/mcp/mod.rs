@@ -300,11 +300,7 @@ impl Front {
         }
         // The conversation: the one `_meta` names (a runtime that also posts the user's
         // words to the input gate), else this session.
-        let conv = ctx
-            .meta
-            .get(CONV_META)
-            .and_then(Value::as_str)
-            .unwrap_or(&self.session.conv);
+        let conv = self.conv(&ctx.meta);
         let mut context = json!({"conv_id": conv});
         if let Some(trace) = ctx.meta.get("traceparent").and_then(Value::as_str)
             && let Some(c) = context.as_object_mut()
@@ -456,11 +452,19 @@ impl Front {
     }
 
     /// Screens `value` with the context gate (recorded); a block is an error.
+    /// The conversation a request belongs to: the one its `_meta` names, else this session.
+    fn conv<'a>(&'a self, meta: &'a rmcp::model::RequestMetaObject) -> &'a str {
+        meta.get(CONV_META)
+            .and_then(Value::as_str)
+            .unwrap_or(&self.session.conv)
+    }
+
     async fn context_gate(
         &self,
-        ext: &rmcp::model::Extensions,
+        ctx: &RequestContext<RoleServer>,
         value: Value,
     ) -> Result<Value, McpError> {
+        let ext = &ctx.extensions;
         if value.to_string().len() > MAX_CONTEXT_BYTES {
             return Err(McpError::invalid_request(
                 format!(
@@ -470,8 +474,9 @@ impl Front {
             ));
         }
         let who = self.who(ext)?;
-        let body = serde_json::from_value(json!({"content": value, "conv_id": self.session.conv}))
-            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        let body =
+            serde_json::from_value(json!({"content": value, "conv_id": self.conv(&ctx.meta)}))
+                .map_err(|e| McpError::internal_error(e.to_string(), None))?;
         let screened = crate::gateway::screen_content(&self.gw, who, "context", Ok(body))
             .await
             .map_err(|e| McpError::internal_error(e.to_string(), None))?;
@@ -747,7 +752,7 @@ impl ServerHandler for Front {
     ) -> Result<ReadResourceResponse, McpError> {
         let reachable = self.reachable(&context.extensions)?;
         let value = self.read(&request.uri, &reachable).await?;
-        let screened = self.context_gate(&context.extensions, value).await?;
+        let screened = self.context_gate(&context, value).await?;
         serde_json::from_value(screened)
             .map(ReadResourceResponse::Complete)
             .map_err(|e| McpError::internal_error(e.to_string(), None))
@@ -801,7 +806,7 @@ impl ServerHandler for Front {
             .get_prompt(&upstream, name, request.arguments, Duration::from_secs(60))
             .await
             .map_err(|e| McpError::internal_error(self.screened(&e.to_string()), None))?;
-        let screened = self.context_gate(&context.extensions, value).await?;
+        let screened = self.context_gate(&context, value).await?;
         serde_json::from_value(screened)
             .map(GetPromptResponse::Complete)
             .map_err(|e| McpError::internal_error(e.to_string(), None))

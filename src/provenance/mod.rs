@@ -63,6 +63,9 @@ pub struct Settings {
     pub max_conversations: usize,
     /// Most distinct tokens per conversation and side; beyond it the side is marked full.
     pub max_tokens: usize,
+    /// Most tokens held over all conversations (about 16 bytes each); past it the least
+    /// recently used conversations are forgotten first.
+    pub max_total_tokens: usize,
     /// Words and chunks shorter than this (in characters) are not distinctive.
     pub min_chars: usize,
 }
@@ -73,6 +76,7 @@ impl Default for Settings {
             ttl: Duration::from_secs(3600),
             max_conversations: 10_000,
             max_tokens: 50_000,
+            max_total_tokens: 4_000_000,
             min_chars: 4,
         }
     }
@@ -85,9 +89,10 @@ struct Side {
 }
 
 impl Side {
+    /// Adds `hashes` up to `cap` distinct ones in all; past it the side is full.
     fn add(&mut self, hashes: &[u64], cap: usize) {
         for h in hashes {
-            if self.seen.len() >= cap {
+            if self.seen.len() >= cap && !self.seen.contains(h) {
                 self.full = true;
                 return;
             }
@@ -101,6 +106,53 @@ struct Conversation {
     user: Side,
     tool: Side,
     used: Instant,
+}
+
+impl Conversation {
+    fn tokens(&self) -> usize {
+        self.user.seen.len() + self.tool.seen.len()
+    }
+}
+
+/// Most forgotten-for-room conversations remembered as such.
+const MAX_EVICTED: usize = 100_000;
+
+/// The conversations held, how many tokens they hold in all, and which were forgotten to make
+/// room (another principal's flood must not turn their calls `unknown`: they fail toward
+/// `tool` instead).
+#[derive(Debug, Default)]
+struct Held {
+    map: HashMap<String, Conversation>,
+    tokens: usize,
+    evicted: HashSet<String>,
+    evicted_order: std::collections::VecDeque<String>,
+}
+
+impl Held {
+    /// Forgets the least recently used conversation other than `keep`; whether there was one.
+    fn evict_oldest(&mut self, keep: &str) -> bool {
+        let oldest = self
+            .map
+            .iter()
+            .filter(|(k, _)| k.as_str() != keep)
+            .min_by_key(|(_, c)| c.used)
+            .map(|(k, _)| k.clone());
+        let Some(k) = oldest else {
+            return false;
+        };
+        if let Some(c) = self.map.remove(&k) {
+            self.tokens -= c.tokens();
+        }
+        if self.evicted_order.len() >= MAX_EVICTED
+            && let Some(old) = self.evicted_order.pop_front()
+        {
+            self.evicted.remove(&old);
+        }
+        if self.evicted.insert(k.clone()) {
+            self.evicted_order.push_back(k);
+        }
+        true
+    }
 }
 
 /// Most bytes of text read from one piece of content; past it the side is marked full.
@@ -122,15 +174,30 @@ struct Decisions {
 pub struct Memory {
     settings: Settings,
     keys: RandomState,
-    conversations: Mutex<HashMap<String, Conversation>>,
+    conversations: Mutex<Held>,
     decisions: Mutex<Decisions>,
 }
 
-/// A value's distinctive tokens, hashed: identifiers (addresses, URLs, IBANs) and, when it
-/// has none, its long words and chunks.
+/// A value's distinctive tokens, hashed: each identifier's tokens (and for a URL its host's,
+/// which makes it the user's when the user named the host), and its long words and chunks.
 struct Hashed {
-    ids: Vec<u64>,
+    ids: Vec<(Vec<u64>, Option<u64>)>,
     words: Vec<u64>,
+}
+
+impl Hashed {
+    /// Every token, each once.
+    fn distinct(&self) -> Vec<u64> {
+        let mut all: Vec<u64> = self
+            .ids
+            .iter()
+            .flat_map(|(t, _)| t.iter().copied())
+            .chain(self.words.iter().copied())
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
 }
 
 impl Memory {
@@ -139,7 +206,7 @@ impl Memory {
         Memory {
             settings,
             keys: RandomState::new(),
-            conversations: Mutex::new(HashMap::new()),
+            conversations: Mutex::new(Held::default()),
             decisions: Mutex::new(Decisions::default()),
         }
     }
@@ -211,7 +278,12 @@ impl Memory {
             };
             budget -= t.len();
             let tk = tokens(t, self.settings.min_chars);
-            ids.extend(tk.ids.iter().map(|s| self.keys.hash_one(s)));
+            ids.extend(tk.ids.iter().map(|i| {
+                (
+                    i.tokens.iter().map(|s| self.keys.hash_one(s)).collect(),
+                    i.user_if.as_ref().map(|s| self.keys.hash_one(s)),
+                )
+            }));
             words.extend(tk.words.iter().map(|s| self.keys.hash_one(s)));
             if budget == 0 {
                 break;
@@ -225,17 +297,29 @@ impl Memory {
     pub fn record(&self, principal: &str, conv: &str, source: Source, content: &Value) {
         let (h, cut) = self.hash_value(content);
         let now = Instant::now();
-        let mut map = self
+        let st = self.settings;
+        let mut held = self
             .conversations
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let key = Memory::key(principal, conv);
-        if !map.contains_key(&key) {
-            self.make_room(&mut map, now);
+        if !held.map.contains_key(&key) {
+            self.make_room(&mut held, now);
         }
-        let c = map.entry(key).or_insert_with(|| Conversation {
+        // Room in the total: other conversations go, least recently used first.
+        let distinct = h.distinct();
+        let incoming = distinct.len();
+        while held.tokens + incoming > st.max_total_tokens && held.evict_oldest(&key) {}
+        let room = st.max_total_tokens.saturating_sub(held.tokens);
+        // A conversation forgotten to make room lost what tools returned: its tool side starts
+        // full.
+        let forgotten = !held.map.contains_key(&key) && held.evicted.remove(&key);
+        let c = held.map.entry(key).or_insert_with(|| Conversation {
             user: Side::default(),
-            tool: Side::default(),
+            tool: Side {
+                seen: HashSet::new(),
+                full: forgotten,
+            },
             used: now,
         });
         c.used = now;
@@ -243,35 +327,59 @@ impl Memory {
             Source::User => &mut c.user,
             Source::Tool => &mut c.tool,
         };
-        side.add(&h.ids, self.settings.max_tokens);
-        side.add(&h.words, self.settings.max_tokens);
+        let before = side.seen.len();
+        let cap = st.max_tokens.min(before + room);
+        side.add(&distinct, cap);
         // Text past the scan limit was not read: it may hold anything, so the side counts
         // as full (for tool output: anything not from the user may have come from a tool).
         side.full |= cut;
+        let added = side.seen.len() - before;
+        held.tokens += added;
     }
 
     /// Drops expired conversations, then the least recently used while at the cap.
-    fn make_room(&self, map: &mut HashMap<String, Conversation>, now: Instant) {
+    fn make_room(&self, held: &mut Held, now: Instant) {
         let ttl = self.settings.ttl;
-        map.retain(|_, c| now.duration_since(c.used) < ttl);
-        while map.len() >= self.settings.max_conversations.max(1) {
-            let Some(oldest) = map
-                .iter()
-                .min_by_key(|(_, c)| c.used)
-                .map(|(k, _)| k.clone())
-            else {
-                break;
-            };
-            map.remove(&oldest);
-        }
+        let mut dropped = 0;
+        held.map.retain(|_, c| {
+            let live = now.duration_since(c.used) < ttl;
+            if !live {
+                dropped += c.tokens();
+            }
+            live
+        });
+        held.tokens -= dropped;
+        while held.map.len() >= self.settings.max_conversations.max(1) && held.evict_oldest("") {}
     }
 
-    /// The origin of each of `values` (argument name and value) in `conv` of `principal`.
+    /// The origin of each of `values` (argument name and value) in `conv` of `principal`; the
+    /// conversation counts as used.
     pub fn classify<'a>(
         &self,
         principal: &str,
         conv: Option<&str>,
         values: impl IntoIterator<Item = (&'a str, &'a Value)>,
+    ) -> Vec<(String, Origin)> {
+        self.trace(principal, conv, values, true)
+    }
+
+    /// [`Memory::classify`] without counting as a use (explanations: looking does not keep a
+    /// conversation alive).
+    pub fn peek<'a>(
+        &self,
+        principal: &str,
+        conv: Option<&str>,
+        values: impl IntoIterator<Item = (&'a str, &'a Value)>,
+    ) -> Vec<(String, Origin)> {
+        self.trace(principal, conv, values, false)
+    }
+
+    fn trace<'a>(
+        &self,
+        principal: &str,
+        conv: Option<&str>,
+        values: impl IntoIterator<Item = (&'a str, &'a Value)>,
+        touch: bool,
     ) -> Vec<(String, Origin)> {
         let values: Vec<(&str, &Value)> = values.into_iter().collect();
         let Some(conv) = conv else {
@@ -285,20 +393,43 @@ impl Memory {
             .map(|(n, v)| (n, self.hash_value(v).0))
             .collect();
         let now = Instant::now();
-        let mut map = self
+        let mut held = self
             .conversations
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let live = map
-            .get_mut(&Memory::key(principal, conv))
-            .filter(|c| now.duration_since(c.used) < self.settings.ttl);
+        let key = Memory::key(principal, conv);
+        let ttl = self.settings.ttl;
+        let forgotten = held.evicted.contains(&key);
+        let live = held
+            .map
+            .get_mut(&key)
+            .filter(|c| now.duration_since(c.used) < ttl);
         let Some(c) = live else {
+            // Forgotten to make room: what tools returned is lost, so anything not from the
+            // user may be theirs.
+            let lost = Conversation {
+                user: Side::default(),
+                tool: Side {
+                    seen: HashSet::new(),
+                    full: true,
+                },
+                used: now,
+            };
             return hashed
                 .into_iter()
-                .map(|(n, _)| (n.to_owned(), Origin::Unknown))
+                .map(|(n, h)| {
+                    let o = if forgotten {
+                        origin(&lost, &h)
+                    } else {
+                        Origin::Unknown
+                    };
+                    (n.to_owned(), o)
+                })
                 .collect();
         };
-        c.used = now;
+        if touch {
+            c.used = now;
+        }
         hashed
             .into_iter()
             .map(|(n, h)| (n.to_owned(), origin(c, &h)))
@@ -310,7 +441,16 @@ impl Memory {
         self.conversations
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .map
             .len()
+    }
+
+    /// How many tokens are held over all conversations.
+    pub fn tokens(&self) -> usize {
+        self.conversations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .tokens
     }
 
     /// Whether no conversation is held.
@@ -320,28 +460,39 @@ impl Memory {
 }
 
 /// The matching rule. Identifiers (addresses, URLs, IBANs) decide when the value has any:
-/// `tool` when one not from the user appears in tool output. Otherwise its words and chunks
-/// decide: `tool` when at least half of those not from the user appear in tool output, so a
-/// path the agent made up (`notes/fresh-4711`) is not `tool` for sharing the word `notes`
-/// with a listing, while one it took from a file (`notes/staging-exfil-0427`) is.
+/// `user` when each is the user's (all its tokens said by the user, or for a URL its host);
+/// otherwise `tool` when a token of one that is not the user's appears in tool output (an
+/// address from an e-mail; an address on a domain only tool output named; a URL on a host only
+/// tool output named, whatever its path or query). Without identifiers, words and chunks
+/// decide: `tool` when at least half of those the user did not say appear in tool output, so a
+/// path the agent made up (`notes/fresh-4711`) is not `tool` for sharing the word `notes` with
+/// a listing, while one it took from a file (`notes/staging-exfil-0427`) is.
 fn origin(c: &Conversation, h: &Hashed) -> Origin {
-    let by_ids = !h.ids.is_empty();
-    let tokens = if by_ids { &h.ids } else { &h.words };
-    if tokens.is_empty() {
+    let said = |t: &u64| c.user.seen.contains(t);
+    let seen = |t: &u64| c.tool.seen.contains(t);
+    let novel: Vec<u64> = if h.ids.is_empty() {
+        h.words.iter().copied().filter(|t| !said(t)).collect()
+    } else {
+        h.ids
+            .iter()
+            .filter(|(_, user_if)| !user_if.as_ref().is_some_and(said))
+            .flat_map(|(tokens, _)| tokens.iter().copied().filter(|t| !said(t)))
+            .collect()
+    };
+    if h.ids.is_empty() && h.words.is_empty() {
         return Origin::None;
     }
-    let novel: Vec<&u64> = tokens.iter().filter(|t| !c.user.seen.contains(t)).collect();
     if novel.is_empty() {
         return Origin::User;
     }
     if c.tool.full {
         return Origin::Tool;
     }
-    let from_tool = novel.iter().filter(|t| c.tool.seen.contains(t)).count();
-    let tool = if by_ids {
-        from_tool > 0
-    } else {
+    let from_tool = novel.iter().filter(|t| seen(t)).count();
+    let tool = if h.ids.is_empty() {
         from_tool * 2 >= novel.len()
+    } else {
+        from_tool > 0
     };
     if tool { Origin::Tool } else { Origin::None }
 }
@@ -381,6 +532,29 @@ mod tests {
         );
         assert_eq!(one(&m, c, json!("DE89370400440532013000")), Origin::Tool);
         assert_eq!(one(&m, c, json!("mallory@else.example")), Origin::None);
+        // Changed a little, an address or URL on a domain only tool output named is still
+        // tool output's; a URL on a host the user named is the user's.
+        assert_eq!(one(&m, c, json!("eve2@evil.example")), Origin::Tool);
+        m.record(
+            p,
+            "c1",
+            Source::User,
+            &json!("and read https://docs.example.com/guide"),
+        );
+        m.record(
+            p,
+            "c1",
+            Source::Tool,
+            &json!("see https://docs.example.com/api and https://collect.attacker.example/x?d=KEY"),
+        );
+        assert_eq!(
+            one(&m, c, json!("https://collect.attacker.example/x?d=hunter2")),
+            Origin::Tool
+        );
+        assert_eq!(
+            one(&m, c, json!("https://docs.example.com/api")),
+            Origin::User
+        );
         assert_eq!(one(&m, c, json!("ok")), Origin::None);
         m.record(
             p,
@@ -422,5 +596,30 @@ mod tests {
         m.record(p, "d", Source::User, &json!("x"));
         m.record(p, "e", Source::User, &json!("x"));
         assert_eq!(m.len(), 2);
+        // The total is bounded too: a new conversation pushes out the oldest.
+        let m = Memory::new(Settings {
+            max_total_tokens: 10,
+            ..Settings::default()
+        });
+        m.record(p, "a", Source::Tool, &json!("alpha bravo charlie delta"));
+        m.record(
+            p,
+            "b",
+            Source::Tool,
+            &json!("echo1 foxtrot golf2 hotel india"),
+        );
+        m.record(
+            p,
+            "c",
+            Source::Tool,
+            &json!("juliet kilo1 lima2 mike1 november"),
+        );
+        assert!(m.tokens() <= 10, "{}", m.tokens());
+        // Forgotten for room, not by age: its values fail toward `tool`.
+        assert_eq!(one(&m, Some("a"), json!("alpha")), Origin::Tool);
+        m.record(p, "a", Source::User, &json!("alpha"));
+        assert_eq!(one(&m, Some("a"), json!("alpha")), Origin::User);
+        assert_eq!(one(&m, Some("a"), json!("zebra-crossing")), Origin::Tool);
+        assert_eq!(one(&m, Some("c"), json!("juliet")), Origin::Tool);
     }
 }

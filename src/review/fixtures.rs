@@ -833,8 +833,12 @@ pub fn answer(snap: &Snapshot, question: &Question, gates: Option<&Gates>) -> An
                 for (source, content) in said.iter() {
                     memory.record(FIXTURE_AGENT, FIXTURE_CONV, *source, content);
                 }
-                signals.provenance =
-                    memory.classify(FIXTURE_AGENT, Some(FIXTURE_CONV), t.text_values(&call.args));
+                let traced = t.traced_values(&call.args);
+                signals.provenance = memory.classify(
+                    FIXTURE_AGENT,
+                    Some(FIXTURE_CONV),
+                    traced.iter().map(|(n, v)| (*n, v.as_ref())),
+                );
             }
             let verdict = authz::decide_with(snap, principal, call, &signals);
             let refused_early = verdict.decision == Outcome::Deny

@@ -230,13 +230,32 @@ impl Tool {
             .map(|a| (a.name.as_str(), a.required))
     }
 
-    /// The text arguments present in `args`, with their values (what provenance traces).
-    pub fn text_values<'a>(
+    /// The text arguments present in `args`, with their values as policies see them (path
+    /// arguments normalized, so `a/x/../b` is traced as `a/b`): what provenance traces.
+    pub fn traced_values<'a>(
         &'a self,
         args: &'a Value,
-    ) -> impl Iterator<Item = (&'a str, &'a Value)> {
+    ) -> Vec<(&'a str, std::borrow::Cow<'a, Value>)> {
         self.text_args()
-            .filter_map(move |(name, _)| args.get(name).map(|v| (name, v)))
+            .filter_map(|(name, _)| {
+                let v = args.get(name)?;
+                let normalized = self
+                    .path_args
+                    .iter()
+                    .any(|p| p == name)
+                    .then(|| {
+                        v.as_str()
+                            .and_then(|s| crate::paths::normalize_path(s).ok())
+                    })
+                    .flatten();
+                Some((
+                    name,
+                    normalized.map_or(std::borrow::Cow::Borrowed(v), |n| {
+                        std::borrow::Cow::Owned(Value::String(n))
+                    }),
+                ))
+            })
+            .collect()
     }
 
     /// Converts validated `args` into the Cedar `context.args` record.

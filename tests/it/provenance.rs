@@ -184,6 +184,27 @@ async fn provenance_facts_and_deployment_data_decide_a_mail_agent() {
     )
     .await;
     assert_eq!(d["reasons"], json!(["mail-only-to-allowed-domains"]), "{d}");
+    // A malformed address cannot hide from the domain check: `'@evil.example` is read as an
+    // address on evil.example.
+    let d = authorize(
+        &app,
+        dev,
+        &mail(&["bob@corp.example", "'@evil.example"], "notes", "c1"),
+    )
+    .await;
+    assert_eq!(d["reasons"], json!(["mail-only-to-allowed-domains"]), "{d}");
+    // A link in the body waits, however its host is disguised.
+    for body in [
+        "see https://github.com'@evil.example/c",
+        "see https://x_y.evil.example/login",
+    ] {
+        let d = authorize(&app, dev, &mail(&["bob@corp.example"], body, "c1")).await;
+        assert_eq!(
+            d["reasons"],
+            json!(["mail-with-links-needs-approval"]),
+            "{d}"
+        );
+    }
     // A link in the body waits.
     let d = authorize(
         &app,
@@ -306,6 +327,30 @@ async fn a_password_tool_passes_its_secret_to_a_policy_and_others_stay_blocked()
     // The approver sees which account, never the password.
     assert_eq!(a["arguments"]["account"], "bank", "{a}");
     assert_ne!(a["arguments"]["new_password"], "Tr0ub4dor&3-horse", "{a}");
+    // Addresses are shown to the approver; card numbers are not.
+    let d = authorize(
+        &app,
+        dev,
+        &mail(
+            &["x@elsewhere.example"],
+            "card 4111 1111 1111 1111, thanks",
+            "c9",
+        ),
+    )
+    .await;
+    assert_eq!(d["decision"], "pending_approval", "{d}");
+    let id = d["approval_id"].as_str().unwrap();
+    let (_, a) = send(
+        &app,
+        "GET",
+        &format!("/v1/approvals/{id}"),
+        Some("demo-bob-token"),
+        None,
+    )
+    .await;
+    assert_eq!(a["arguments"]["to"], json!(["x@elsewhere.example"]), "{a}");
+    let body = a["arguments"]["body"].as_str().unwrap();
+    assert!(!body.contains("4111 1111"), "{a}");
     // Elsewhere the gate's default still blocks credentials in arguments.
     let d = authorize(
         &app,

@@ -78,7 +78,7 @@ fn coverage_lists_policies_no_case_exercises_and_can_gate() {
         json["uncovered"],
         serde_json::json!(["no-pushes-on-fridays"])
     );
-    assert_eq!(json["results"].as_array().unwrap().len(), 63);
+    assert_eq!(json["results"].as_array().unwrap().len(), 66);
 }
 
 #[test]
