@@ -84,6 +84,52 @@ pub(super) fn after_account_key(m: &[u8]) -> Option<(usize, usize)> {
     (m.len() > start).then_some((start, m.len()))
 }
 
+/// `… 'value'` (or `"value"`, or JSON-escaped `\"value\"`): between the closing quote at the
+/// end and the quote before it.
+pub(super) fn quoted_tail(m: &[u8]) -> Option<(usize, usize)> {
+    let last = m.len().checked_sub(1)?;
+    let quote = *m.get(last)?;
+    let end = if last > 0 && m.get(last - 1) == Some(&b'\\') {
+        last - 1
+    } else {
+        last
+    };
+    let open = m.get(..end)?.iter().rposition(|&b| b == quote)?;
+    Some((open + 1, end))
+}
+
+/// ` --flag value`, ` -flag=value`, `--flag 'value`: after the flag's name, its `=` or
+/// spaces, and an optional quote.
+pub(super) fn flag_value(m: &[u8]) -> Option<(usize, usize)> {
+    let mut i = 0;
+    while m.get(i).copied().is_some_and(space) {
+        i += 1;
+    }
+    while m.get(i) == Some(&b'-') {
+        i += 1;
+    }
+    while m.get(i).is_some_and(u8::is_ascii_alphabetic) {
+        i += 1;
+    }
+    if m.get(i) == Some(&b'=') {
+        i += 1;
+    } else {
+        while m.get(i).copied().is_some_and(space) {
+            i += 1;
+        }
+    }
+    if matches!(m.get(i), Some(b'"' | b'\'')) {
+        i += 1;
+    }
+    (i < m.len()).then_some((i, m.len()))
+}
+
+/// `… user:value`: after the first `:`.
+pub(super) fn after_first_colon(m: &[u8]) -> Option<(usize, usize)> {
+    let colon = m.iter().position(|&b| b == b':')?;
+    Some((colon + 1, m.len()))
+}
+
 #[cfg(test)]
 mod tests {
     use crate::redact::patterns::PATTERNS;
@@ -121,6 +167,18 @@ mod tests {
             "\"private_key_id\": \"0123456789abcdef0123456789abcdef01234567\"",
             "\\\"private_key_id\\\":\\\"0123456789abcdef0123456789abcdef01234567\\\"",
             "AccountKey=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA==",
+            "CREATE USER 'app'@'%' IDENTIFIED BY 'Tr0ub4dor-3';",
+            "ALTER USER x IDENTIFIED WITH mysql_native_password BY \"pa55-w0rd\"",
+            "CREATE ROLE app WITH LOGIN ENCRYPTED PASSWORD 'md5abc123xyz';",
+            "mysql --user=app --password=hunter2x db",
+            "pg_dump -pw 'S3cret!' db",
+            "openssl genrsa -passout pass:x --passphrase \"correct horse\"",
+            "curl -u \"admin:Zq8-pass\" https://x.example/",
+            "curl --user bob:s3cr3t-v https://x.example/",
+            "curl_setopt($ch, CURLOPT_USERPWD, \"u:p4ssw0rd\");",
+            "Cookie: _gitlab_session=8b2cc2bd818319478da6bd0c621de49f; path=/",
+            "{\"c\":\"curl_setopt($ch, CURLOPT_PASSWORD, \\\"k0rc28HSw5f28\\\");\"}",
+            "{\"q\":\"ALTER USER a IDENTIFIED BY \\\"Zq8-pw-77\\\"\"}",
         ];
         let mut checked = 0;
         for row in PATTERNS.iter().filter(|r| r.extract.is_some()) {
@@ -144,6 +202,6 @@ mod tests {
                 }
             }
         }
-        assert!(checked >= 24, "{checked}");
+        assert!(checked >= 32, "{checked}");
     }
 }

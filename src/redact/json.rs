@@ -6,7 +6,8 @@ use serde_json::Value;
 use super::{Category, Finding, Redactor};
 
 /// Keys whose values are secrets, after lowercasing and dropping `_`, `-`, `.` and spaces.
-const EXACT: [&str; 14] = [
+const EXACT: [&str; 15] = [
+    "bearer",
     "password",
     "passwd",
     "pwd",
@@ -70,6 +71,30 @@ fn maskable(v: &Value) -> bool {
     !matches!(v, Value::Null | Value::Bool(_))
 }
 
+/// Keys of short numeric secrets (`cvv`, `cvc`, `pin`), sensitive when their value is 3 to 8
+/// digits (a string or a number). A `pin` that is `true`, or a two-digit GPIO number, is left
+/// alone.
+fn code_key(key: &str) -> bool {
+    let norm: String = key
+        .chars()
+        .filter(|c| !matches!(c, '_' | '-' | '.' | ' '))
+        .flat_map(char::to_lowercase)
+        .collect();
+    matches!(
+        norm.as_str(),
+        "cvv" | "cvv2" | "cvc" | "cvc2" | "pin" | "pincode" | "cardpin" | "securitycode"
+    )
+}
+
+fn code_value(v: &Value) -> bool {
+    let digits = match v {
+        Value::String(s) => s.trim().to_owned(),
+        Value::Number(n) => n.to_string(),
+        _ => return false,
+    };
+    (3..=8).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// A `{"name": "DB_PASSWORD", "value": "…"}` pair (Kubernetes env, HAR headers): its
 /// `value` is as sensitive as a key of that name.
 fn named_secret(map: &serde_json::Map<String, Value>, key: &str) -> bool {
@@ -118,7 +143,9 @@ impl Redactor {
                         finding: Some(f),
                         in_key: true,
                     }));
-                    if (sensitive_key(k) || named_secret(map, k)) && maskable(v) {
+                    if (sensitive_key(k) || named_secret(map, k) || (code_key(k) && code_value(v)))
+                        && maskable(v)
+                    {
                         out.push(JsonFinding {
                             path: here.clone(),
                             finding: None,

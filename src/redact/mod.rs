@@ -102,6 +102,50 @@ impl std::fmt::Debug for Redactor {
     }
 }
 
+/// Most distinct found values looked for again in the same text.
+const MAX_REPEATED: usize = 32;
+/// Shortest found value looked for again (shorter ones would match ordinary text).
+const MIN_REPEATED: usize = 6;
+
+/// Every other occurrence of a secret found in `text` (the labelled `password: X` and the bare
+/// `X` on the next line), added with the finding's kind, so masking leaves no copy in clear.
+fn repeats(text: &str, kept: &mut std::collections::BTreeMap<usize, Finding>) {
+    let mut values: Vec<(&str, &'static str, Category)> = Vec::new();
+    for f in kept.values() {
+        if !matches!(f.category, Category::Secret | Category::Entropy)
+            || values.len() >= MAX_REPEATED
+        {
+            continue;
+        }
+        if let Some(v) = text.get(f.start..f.end)
+            && v.len() >= MIN_REPEATED
+            && !values.iter().any(|(x, _, _)| *x == v)
+        {
+            values.push((v, f.kind, f.category));
+        }
+    }
+    for (value, kind, category) in values {
+        for (start, _) in text.match_indices(value) {
+            let end = start + value.len();
+            let taken = kept
+                .range(..end)
+                .next_back()
+                .is_some_and(|(_, k)| k.end > start);
+            if !taken {
+                kept.insert(
+                    start,
+                    Finding {
+                        kind,
+                        category,
+                        start,
+                        end,
+                    },
+                );
+            }
+        }
+    }
+}
+
 /// ASCII-only classes and word boundaries: the DFA engines handle any input, also non-ASCII
 /// text, without falling back to slower ones.
 fn builder(pattern: &str) -> RegexBuilder {
@@ -210,6 +254,7 @@ impl Redactor {
             }
             kept.insert(f.start, f);
         }
+        repeats(text, &mut kept);
         let mut out: Vec<Finding> = kept.into_values().collect();
         if let Some((min_len, bits)) = self.entropy {
             self.high_entropy(text, min_len, bits, &mut out);
@@ -529,5 +574,103 @@ mod tests {
         ] {
             assert!(kinds(text).is_empty(), "{text}: {:?}", kinds(text));
         }
+    }
+
+    #[test]
+    fn sql_command_line_repeats_and_card_codes_are_masked_whole() {
+        let r = Redactor::new(&RedactConfig::default()).unwrap();
+        let text = "password: Tr0ub4dor-3x\nthen log in with Tr0ub4dor-3x again\n\
+            CREATE USER 'app'@'%' IDENTIFIED BY 'Zq8-mysql-pw';\n\
+            ALTER ROLE app WITH LOGIN PASSWORD 'pg-s3cret-77';\n\
+            mysql --password=hunter2x -h db\n\
+            curl -u \"admin:Zq8-pass\" https://x.example/\n\
+            deploy --password $DEPLOY_PASSWORD\n\
+            the password-file option";
+        let out = r.redact(text);
+        for secret in [
+            "Tr0ub4dor-3x",
+            "Zq8-mysql-pw",
+            "pg-s3cret-77",
+            "hunter2x",
+            "Zq8-pass",
+        ] {
+            assert!(!out.contains(secret), "{secret} left in:\n{out}");
+        }
+        assert!(out.contains("$DEPLOY_PASSWORD"), "{out}");
+        assert!(out.contains("password-file option"), "{out}");
+        let doc = serde_json::json!({"card": {"cvv": "123", "pin": 4321}, "pin": true,
+                                     "gpio": {"pin": 13}, "auth": {"bearer": "abc.def"}});
+        let masked = r.redact_json(&doc);
+        assert_eq!(
+            masked["card"]["cvv"], "<redacted:sensitive-key>",
+            "{masked}"
+        );
+        assert_eq!(
+            masked["card"]["pin"], "<redacted:sensitive-key>",
+            "{masked}"
+        );
+        assert_eq!(masked["pin"], true);
+        assert_eq!(masked["gpio"]["pin"], 13);
+        assert_eq!(
+            masked["auth"]["bearer"], "<redacted:sensitive-key>",
+            "{masked}"
+        );
+    }
+
+    #[test]
+    fn vendor_formats_are_named() {
+        let r = Redactor::new(&RedactConfig::default()).unwrap();
+        let samples = [
+            ("newrelic-key", "NRAK-UJZDE8GXD6NCF10EPF91DHODZDO"),
+            (
+                "supabase-token",
+                "sbp_149d439536b3216fdaeeb975729fae923d5a4fd1",
+            ),
+            (
+                "sonarqube-token",
+                "squ_2aabfe228f219e9cb0eb53f16947ccf25ec84d8d",
+            ),
+            (
+                "sentry-token",
+                "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",
+            ),
+            (
+                "dynatrace-token",
+                "dt0c01.4K7BN7XJ8B7TFQ7XKWO886VO.MPZOM75WBBR4QMW2WXFOGO4MVN4A4WFHYM4L1VFZ3ZFKKIBJ3J4WJ99IBAG7I1MN",
+            ),
+            ("databricks-token", "dapi08697a8d41bed440e50454f31af31768"),
+            (
+                "docker-swarm-token",
+                "SWMTKN-1-cg629be2u66mr26846p7q9m2i0hz2uep1enthjxjqi3ogz5kok-16zv0mwufxbv932byv7s6ehog",
+            ),
+            (
+                "postman-key",
+                "PMAK-2881584d8c4fa2815d280282-7283e0ad84173581569969e58b081006f7",
+            ),
+            (
+                "nuget-key",
+                "oy22g158z6tnovmizwdiaeq1kdfy6spsc3lkr2aqxv9upc",
+            ),
+            ("alibaba-access-key", "LTAI94TNWLAVYFeRgpMP"),
+            (
+                "rubygems-key",
+                "rubygems_02824c1c099724caf4941d4072014b3ce107f80e222f8287",
+            ),
+            ("akamai-token", "akab-no35ye4scmejvqti-a4d5rgn5s7s333h9"),
+            ("gitlab-token", "glimt-MTF7eBSdE0g9cRYN687NElFJv"),
+            ("twilio-key", "SK8B483B7FFC050FEC94DBCA3A0AAC3609"),
+        ];
+        for (kind, value) in samples {
+            let text = format!("config: {value} (rotated)");
+            let found = r.scan(&text);
+            assert!(
+                found
+                    .iter()
+                    .any(|f| f.kind == kind && text.get(f.start..f.end) == Some(value)),
+                "{kind}: {found:?}"
+            );
+        }
+        let text = "Cookie: _gitlab_session=8b2cc2bd818319478da6bd0c621de49f; path=/";
+        assert!(!r.redact(text).contains("8b2cc2bd818319478da6bd0c621de49f"));
     }
 }

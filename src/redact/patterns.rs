@@ -206,7 +206,12 @@ pub(super) const PATTERNS: &[Pattern] = &[
     p(
         "gitlab-token",
         Secret,
-        r"\bgl(?:pat|ptt|rt)-[A-Za-z0-9_\-]{20}",
+        r"\b(?:gl(?:pat|ptt|rt|dt|ft|cbt|imt|oas|soat|agent|ffct)-[A-Za-z0-9_\-]{20,}|GR1348941[A-Za-z0-9_\-]{20,})",
+    ),
+    g(
+        "gitlab-session",
+        r"\b_gitlab_session=([a-f0-9]{32})\b",
+        extract::after_equals,
     ),
     p(
         "slack-webhook",
@@ -229,7 +234,7 @@ pub(super) const PATTERNS: &[Pattern] = &[
         Secret,
         r"\bSG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}",
     ),
-    p("twilio-key", Secret, r"\bSK[0-9a-f]{32}\b"),
+    p("twilio-key", Secret, r"\bSK[0-9a-fA-F]{32}\b"),
     p("mailgun-key", Secret, r"\bkey-[0-9a-f]{32}\b"),
     p("digitalocean-token", Secret, r"\bdo[opr]_v1_[a-f0-9]{64}\b"),
     p("huggingface-token", Secret, r"\bhf_[A-Za-z0-9]{34,40}\b"),
@@ -242,6 +247,53 @@ pub(super) const PATTERNS: &[Pattern] = &[
         "google-oauth-secret",
         Secret,
         r"\bGOCSPX-[A-Za-z0-9_\-]{28}",
+    ),
+    // Vendor formats from the vendors' public documentation.
+    p(
+        "newrelic-key",
+        Secret,
+        r"\b(?:NRAK-[A-Z0-9]{27}|NRII-[A-Za-z0-9_\-]{32}|NRJS-[a-f0-9]{19}|NRAA-[a-f0-9]{27})\b",
+    ),
+    p("supabase-token", Secret, r"\bsbp_[a-f0-9]{40}\b"),
+    p("sonarqube-token", Secret, r"\bsq[upa]_[a-f0-9]{40}\b"),
+    p(
+        "sentry-token",
+        Secret,
+        r"\b(?:sntryu_[a-f0-9]{64}|sntrys_[A-Za-z0-9+/=_]{60,})",
+    ),
+    p(
+        "dynatrace-token",
+        Secret,
+        r"\bdt0[a-z][0-9]{2}\.[A-Z0-9]{24}\.[A-Z0-9]{64}\b",
+    ),
+    p(
+        "databricks-token",
+        Secret,
+        r"\bdapi[a-f0-9]{32}(?:-[0-9]+)?\b",
+    ),
+    p(
+        "docker-swarm-token",
+        Secret,
+        r"\bSWMTKN-1-[a-z0-9]{50}-[a-z0-9]{25}\b",
+    ),
+    p("postman-key", Secret, r"\bPMAK-[a-f0-9]{24}-[a-f0-9]{34}\b"),
+    p("nuget-key", Secret, r"\boy2[a-z0-9]{43}\b"),
+    p("alibaba-access-key", Secret, r"\bLTAI[A-Za-z0-9]{12,20}\b"),
+    p("rubygems-key", Secret, r"\brubygems_[a-f0-9]{48}\b"),
+    p(
+        "braintree-token",
+        Secret,
+        r"\baccess_token\$(?:production|sandbox)\$[a-z0-9]{16}\$[a-f0-9]{32}\b",
+    ),
+    p(
+        "akamai-token",
+        Secret,
+        r"\bakab-[a-z0-9]{16}-[a-z0-9]{16}\b",
+    ),
+    p(
+        "terraform-token",
+        Secret,
+        r"\b[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_\-]{60,70}",
     ),
     p(
         "jwt",
@@ -272,6 +324,38 @@ pub(super) const PATTERNS: &[Pattern] = &[
         "password-assignment",
         r#"(?i:password|passwd|passphrase|secret|api_?key|access_?token|auth_?token|refresh_?token|private_?key)(?:\\?["'])?\s*(?:[:=]|%3[ADad])\s*(?:\\?["'])?([^\s"'\\,;{}()\[\]<>]{4,})"#,
         extract::after_colon_or_equals,
+    ),
+    // SQL that sets a password: `IDENTIFIED [WITH plugin] BY '…'` (MySQL, MariaDB, Oracle),
+    // `[ENCRYPTED|LOGIN|WITH] PASSWORD '…'` (PostgreSQL, SQL Server's `PASSWORD = '…'` is the
+    // assignment row's). Quoted values only: prose says "identified by the team".
+    g(
+        "sql-password",
+        r#"(?i:\bidentified(?:\s+with\s+[a-z0-9_]+)?\s+by(?:\s+password)?|\bpassword)\s+\\?['"]([^'"\s\\]{3,128})\\?['"]"#,
+        extract::quoted_tail,
+    ),
+    // Command lines: `--password X`, `--passphrase=X`, `-pw X` (not `--password-file`), and
+    // `curl -u user:pass`; a shell reference (`$PASS`, `${PASS}`, `%PASS%`) is not a value,
+    // nor a plain lowercase word after a flag (`the --password option`).
+    Pattern {
+        check: Some(validate::cli_value),
+        ..g(
+            "cli-password",
+            r#"(?:^|\s)--?(?i:password|passwd|passphrase|pass|pwd|pw)(?:=|\s+)['"]?([^\s'"]{3,128})"#,
+            extract::flag_value,
+        )
+    },
+    Pattern {
+        check: Some(validate::not_a_reference),
+        ..g(
+            "cli-user-password",
+            r#"(?:^|\s)(?:-u|--user)\s+['"]?[^\s:'"]{1,64}:([^\s'"@]{3,128})"#,
+            extract::after_first_colon,
+        )
+    },
+    g(
+        "curl-option-password",
+        r#"\bCURLOPT_(?:PASSWORD|USERPWD|PROXYPASSWORD|PROXYUSERPWD|KEYPASSWD)\s*,\s*\\?['"]([^'"\s\\]{3,128})\\?['"]"#,
+        extract::quoted_tail,
     ),
     // Personal data.
     p(

@@ -39,6 +39,21 @@ pub(super) fn iban(s: &str) -> bool {
     crate::canon::iban_checksum(s)
 }
 
+/// Not a shell or template reference (`$PASS`, `${PASS}`, `%PASS%`, `<password>`, `{{pw}}`):
+/// a command line that names a variable shows no secret.
+pub(super) fn not_a_reference(s: &str) -> bool {
+    !(s.starts_with('$')
+        || s.starts_with("%") && s.ends_with('%')
+        || s.starts_with('<') && s.ends_with('>')
+        || s.starts_with("{{"))
+}
+
+/// A command-line value that can be a secret: not a reference, and not a plain lowercase
+/// word (`--password option` in prose is not a password; `hunter2` and `S3cret` are).
+pub(super) fn cli_value(s: &str) -> bool {
+    not_a_reference(s) && s.bytes().any(|b| !b.is_ascii_lowercase())
+}
+
 /// A US SSN: area not 000, 666 or 9xx; group not 00; serial not 0000.
 pub(super) fn ssn(s: &str) -> bool {
     let mut parts = s.split('-').map(|p| p.parse::<u32>().unwrap_or(0));

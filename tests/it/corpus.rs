@@ -372,6 +372,64 @@ pub(crate) fn positives() -> Vec<(&'static str, String, String)> {
             s.clone(),
             format!("Nice weather today.{s} Have fun."),
         );
+        // SQL, command lines and API calls that carry a password.
+        let s = format!("{}{}", r.pick(AN, 10), r.digits(2));
+        add(
+            "sql-password",
+            s.clone(),
+            format!("CREATE USER 'svc{i}'@'%' IDENTIFIED BY '{s}';"),
+        );
+        let s = format!("{}{}", r.pick(AN, 10), r.digits(2));
+        add(
+            "sql-password",
+            s.clone(),
+            format!("ALTER ROLE app{i} WITH LOGIN ENCRYPTED PASSWORD '{s}';"),
+        );
+        let s = format!("{}{}", r.pick(AN, 11), r.digits(2));
+        add(
+            "cli-password",
+            s.clone(),
+            format!("pg_restore -h db{i} --password {s} dump.sql"),
+        );
+        let s = format!("{}{}", r.pick(AN, 11), r.digits(2));
+        add(
+            "cli-user-password",
+            s.clone(),
+            format!("curl -u deploy:{s} https://ci.corp.example/job/{i}"),
+        );
+        let s = format!("{}{}", r.pick(AN, 11), r.digits(2));
+        add(
+            "curl-option-password",
+            s.clone(),
+            format!("curl_setopt($ch, CURLOPT_PASSWORD, \"{s}\");"),
+        );
+        // Vendor formats.
+        let updig = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+        let lodig = "abcdefghijklmnopqrstuvwxyz0123456789";
+        let s = format!("NRAK-{}", r.pick(updig, 27));
+        add("newrelic-key", s.clone(), format!("NEW_RELIC_KEY {s}"));
+        let s = format!("sbp_{}", r.pick(HEX, 40));
+        add(
+            "supabase-token",
+            s.clone(),
+            format!("supabase login --token {s}"),
+        );
+        let s = format!("squ_{}", r.pick(HEX, 40));
+        add("sonarqube-token", s.clone(), format!("sonar.token {s}"));
+        let s = format!("dapi{}", r.pick(HEX, 32));
+        add("databricks-token", s.clone(), format!("host + token {s}"));
+        let s = format!("SWMTKN-1-{}-{}", r.pick(lodig, 50), r.pick(lodig, 25));
+        add(
+            "docker-swarm-token",
+            s.clone(),
+            format!("docker swarm join --token {s} 10.0.0.{i}:2377"),
+        );
+        let s = format!("PMAK-{}-{}", r.pick(HEX, 24), r.pick(HEX, 34));
+        add("postman-key", s.clone(), format!("x-api-key {s}"));
+        let s = format!("rubygems_{}", r.pick(HEX, 48));
+        add("rubygems-key", s.clone(), format!("GEM_HOST_API_KEY {s}"));
+        let s = format!("dt0c01.{}.{}", r.pick(updig, 24), r.pick(updig, 64));
+        add("dynatrace-token", s.clone(), format!("Api-Token {s}"));
     }
     out
 }
@@ -379,6 +437,18 @@ pub(crate) fn positives() -> Vec<(&'static str, String, String)> {
 fn negatives() -> Vec<String> {
     let mut r = Rng(0xD1B5_4A32_D192_ED03);
     let mut out = Vec::new();
+    // Command-line and SQL prose that carries no password.
+    out.extend(
+        [
+            "use --password-file /run/secrets/db to keep it off the command line",
+            "deploy --password $DEPLOY_PASSWORD --user ci",
+            "set PGPASSWORD, or pass the --password option",
+            "curl -u $USER:$TOKEN https://api.corp.example/",
+            "The service is identified by the team name",
+            "mysql -u root -p",
+        ]
+        .map(str::to_owned),
+    );
     for i in 0..25 {
         out.push(format!("commit {}", r.pick(HEX, 40)));
         out.push(format!(
