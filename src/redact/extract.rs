@@ -39,6 +39,16 @@ pub(super) fn after_colon_or_equals(m: &[u8]) -> Option<(usize, usize)> {
     Some((skip_to_value(m, sep, true), m.len()))
 }
 
+/// `label <op> value` where the operator is `:`, `=`, `=>` or `:=`: the value after it (and
+/// `\s*` and an optional quote).
+pub(super) fn after_operator(m: &[u8]) -> Option<(usize, usize)> {
+    let mut i = m.iter().position(|&b| b == b':' || b == b'=')? + 1;
+    if matches!(m.get(i), Some(b'>' | b'=')) {
+        i += 1;
+    }
+    Some((skip_to_value(m, i, true), m.len()))
+}
+
 /// `NAME = value` (spaces and tabs only): the value after the first `=`.
 pub(super) fn after_equals(m: &[u8]) -> Option<(usize, usize)> {
     let sep = m.iter().position(|&b| b == b'=')?;
@@ -179,6 +189,12 @@ mod tests {
             "Cookie: _gitlab_session=8b2cc2bd818319478da6bd0c621de49f; path=/",
             "{\"c\":\"curl_setopt($ch, CURLOPT_PASSWORD, \\\"k0rc28HSw5f28\\\");\"}",
             "{\"q\":\"ALTER USER a IDENTIFIED BY \\\"Zq8-pw-77\\\"\"}",
+            "ID:alice PW:Zq8pw-7 and user=bob,pass=hunter22",
+            "$pass => 'S3cret-x'; passcode := 'k9-xyz'",
+            "def login(passwd: str = \"Tr0ub4dor3\"):",
+            "val password: String = \"kotlin-pw-9\"",
+            "if (token === 'abc123xyz') {",
+            "#define DB_PASSWORD \"c-macro-pw1\"",
         ];
         let mut checked = 0;
         for row in PATTERNS.iter().filter(|r| r.extract.is_some()) {

@@ -673,4 +673,44 @@ mod tests {
         let text = "Cookie: _gitlab_session=8b2cc2bd818319478da6bd0c621de49f; path=/";
         assert!(!r.redact(text).contains("8b2cc2bd818319478da6bd0c621de49f"));
     }
+
+    #[test]
+    fn short_labels_and_code_forms_mask_the_value_not_the_type() {
+        let r = Redactor::new(&RedactConfig::default()).unwrap();
+        let text = "ID:alice PW:Zq8pw-7\n\
+            user=bob,pass=hunter22\n\
+            $pass => 'S3cret-x';\n\
+            def login(passwd: str = \"Tr0ub4dor3\"):\n\
+            val password: String = \"kotlin-pw-9\"\n\
+            if (token === 'abc123xyz') {}\n\
+            #define DB_PASSWORD \"c-macro-pw1\"\n";
+        let out = r.redact(text);
+        for secret in [
+            "Zq8pw-7",
+            "hunter22",
+            "S3cret-x",
+            "Tr0ub4dor3",
+            "kotlin-pw-9",
+            "abc123xyz",
+            "c-macro-pw1",
+        ] {
+            assert!(!out.contains(secret), "{secret} left in:\n{out}");
+        }
+        // The declaration's type stays; only the literal is masked.
+        assert!(out.contains("val password: String = "), "{out}");
+        for harmless in [
+            "pass: 100%",
+            "password: String",
+            "tests pass: 12 of 12",
+            "pw: ${PW}",
+        ] {
+            assert!(
+                r.scan(harmless)
+                    .iter()
+                    .all(|f| f.category != Category::Secret),
+                "{harmless}: {:?}",
+                r.scan(harmless)
+            );
+        }
+    }
 }

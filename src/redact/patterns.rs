@@ -320,10 +320,37 @@ pub(super) const PATTERNS: &[Pattern] = &[
         r#"\b[A-Z][A-Z0-9_]{0,64}(?:API_KEY|_TOKEN|_SECRET|SECRET_KEY|ACCESS_KEY|_PASSWORD)[ \t]*=[ \t]*(?:\\?["'])?([^\s"'\\]{8,})"#,
         extract::after_equals,
     ),
+    // A type after the label is a declaration (`password: String`), not a value: the
+    // typed-default row reads the literal that follows it.
+    Pattern {
+        check: Some(validate::not_a_type),
+        ..g(
+            "password-assignment",
+            r#"(?i:password|passwd|passphrase|secret|api_?key|access_?token|auth_?token|refresh_?token|private_?key)(?:\\?["'])?\s*(?:[:=]|%3[ADad])\s*(?:\\?["'])?([^\s"'\\,;{}()\[\]<>]{4,})"#,
+            extract::after_colon_or_equals,
+        )
+    },
+    // Short and abbreviated labels, and the operators code and configs use: `pw: x`,
+    // `PWD=x`, `pass => 'x'`, `passcode := x`, `ID:alice PW:x`, `user=a,pass=x`.
+    Pattern {
+        check: Some(validate::label_value),
+        ..g(
+            "short-label-password",
+            r#"(?i:\b(?:pw|pwd|pass|pswd|passcode|pword|password|passwd))(?:\\?["'])?\s*(?:=>|:=|[:=])\s*(?:\\?["'])?([^\s"'\\,;{}()\[\]<>]{4,})"#,
+            extract::after_operator,
+        )
+    },
+    // Code: a typed default (`passwd: str = "x"`, `val password: String = "x"`), a comparison
+    // (`if password == "x"`) and a macro (`#define DB_PASSWORD "x"`).
     g(
-        "password-assignment",
-        r#"(?i:password|passwd|passphrase|secret|api_?key|access_?token|auth_?token|refresh_?token|private_?key)(?:\\?["'])?\s*(?:[:=]|%3[ADad])\s*(?:\\?["'])?([^\s"'\\,;{}()\[\]<>]{4,})"#,
-        extract::after_colon_or_equals,
+        "code-secret",
+        r#"(?i:pass(?:word|wd|phrase)?|pwd|secret|token|api_?key|credentials?)\s*(?::\s*[A-Za-z_][A-Za-z0-9_.\[\]<>|?]{0,40}\s*=|===?|!==?)\s*\\?["']([^"'\\\s]{4,})\\?["']"#,
+        extract::quoted_tail,
+    ),
+    g(
+        "code-secret",
+        r#"#define\s+[A-Za-z0-9_]*(?i:pass(?:word|wd)?|pwd|secret|token|key)[A-Za-z0-9_]*\s+\\?"([^"\\\s]{4,})\\?""#,
+        extract::quoted_tail,
     ),
     // SQL that sets a password: `IDENTIFIED [WITH plugin] BY '…'` (MySQL, MariaDB, Oracle),
     // `[ENCRYPTED|LOGIN|WITH] PASSWORD '…'` (PostgreSQL, SQL Server's `PASSWORD = '…'` is the

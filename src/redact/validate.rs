@@ -54,6 +54,43 @@ pub(super) fn cli_value(s: &str) -> bool {
     not_a_reference(s) && s.bytes().any(|b| !b.is_ascii_lowercase())
 }
 
+/// Not a type name (`String`, `str`, `Optional[str]`, `SecretStr`): `password: String` declares
+/// a field, it shows no value.
+pub(super) fn not_a_type(s: &str) -> bool {
+    let base = s
+        .trim_end_matches(['?', ','])
+        .split(['<', '[', '|'])
+        .next()
+        .unwrap_or(s)
+        .to_ascii_lowercase();
+    !matches!(
+        base.as_str(),
+        "string"
+            | "str"
+            | "int"
+            | "integer"
+            | "bool"
+            | "boolean"
+            | "number"
+            | "any"
+            | "object"
+            | "bytes"
+            | "char"
+            | "secretstr"
+            | "secretbytes"
+            | "optional"
+            | "option"
+            | "text"
+            | "varchar"
+    )
+}
+
+/// A value after a short label (`pw:`, `pass=`) that can be a password: not a type, not a
+/// reference, and with a letter (`pass: 100%` in a test report is not one).
+pub(super) fn label_value(s: &str) -> bool {
+    not_a_type(s) && not_a_reference(s) && s.bytes().any(|b| b.is_ascii_alphabetic())
+}
+
 /// A US SSN: area not 000, 666 or 9xx; group not 00; serial not 0000.
 pub(super) fn ssn(s: &str) -> bool {
     let mut parts = s.split('-').map(|p| p.parse::<u32>().unwrap_or(0));

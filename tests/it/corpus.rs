@@ -403,6 +403,33 @@ pub(crate) fn positives() -> Vec<(&'static str, String, String)> {
             s.clone(),
             format!("curl_setopt($ch, CURLOPT_PASSWORD, \"{s}\");"),
         );
+        // Short labels and code forms.
+        let s = format!("{}{}", r.pick(AN, 9), r.digits(2));
+        let line = [
+            format!("ID:ops{i} PW:{s}"),
+            format!("user=svc{i},pass={s}"),
+            format!("$pass => '{s}';"),
+            format!("passcode := {s}"),
+            format!("PWD={s}"),
+            format!("pswd: {s}"),
+            format!("login as admin{i} / pw: {s}"),
+            format!("pword = \"{s}\""),
+        ][i]
+            .clone();
+        add("short-label-password", s.clone(), line);
+        let s = format!("{}{}", r.pick(AN, 9), r.digits(2));
+        let line = [
+            format!("def connect(passwd: str = \"{s}\"):"),
+            format!("val password: String = \"{s}\""),
+            format!("if (token === '{s}') {{ grant(); }}"),
+            format!("#define DB_PASSWORD \"{s}\""),
+            format!("if password == \"{s}\":"),
+            format!("secret: Optional[str] = '{s}'"),
+            format!("let apiKey: string = \"{s}\";"),
+            format!("assert credentials != '{s}'"),
+        ][i]
+            .clone();
+        add("code-secret", s.clone(), line);
         // Vendor formats.
         let updig = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
         let lodig = "abcdefghijklmnopqrstuvwxyz0123456789";
@@ -446,6 +473,12 @@ fn negatives() -> Vec<String> {
             "curl -u $USER:$TOKEN https://api.corp.example/",
             "The service is identified by the team name",
             "mysql -u root -p",
+            "tests pass: 100% (12 of 12)",
+            "class User { password: String; email: String }",
+            "pass: ${DB_PASS}",
+            "the pw field is required",
+            "if password == user_input:",
+            "#define PASSWORD_MAX_LEN 64",
         ]
         .map(str::to_owned),
     );
