@@ -7,3 +7,4 @@
 
 pub mod diff;
 pub mod fixtures;
+mod sessions;

@@ -50,13 +50,7 @@ fn validate_refuses_a_typo_behind_a_has_guard_with_file_and_line() {
     assert!(err.contains("--deny-warnings"), "the help says why: {err}");
 
     // The official CLI agrees, where CI installs it.
-    if let Ok(out) = Command::new("cedar")
-        .args(["validate", "--deny-warnings", "--schema"])
-        .arg(set.dir.path().join("schemas/toolgate.cedarschema"))
-        .arg("--policies")
-        .arg(set.policies().join("elevated.cedar"))
-        .output()
-    {
+    if let Some(out) = set.cedar_validate("elevated.cedar") {
         assert!(
             !out.status.success(),
             "cedar validate --deny-warnings passed it"

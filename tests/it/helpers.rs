@@ -124,6 +124,17 @@ impl TempSet {
         let (text, _) = toolgate::policy::schema_text(&schemas).unwrap();
         std::fs::write(schemas.join("toolgate.cedarschema"), text).unwrap();
     }
+    /// The official `cedar validate --deny-warnings` on one policy file of this set against
+    /// its schema; `None` where the CLI is not installed (CI installs it).
+    pub fn cedar_validate(&self, policy_file: &str) -> Option<std::process::Output> {
+        std::process::Command::new("cedar")
+            .args(["validate", "--deny-warnings", "--schema"])
+            .arg(self.dir.path().join("schemas/toolgate.cedarschema"))
+            .arg("--policies")
+            .arg(self.policies().join(policy_file))
+            .output()
+            .ok()
+    }
     pub fn append(&self, rel: &str, text: &str) {
         let path = self.dir.path().join(rel);
         let mut old = std::fs::read_to_string(&path).unwrap_or_default();

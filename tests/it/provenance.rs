@@ -4,8 +4,6 @@
 //! returned (results, joined by decision id), gate findings in `context` with a per-argument
 //! gate rule, and approvals an eligible human can decide.
 
-use std::process::Command;
-
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 
@@ -404,13 +402,7 @@ fn fixtures_replay_sessions_and_the_official_cli_accepts_the_policies() {
         text.contains("legitimate: 2: 0 blocked (0.0%), 1 needed a human (50.0%)"),
         "{text}"
     );
-    if let Ok(out) = Command::new("cedar")
-        .args(["validate", "--deny-warnings", "--schema"])
-        .arg(set.dir.path().join("schemas/toolgate.cedarschema"))
-        .arg("--policies")
-        .arg(set.policies().join("mail.cedar"))
-        .output()
-    {
+    if let Some(out) = set.cedar_validate("mail.cedar") {
         assert!(
             out.status.success(),
             "{}{}",

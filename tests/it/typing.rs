@@ -4,8 +4,6 @@
 //! official `cedar validate` accepts policies that read them; `toolgate schema` names what it
 //! cannot type and why.
 
-use std::process::Command;
-
 use serde_json::{Value, json};
 
 use super::helpers::{TempSet, app_with, authorize, demo_auth, toolgate};
@@ -147,13 +145,7 @@ fn the_schema_types_them_and_says_what_it_cannot() {
         "{err}"
     );
     // The official CLI accepts the policies that read them.
-    if let Ok(out) = Command::new("cedar")
-        .args(["validate", "--deny-warnings", "--schema"])
-        .arg(set.dir.path().join("schemas/toolgate.cedarschema"))
-        .arg("--policies")
-        .arg(set.policies().join("pay.cedar"))
-        .output()
-    {
+    if let Some(out) = set.cedar_validate("pay.cedar") {
         assert!(
             out.status.success(),
             "{}{}",
