@@ -296,6 +296,41 @@ fn redact(c: &mut Criterion) {
     g.bench_function("scan_1mb_mixed_no_entropy", |b| {
         b.iter(|| plain.scan(&text).len())
     });
+    // No line twice: every secret, address and number differs (a repeated value is judged
+    // once per text, so the repeated block above is the friendlier case).
+    let mut distinct = String::with_capacity(text.len() + 1024);
+    let mut n: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        n ^= n << 13;
+        n ^= n >> 7;
+        n ^= n << 17;
+        n
+    };
+    const AN: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    while distinct.len() < 1 << 20 {
+        let key: String = (0..24)
+            .map(|_| char::from(AN[(next() % AN.len() as u64) as usize]))
+            .collect();
+        let id = next() % 100_000;
+        distinct.push_str(&format!(
+            "The deploy {id} finished at 2026-11-23T04:10:00Z after 3 retries; see https://ci.example.com/runs/{id}.\n\
+             fn handle_{id}(req: Request) -> Result<Response, Error> {{ let id = req.header(\"x-request-id\")?; Ok(ok(id)) }}\n\
+             INFO worker-3 processed batch {id} in 41 ms (queue depth 7, p99 12 ms)\n\
+             Les résultats sont prêts : {id} fichiers traités, aucune erreur. 完成。\n\
+             export STRIPE_API_KEY=sk_live_{key} and mail ops{id}@example.com\n\
+             db_password: Tr0ub-{key}\n"
+        ));
+    }
+    g.throughput(criterion::Throughput::Bytes(distinct.len() as u64));
+    g.bench_function("scan_1mb_distinct", |b| b.iter(|| r.scan(&distinct).len()));
+    // Hostile input: a megabyte of private-key headers with no END line, and of certificate
+    // headers (each pairs with an END line by binary search, never by searching ahead).
+    let headers = "-----BEGIN RSA PRIVATE KEY-----\nabc\n-----BEGIN CERTIFICATE-----\n"
+        .repeat((1 << 20) / 64);
+    g.throughput(criterion::Throughput::Bytes(headers.len() as u64));
+    g.bench_function("scan_1mb_key_headers", |b| {
+        b.iter(|| r.scan(&headers).len())
+    });
     g.finish();
     // What the tool_call gate adds to a decision: one scan of the arguments giving the
     // verdict and the redacted preview.

@@ -1,5 +1,6 @@
 //! The floor for HTTP benchmarks: an axum endpoint that accepts the same `POST /v1/authorize`
-//! and returns a fixed JSON decision without deciding anything.
+//! and returns a fixed JSON decision without deciding anything, and `POST /v1/gates/output`
+//! that answers with the body it got (what a gate costs at least: read and write it back).
 //! `cargo run --release --example echo_floor -- 127.0.0.1:18182`
 #![allow(missing_docs)]
 
@@ -14,11 +15,19 @@ async fn answer(_body: Bytes) -> ([(header::HeaderName, &'static str); 1], &'sta
     ([(header::CONTENT_TYPE, "application/json")], ANSWER)
 }
 
+async fn echo(body: Bytes) -> ([(header::HeaderName, &'static str); 1], Bytes) {
+    ([(header::CONTENT_TYPE, "application/json")], body)
+}
+
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
     let addr = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "127.0.0.1:18182".to_owned());
     let listener = tokio::net::TcpListener::bind(&addr).await?;
-    axum::serve(listener, Router::new().route("/v1/authorize", post(answer))).await
+    let app = Router::new()
+        .route("/v1/authorize", post(answer))
+        .route("/v1/gates/output", post(echo))
+        .layer(axum::extract::DefaultBodyLimit::max(64 << 20));
+    axum::serve(listener, app).await
 }

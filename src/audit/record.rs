@@ -483,7 +483,7 @@ pub fn args_digest(args: &Value) -> String {
     hex::encode(Sha256::digest(&bytes))
 }
 
-/// Longest preview kept.
+/// Longest preview kept when no limits are configured.
 const PREVIEW_MAX: usize = 512;
 
 /// The arguments' shape with every string replaced by its length (`<str:11>`): what is
@@ -500,40 +500,37 @@ pub fn args_preview(args: &Value) -> String {
             other => other.clone(),
         }
     }
-    bounded(&shape(args))
+    bounded(&shape(args), PREVIEW_MAX)
 }
 
-/// Longest string kept in a redacted preview, in characters.
-const PREVIEW_STRING_MAX: usize = 200;
-
 /// A preview of arguments that are already redacted (every secret, personal datum and
-/// high-entropy token masked): canonical JSON with each string cut to 200 characters, the
-/// whole to 512 bytes.
-pub fn redacted_preview(redacted: &Value) -> String {
-    fn cut(v: &Value) -> Value {
+/// high-entropy token masked): canonical JSON with each string cut to `string_chars`
+/// characters, the whole to `bytes` (`[redaction] preview_string_chars`, `preview_bytes`).
+pub fn redacted_preview(redacted: &Value, bytes: usize, string_chars: usize) -> String {
+    fn cut(v: &Value, max: usize) -> Value {
         match v {
-            Value::String(s) if s.chars().count() > PREVIEW_STRING_MAX => {
-                let mut t: String = s.chars().take(PREVIEW_STRING_MAX).collect();
+            Value::String(s) if s.chars().count() > max => {
+                let mut t: String = s.chars().take(max).collect();
                 t.push('…');
                 Value::String(t)
             }
-            Value::Array(items) => Value::Array(items.iter().map(cut).collect()),
+            Value::Array(items) => Value::Array(items.iter().map(|i| cut(i, max)).collect()),
             Value::Object(map) => {
-                Value::Object(map.iter().map(|(k, v)| (k.clone(), cut(v))).collect())
+                Value::Object(map.iter().map(|(k, v)| (k.clone(), cut(v, max))).collect())
             }
             other => other.clone(),
         }
     }
-    bounded(&cut(redacted))
+    bounded(&cut(redacted, string_chars), bytes)
 }
 
-/// Canonical JSON of `v`, cut to [`PREVIEW_MAX`] bytes.
-fn bounded(v: &Value) -> String {
+/// Canonical JSON of `v`, cut to `max` bytes.
+fn bounded(v: &Value, max: usize) -> String {
     let mut bytes = Vec::new();
     canonical_json(v, &mut bytes);
     let mut text = String::from_utf8_lossy(&bytes).into_owned();
-    if text.len() > PREVIEW_MAX {
-        text.truncate(text.floor_char_boundary(PREVIEW_MAX));
+    if text.len() > max {
+        text.truncate(text.floor_char_boundary(max));
         text.push('…');
     }
     text

@@ -32,9 +32,10 @@ const MAX_BATCH: usize = 1024;
 /// caller waits for its own entry to be stored (backpressure, bounded memory).
 const MAX_UNACKED: usize = 16_384;
 
-/// Under [`Durability::Buffered`], how long the writer lets entries gather after the first
-/// before storing them. Nobody waits on a buffered entry, so this costs no latency, and it
-/// turns one store write (and one thread wake-up) per entry into one per few hundred.
+/// How long the writer lets entries nobody waits on gather (buffered mode, and records of
+/// things already done such as gate verdicts) before storing them. Nobody waits on them, so
+/// this costs no latency, and it turns one store write (and one flush, one thread wake-up)
+/// per entry into one per few hundred. An entry someone waits on ends the wait.
 const LINGER: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// Whether an acknowledged record is on disk.
@@ -531,11 +532,28 @@ impl Writer {
             let mut queued = Vec::new();
             let mut entries = 0;
             if let Some(first) = first {
-                if !self.durable && first.effects.is_empty() {
-                    std::thread::sleep(LINGER);
-                }
+                // Nobody waits on this entry (buffered mode, or a record of something already
+                // done): let more gather for up to LINGER, one flush for all of them. An
+                // entry someone waits on, under group commit, ends the wait at once.
+                let linger = first.effects.is_empty() && (!self.durable || first.ack.is_none());
                 entries += first.entries.len();
                 queued.push(first);
+                if linger {
+                    let deadline = std::time::Instant::now() + LINGER;
+                    while entries < MAX_BATCH {
+                        let left = deadline.saturating_duration_since(std::time::Instant::now());
+                        let Ok(next) = rx.recv_timeout(left) else {
+                            break;
+                        };
+                        let urgent =
+                            self.durable && (next.ack.is_some() || !next.effects.is_empty());
+                        entries += next.entries.len();
+                        queued.push(next);
+                        if urgent {
+                            break;
+                        }
+                    }
+                }
                 while entries < MAX_BATCH {
                     match rx.try_recv() {
                         Ok(next) => {

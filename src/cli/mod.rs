@@ -8,6 +8,7 @@ mod client;
 mod diff;
 mod explain;
 mod mcp;
+mod redact;
 mod schema;
 mod serve;
 mod test;
@@ -63,6 +64,9 @@ enum Command {
     /// Explain how the policies decide one call: every policy of its action, satisfied or
     /// not, and who may approve it (asks the sidecar, or `--offline` on the files here).
     Explain(explain::ExplainArgs),
+    /// Find and mask secrets and personal data in stdin with the configured detectors
+    /// (offline), as the gates do.
+    Redact(redact::RedactArgs),
 }
 
 /// Options every subcommand shares.
@@ -124,6 +128,7 @@ pub fn main() -> ExitCode {
         Command::Test(t) => test::run(&t),
         Command::Diff(d) => diff::run(&d),
         Command::Explain(e) => explain::run(&e),
+        Command::Redact(r) => redact::run(&r),
     };
     match result {
         Ok(code) => code,

@@ -4,7 +4,8 @@
 use serde::Deserialize;
 
 use crate::redact::{
-    Gate, GateRules, KnownSecrets, MAX_KNOWN_SECRET, MIN_KNOWN_SECRET, RedactConfig,
+    CustomDetector, Gate, GateRules, KnownSecrets, MAX_DETECTORS, MAX_KNOWN_SECRET,
+    MIN_KNOWN_SECRET, PreviewLimits, RawDetector, RedactConfig, normalize_key,
 };
 
 #[derive(Debug, Default, Deserialize)]
@@ -16,6 +17,84 @@ pub(super) struct RawRedaction {
     entropy_bits: Option<f64>,
     known_secrets_env: Option<Vec<String>>,
     pub(super) known_secrets_files: Option<Vec<std::path::PathBuf>>,
+    sensitive_keys: Option<Vec<String>>,
+    sensitive_key_suffixes: Option<Vec<String>>,
+    preview_bytes: Option<usize>,
+    preview_string_chars: Option<usize>,
+    detectors: Option<Vec<TomlDetector>>,
+}
+
+/// One `[[redaction.detectors]]` table as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TomlDetector {
+    name: String,
+    category: Option<String>,
+    regex: String,
+    group: Option<usize>,
+    #[serde(default)]
+    keywords: Vec<String>,
+    min_entropy: Option<f64>,
+    validator: Option<String>,
+    #[serde(default)]
+    placeholders: Vec<String>,
+}
+
+/// The configured detectors, each checked, names unique and apart from the built-in kinds.
+fn detectors(raw: &RawRedaction) -> Result<Vec<CustomDetector>, (String, &'static str)> {
+    let list = raw.detectors.as_deref().unwrap_or_default();
+    if list.len() > MAX_DETECTORS {
+        return Err((
+            format!(
+                "`redaction.detectors` has {} entries; at most {MAX_DETECTORS}",
+                list.len()
+            ),
+            "merge detectors of one vendor into one regex with alternatives",
+        ));
+    }
+    let mut taken: std::collections::BTreeSet<String> = crate::redact::known_names()
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    let mut out = Vec::with_capacity(list.len());
+    for (i, d) in list.iter().enumerate() {
+        let parsed = CustomDetector::parse(
+            RawDetector {
+                name: d.name.clone(),
+                category: d.category.clone(),
+                regex: d.regex.clone(),
+                group: d.group,
+                keywords: d.keywords.clone(),
+                min_entropy: d.min_entropy,
+                validator: d.validator.clone(),
+                placeholders: d.placeholders.clone(),
+            },
+            i,
+            &taken,
+        )?;
+        taken.insert(parsed.name.to_owned());
+        out.push(parsed);
+    }
+    Ok(out)
+}
+
+/// A list of JSON key names or endings, normalized; an entry that normalizes to nothing is
+/// an error.
+fn keys(list: Option<&Vec<String>>, what: &str) -> Result<Vec<String>, (String, &'static str)> {
+    list.into_iter()
+        .flatten()
+        .map(|k| {
+            let n = normalize_key(k);
+            if n.is_empty() {
+                Err((
+                    format!("`redaction.{what}` has the entry `{k}`, which is empty once `_`, `-`, `.` and spaces are dropped"),
+                    "keys match case- and separator-insensitively: `member_number` also matches `MemberNumber`",
+                ))
+            } else {
+                Ok(n)
+            }
+        })
+        .collect()
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -103,10 +182,39 @@ pub(super) fn redaction(
             "4.0 suits random base64-like tokens",
         ));
     }
+    let preview = PreviewLimits {
+        bytes: raw.preview_bytes.unwrap_or(d.preview.bytes),
+        string_chars: raw.preview_string_chars.unwrap_or(d.preview.string_chars),
+    };
+    if !(64..=65536).contains(&preview.bytes) {
+        return Err((
+            format!(
+                "`redaction.preview_bytes` = {} must be 64 to 65536",
+                preview.bytes
+            ),
+            "the preview is stored in every decision's audit record; 512 is the default",
+        ));
+    }
+    if !(8..=preview.bytes).contains(&preview.string_chars) {
+        return Err((
+            format!(
+                "`redaction.preview_string_chars` = {} must be 8 to `preview_bytes` ({})",
+                preview.string_chars, preview.bytes
+            ),
+            "200 is the default",
+        ));
+    }
     Ok(RedactConfig {
         ip_addresses: raw.ip_addresses.unwrap_or(d.ip_addresses),
         entropy: (raw.entropy != Some(false)).then_some((min_len, bits)),
         known: known_secrets(raw, base)?,
+        detectors: detectors(raw)?,
+        sensitive_keys: keys(raw.sensitive_keys.as_ref(), "sensitive_keys")?,
+        sensitive_key_suffixes: keys(
+            raw.sensitive_key_suffixes.as_ref(),
+            "sensitive_key_suffixes",
+        )?,
+        preview,
     })
 }
 

@@ -45,7 +45,14 @@ pub(super) struct Screened {
 /// The redacted preview of `args` (shape only if the detectors are unavailable).
 pub(super) fn preview(state: &Gateway, args: &Value) -> String {
     match &state.gates {
-        Some(g) => redacted_preview(&g.redactor().redact_json(args)),
+        Some(g) => {
+            let limits = g.redactor().preview_limits();
+            redacted_preview(
+                &g.redactor().redact_json(args),
+                limits.bytes,
+                limits.string_chars,
+            )
+        }
         None => args_preview(args),
     }
 }
@@ -119,7 +126,11 @@ pub(super) fn screen(
         };
     };
     let rules = gates.rules_for(Gate::ToolCall);
-    let preview = stored.map_or_else(|| args_preview(&call.args), |v| redacted_preview(&v));
+    let limits = gates.redactor().preview_limits();
+    let preview = stored.map_or_else(
+        || args_preview(&call.args),
+        |v| redacted_preview(&v, limits.bytes, limits.string_chars),
+    );
     if refused_early || screened.decision == Action::Allow {
         return Screened {
             verdict,

@@ -134,6 +134,18 @@ pub(super) fn flag_value(m: &[u8]) -> Option<(usize, usize)> {
     (i < m.len()).then_some((i, m.len()))
 }
 
+/// `jdbc:oracle:thin:user/password@`: between the first `/` and the final `@`.
+pub(super) fn oracle_password(m: &[u8]) -> Option<(usize, usize)> {
+    let slash = m.iter().position(|&b| b == b'/')?;
+    Some((slash + 1, m.len().checked_sub(1)?))
+}
+
+/// `… 361814`: the digits at the end.
+pub(super) fn trailing_digits(m: &[u8]) -> Option<(usize, usize)> {
+    let start = m.iter().rposition(|b| !b.is_ascii_digit())? + 1;
+    (start < m.len()).then_some((start, m.len()))
+}
+
 /// `… user:value`: after the first `:`.
 pub(super) fn after_first_colon(m: &[u8]) -> Option<(usize, usize)> {
     let colon = m.iter().position(|&b| b == b':')?;
@@ -195,6 +207,15 @@ mod tests {
             "val password: String = \"kotlin-pw-9\"",
             "if (token === 'abc123xyz') {",
             "#define DB_PASSWORD \"c-macro-pw1\"",
+            "jdbc:oracle:thin:priya.k/Pxh_3UBiTa=fldS@172.16.8.44:1521/ORCL",
+            "CREATE LOGIN [r] WITH PASSWORD = N'ta52yr6negll', CHECK_POLICY = OFF;",
+            "SET PASSWORD FOR 'w'@'h' = PASSWORD('walnut95u');",
+            "PASSWORD = os.environ.get(\"DB_PW\") or \"literal-pw\"",
+            "token = process.env.API_TOKEN || 'fallback-tok'",
+            "pw = getpass.getpass(\"Password: \")",
+            "bridge 905 9551 5012, passcode 361814 and PIN: 4821",
+            "export DD_APP_KEY=5d30b354309037a96171de8f6e4d8785 KEYSTORE_PASS: 'gtasty-9x'",
+            "  DD_API_KEY: \"32df6d45636adf48d050cbdb59178ac9\"",
         ];
         let mut checked = 0;
         for row in PATTERNS.iter().filter(|r| r.extract.is_some()) {

@@ -41,11 +41,7 @@ const ENDINGS: [&str; 12] = [
 
 /// Whether a JSON key names a secret (case- and separator-insensitive).
 pub fn sensitive_key(key: &str) -> bool {
-    let norm: String = key
-        .chars()
-        .filter(|c| !matches!(c, '_' | '-' | '.' | ' '))
-        .flat_map(char::to_lowercase)
-        .collect();
+    let norm = super::normalize_key(key);
     EXACT.contains(&norm.as_str()) || ENDINGS.iter().any(|e| norm.ends_with(e))
 }
 
@@ -75,11 +71,7 @@ fn maskable(v: &Value) -> bool {
 /// digits (a string or a number). A `pin` that is `true`, or a two-digit GPIO number, is left
 /// alone.
 fn code_key(key: &str) -> bool {
-    let norm: String = key
-        .chars()
-        .filter(|c| !matches!(c, '_' | '-' | '.' | ' '))
-        .flat_map(char::to_lowercase)
-        .collect();
+    let norm = super::normalize_key(key);
     matches!(
         norm.as_str(),
         "cvv" | "cvv2" | "cvc" | "cvc2" | "pin" | "pincode" | "cardpin" | "securitycode"
@@ -97,13 +89,15 @@ fn code_value(v: &Value) -> bool {
 
 /// A `{"name": "DB_PASSWORD", "value": "…"}` pair (Kubernetes env, HAR headers): its
 /// `value` is as sensitive as a key of that name.
-fn named_secret(map: &serde_json::Map<String, Value>, key: &str) -> bool {
+fn named_secret(
+    map: &serde_json::Map<String, Value>,
+    key: &str,
+    sensitive: impl Fn(&str) -> bool,
+) -> bool {
     key == "value"
-        && ["name", "key"].iter().any(|k| {
-            map.get(*k)
-                .and_then(Value::as_str)
-                .is_some_and(sensitive_key)
-        })
+        && ["name", "key"]
+            .iter()
+            .any(|k| map.get(*k).and_then(Value::as_str).is_some_and(&sensitive))
 }
 
 fn pointer_push(path: &str, token: &str) -> String {
@@ -111,6 +105,23 @@ fn pointer_push(path: &str, token: &str) -> String {
 }
 
 impl Redactor {
+    /// Whether a JSON key names a secret: the built-in list, or the configured
+    /// `sensitive_keys` and `sensitive_key_suffixes`.
+    pub fn is_sensitive_key(&self, key: &str) -> bool {
+        if sensitive_key(key) {
+            return true;
+        }
+        if self.extra_keys.is_empty() && self.extra_suffixes.is_empty() {
+            return false;
+        }
+        let norm = super::normalize_key(key);
+        self.extra_keys.contains(&norm)
+            || self
+                .extra_suffixes
+                .iter()
+                .any(|s| norm.ends_with(s.as_str()))
+    }
+
     /// Every finding in `value` (depth-first, keys in document order).
     pub fn scan_json(&self, value: &Value) -> Vec<JsonFinding> {
         let mut out = Vec::new();
@@ -143,7 +154,9 @@ impl Redactor {
                         finding: Some(f),
                         in_key: true,
                     }));
-                    if (sensitive_key(k) || named_secret(map, k) || (code_key(k) && code_value(v)))
+                    if (self.is_sensitive_key(k)
+                        || named_secret(map, k, |n| self.is_sensitive_key(n))
+                        || (code_key(k) && code_value(v)))
                         && maskable(v)
                     {
                         out.push(JsonFinding {

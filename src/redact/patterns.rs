@@ -53,12 +53,9 @@ pub(super) struct Pattern {
     pub kind: &'static str,
     pub category: Category,
     pub regex: &'static str,
-    /// The capture group holding the sensitive part (0: the whole match); scans use
-    /// `extract`, the tests hold the two equal.
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "the extractors' reference in tests")
-    )]
+    /// The capture group holding the sensitive part (0: the whole match). With an `extract`,
+    /// scans use that instead and the tests hold the two equal; without one, a capture engine
+    /// reads the group (rows that match rarely).
     pub group: usize,
     /// Reads that group's span out of the match (offsets in the match), without a capture
     /// engine; tested equal to the group.
@@ -109,7 +106,10 @@ use Category::{Injection, Pii, Secret};
 
 /// Every detector, most specific first (on overlap the earlier row wins).
 pub(super) const PATTERNS: &[Pattern] = &[
-    // Private keys: the whole block, or the header and what follows when the end is cut off.
+    // Private keys: the header and the key characters after it; the scan then extends the
+    // finding to the block's END line when one follows (`extend_key_blocks`), whatever sits
+    // between the lines (code string concatenation, log prefixes). Encrypted keys (`ENCRYPTED
+    // PRIVATE KEY`) are masked too: the ciphertext is one weak passphrase away from the key.
     p(
         "private-key-rsa",
         Secret,
@@ -141,6 +141,13 @@ pub(super) const PATTERNS: &[Pattern] = &[
         Secret,
         r"LS0tLS1CRUdJTiB(?:SU0EgUFJJVkFURSBLRVkt|QUklWQVRFIEtFWS0|FQyBQUklWQVRFIEtFWS0|PUEVOU1NIIFBSSVZBVEUgS0VZLS0|FTkNSWVBURUQgUFJJVkFURSBLRVkt)[A-Za-z0-9+/=]*",
     ),
+    // age (`AGE-SECRET-KEY-1…`, bech32) and NATS NKEY seeds (`SU…`, base32).
+    p(
+        "age-secret-key",
+        Secret,
+        r"\bAGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}\b",
+    ),
+    p("nkey-seed", Secret, r"\bS[UOACNPAX][A-Z2-7]{54,56}\b"),
     p(
         "aws-access-key",
         Secret,
@@ -206,7 +213,7 @@ pub(super) const PATTERNS: &[Pattern] = &[
     p(
         "gitlab-token",
         Secret,
-        r"\b(?:gl(?:pat|ptt|rt|dt|ft|cbt|imt|oas|soat|agent|ffct)-[A-Za-z0-9_\-]{20,}|GR1348941[A-Za-z0-9_\-]{20,})",
+        r"\b(?:gl(?:pat|ptt|rt|dt|ft|cbt|imt|oas|soat|agent|ffct)-[A-Za-z0-9_\-]{20,}(?:\.[A-Za-z0-9_\-]+)*|GR1348941[A-Za-z0-9_\-]{20,})",
     ),
     g(
         "gitlab-session",
@@ -295,6 +302,32 @@ pub(super) const PATTERNS: &[Pattern] = &[
         Secret,
         r"\b[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_\-]{60,70}",
     ),
+    p("mailchimp-key", Secret, r"\b[0-9a-f]{32}-us[0-9]{1,2}\b"),
+    p(
+        "langsmith-key",
+        Secret,
+        r"\blsv2_(?:sk|pt)_[0-9a-f]{32}_[0-9a-f]{10}\b",
+    ),
+    p("easypost-key", Secret, r"\bEZ[AT]K[0-9A-Za-z]{54}\b"),
+    p("readme-key", Secret, r"\brdme_[a-z0-9]{70}\b"),
+    p(
+        "telegram-bot-token",
+        Secret,
+        r"\b[0-9]{8,10}:AA[0-9A-Za-z_\-]{33}(?:[^0-9A-Za-z_\-]|$)",
+    ),
+    p("pulumi-token", Secret, r"\bpul-[a-f0-9]{40}\b"),
+    p(
+        "shippo-token",
+        Secret,
+        r"\bshippo_(?:live|test)_[a-f0-9]{40}\b",
+    ),
+    p("adafruit-key", Secret, r"\baio_[A-Za-z0-9]{28}\b"),
+    p("asana-token", Secret, r"\b[0-9]/[0-9]{16}:[0-9a-f]{32}\b"),
+    p(
+        "teams-webhook",
+        Secret,
+        r"https://[a-z0-9.\-]*\.(?:office|webhook\.office)\.com/webhook(?:b2)?/[0-9a-f\-]{36}@[0-9a-f\-]{36}/IncomingWebhook/[0-9a-f]{32}/[0-9a-f\-]{36}",
+    ),
     p(
         "jwt",
         Secret,
@@ -315,18 +348,21 @@ pub(super) const PATTERNS: &[Pattern] = &[
         r#"(?i:\bauthorization)(?:\\?["'])?\s*[:=]\s*(?:\\?["'])?(?i:bearer|basic|token)\s+([A-Za-z0-9._~+/=\-]{16,})"#,
         extract::last_word,
     ),
-    g(
-        "env-secret",
-        r#"\b[A-Z][A-Z0-9_]{0,64}(?:API_KEY|_TOKEN|_SECRET|SECRET_KEY|ACCESS_KEY|_PASSWORD)[ \t]*=[ \t]*(?:\\?["'])?([^\s"'\\]{8,})"#,
-        extract::after_equals,
-    ),
+    Pattern {
+        check: Some(validate::label_value),
+        ..g(
+            "env-secret",
+            r#"[A-Z0-9_](?:API_?KEY|_TOKEN|_SECRET|SECRET_KEY|ACCESS_KEY|PRIVATE_KEY|_PASSWORD|_PASSWD|_PSWD|_PWD|_PASS|_PW|_PASSPHRASE|_CREDENTIALS?|_AUTH)[ \t]*=[ \t]*(?:\\?["'])?([^\s"'\\]{8,})"#,
+            extract::after_equals,
+        )
+    },
     // A type after the label is a declaration (`password: String`), not a value: the
     // typed-default row reads the literal that follows it.
     Pattern {
-        check: Some(validate::not_a_type),
+        check: Some(validate::assignment_value),
         ..g(
             "password-assignment",
-            r#"(?i:password|passwd|passphrase|secret|api_?key|access_?token|auth_?token|refresh_?token|private_?key)(?:\\?["'])?\s*(?:[:=]|%3[ADad])\s*(?:\\?["'])?([^\s"'\\,;{}()\[\]<>]{4,})"#,
+            r#"(?i:password|passwd|passphrase|secret|api_?key|access_?token|auth_?token|refresh_?token|private_?key)(?:\\?["'])?\s*(?:[:=]|%3[ADad])\s*(?:\\?["'])?([^\s"'\\,;{}()\[\]<>]{4,}[(\[]?)"#,
             extract::after_colon_or_equals,
         )
     },
@@ -336,7 +372,7 @@ pub(super) const PATTERNS: &[Pattern] = &[
         check: Some(validate::label_value),
         ..g(
             "short-label-password",
-            r#"(?i:\b(?:pw|pwd|pass|pswd|passcode|pword|password|passwd))(?:\\?["'])?\s*(?:=>|:=|[:=])\s*(?:\\?["'])?([^\s"'\\,;{}()\[\]<>]{4,})"#,
+            r#"(?i:\b(?:pw|pwd|pass|pswd|passcode|pword|password|passwd))(?:\\?["'])?\s*(?:=>|:=|[:=])\s*(?:\\?["'])?([^\s"'\\,;{}()\[\]<>]{4,}[(\[]?)"#,
             extract::after_operator,
         )
     },
@@ -357,9 +393,19 @@ pub(super) const PATTERNS: &[Pattern] = &[
     // assignment row's). Quoted values only: prose says "identified by the team".
     g(
         "sql-password",
-        r#"(?i:\bidentified(?:\s+with\s+[a-z0-9_]+)?\s+by(?:\s+password)?|\bpassword)\s+\\?['"]([^'"\s\\]{3,128})\\?['"]"#,
+        r#"(?i:\bidentified(?:\s+with\s+[a-z0-9_]+)?\s+by(?:\s+password)?|\bset\s+password\s+for\s+\S{1,128}\s*=\s*(?:password\s*\(\s*)?|\bpassword\s*(?:=\s*)?(?:password\s*\(\s*)?n?|\bpassword\s*\()\s*\\?['"]([^'"\s\\]{3,128})\\?['"]"#,
         extract::quoted_tail,
     ),
+    // Oracle and MySQL without quotes: `IDENTIFIED BY mango820`.
+    Pattern {
+        check: Some(validate::cli_value),
+        group: 1,
+        ..p(
+            "sql-password",
+            Secret,
+            r#"(?i:\bidentified\s+by)\s+([A-Za-z0-9_#$!@%^&*+\-.~]{3,128})"#,
+        )
+    },
     // Command lines: `--password X`, `--passphrase=X`, `-pw X` (not `--password-file`), and
     // `curl -u user:pass`; a shell reference (`$PASS`, `${PASS}`, `%PASS%`) is not a value,
     // nor a plain lowercase word after a flag (`the --password option`).
@@ -369,6 +415,77 @@ pub(super) const PATTERNS: &[Pattern] = &[
             "cli-password",
             r#"(?:^|\s)--?(?i:password|passwd|passphrase|pass|pwd|pw)(?:=|\s+)['"]?([^\s'"]{3,128})"#,
             extract::flag_value,
+        )
+    },
+    // Longer flag names (`--admin-password X`, `--access-token=X`, `-srcstorepass X`), the
+    // short `-p` of mysql, sshpass, docker and psexec (`-pSECRET`, `-p 'X'`; not a port or a
+    // port mapping), `ssh-keygen -N`, and `htpasswd -b FILE USER X`.
+    Pattern {
+        check: Some(validate::cli_value),
+        group: 1,
+        ..p(
+            "cli-password",
+            Secret,
+            r#"(?:^|\s)--?(?i:(?:[a-z0-9]+[-_])+(?:password|passwd|passphrase|pass|pwd|token|secret|api[-_]?key|access[-_]?key|secret[-_]?key)|(?:access|auth|api|bearer|client)[-_]?(?:token|secret|key)|token|secret|(?:src|dest)?(?:store|key)pass|storepass)(?:=|\s+)['"]?([^\s'"]{3,256})"#,
+        )
+    },
+    Pattern {
+        check: Some(validate::short_flag_value),
+        group: 1,
+        ..p(
+            "cli-password",
+            Secret,
+            r#"(?:^|\s)(?:-p|-N)(?:\s+['"]?|['"]?)([^\s'"-][^\s'"]{2,127})"#,
+        )
+    },
+    Pattern {
+        check: Some(validate::cli_value),
+        group: 1,
+        ..p(
+            "cli-password",
+            Secret,
+            r#"\bhtpasswd\s+-[A-Za-z]*b[A-Za-z]*\s+(?:\S+\s+)?\S+\s+['"]?([^\s'"<>|]{3,128})"#,
+        )
+    },
+    // API calls that take a user and a password: `auth=("u", "p")`, `HTTPBasicAuth('u', 'p')`,
+    // `NetworkCredential("u", "p")`, `smtp.login("u", "p")`, `PasswordAuthentication("u",
+    // "p"…)`, `PSCredential('u', …)`; `ConvertTo-SecureString "p"`; a browser test typing
+    // into a password field (`page.fill('#password', 'p')`); a setter (`setPassword("p")`);
+    // `/user:NAME p` of `net use`; `echo p | sudo -S`.
+    Pattern {
+        check: Some(validate::label_value),
+        group: 1,
+        ..p(
+            "api-call-password",
+            Secret,
+            r#"(?i:\bauth\s*=\s*\(|(?:Basic|Digest|Ntlm|Proxy)Auth\(|NetworkCredential\(|PasswordAuthentication\(|UsernamePasswordCredentials\(|\.login\(|PSCredential\(|\bcredentials\()\s*\\?["'][^"'\\]{1,128}\\?["']\s*,\s*\\?["']([^"'\\]{3,128})\\?["']"#,
+        )
+    },
+    Pattern {
+        check: Some(validate::label_value),
+        group: 1,
+        ..p(
+            "api-call-password",
+            Secret,
+            r#"(?i:ConvertTo-SecureString(?:\s+-String)?|\.set(?:password|passwd|secret|token|apikey|api_key|credentials?|authtoken|accesstoken)\(|\.(?:fill|type|send_keys|sendKeys|setValue)\(\s*["'][^"']{0,64}(?:pass|pwd)[^"']{0,64}["']\s*,)\s*\\?["']([^"'\\]{3,128})\\?["']"#,
+        )
+    },
+    Pattern {
+        check: Some(validate::cli_value),
+        group: 1,
+        ..p(
+            "cli-password",
+            Secret,
+            r#"(?i:/user:\S{1,128}\s+|\s/rp\s+|\bldap[a-z]*\b[^\n]{0,200}?\s-w\s+['"]?|\b(?:add_user|change_password)\s+\S{1,128}\s+['"]?|\bsudo\s+-S\s*<<<\s*['"]?)([^\s'"/][^\s'"]{3,127})"#,
+        )
+    },
+    Pattern {
+        check: Some(validate::cli_value),
+        group: 1,
+        ..p(
+            "cli-password",
+            Secret,
+            r#"\becho\s+['"]?([^\s'"|]{4,128})['"]?\s*\|\s*sudo\s+-S\b"#,
         )
     },
     Pattern {
@@ -381,8 +498,218 @@ pub(super) const PATTERNS: &[Pattern] = &[
     },
     g(
         "curl-option-password",
-        r#"\bCURLOPT_(?:PASSWORD|USERPWD|PROXYPASSWORD|PROXYUSERPWD|KEYPASSWD)\s*,\s*\\?['"]([^'"\s\\]{3,128})\\?['"]"#,
+        r#"\bCURLOPT_(?:PASSWORD|USERPWD|PROXYPASSWORD|PROXYUSERPWD|KEYPASSWD)\s*(?:,|=>)\s*\\?['"]([^'"\s\\]{3,128})\\?['"]"#,
         extract::quoted_tail,
+    ),
+    // A literal fallback for a secret read from the environment: `PASSWORD =
+    // os.environ.get("DB_PW") or "literal"`, `getenv("TOKEN", "literal")`,
+    // `process.env.API_KEY || "literal"`: the literal is the secret, not the call.
+    g(
+        "code-secret",
+        r#"(?i:pass(?:word|wd|phrase)?|pwd|secret|token|api_?key|credentials?)[A-Za-z0-9_]*\s*(?::\s*[A-Za-z_][A-Za-z0-9_.\[\]]{0,40}\s*)?[:=]\s*(?:(?:(?:os\.)?(?:environ\.get|getenv)|ENV\.fetch|System\.getenv|env\.get|os\.Getenv)\(\s*\\?["'][^"'\\]{1,64}\\?["']\s*(?:,\s*|\)\s*(?:or|\|\||\?\?|\?:)\s*)|process\.env(?:\.[A-Za-z0-9_]{1,64}|\[\s*\\?["'][^"'\\]{1,64}\\?["']\s*\])\s*(?:\|\||\?\?)\s*)\\?["']([^"'\\\s]{4,})\\?["']"#,
+        extract::quoted_tail,
+    ),
+    // Labels with a space or no `password` in them: `API key: …`, `Secret Access Key = …`,
+    // `client secret => …`, `credentials: …`. The value must not be a plain word, a path, a
+    // URL or a reference.
+    Pattern {
+        check: Some(validate::credential_value),
+        group: 1,
+        ..p(
+            "labelled-secret",
+            Secret,
+            r#"(?i:\b(?:api[ \-]?key|access[ \-]key(?:[ _\-]?id)?|secret[ \-](?:access[ \-])?key|client[ _\-]?secret|app[ _\-]?secret|consumer[ _\-]?secret|webhook[ _\-]?secret|shared[ _\-]?secret|signing[ _\-]?secret|master[ _\-]?key|encryption[ _\-]?key|signing[ _\-]?key|credentials?))(?:\\?["'])?(?:[ \t]*(?:=>|:=|-->|->|--|[:=\-|])[ \t]*|[ \t]+for[ \t]+[^:\n]{1,40}?:[ \t]*|[ \t]+(?:(?:is|was|are|now|still|changed|set|reset|updated|to|will[ \t]+be|has[ \t]+been)\b[ \t]*){0,3}(?:(?:=>|:=|-->|->|--|[:=\-])[ \t]*)?)[`"'\\]?["']?([^\s"'\\,;{}()\[\]<>]{6,})"#,
+        )
+    },
+    // Weak labels (`token:`, `key =`, `nonce`, `salt`, `signature`, `session id`): only a
+    // value that looks random (16 characters or more, no words, digits or mixed case).
+    Pattern {
+        check: Some(validate::random_value),
+        group: 1,
+        ..p(
+            "labelled-token",
+            Secret,
+            r#"(?i:\b(?:(?:api|access|auth|app|secret|private|signing|encryption|enc|hmac|master|session|bearer|refresh|deploy|prod|production|staging|dev|test|bot|client|shared|webhook|license|service|admin|root|jwt|csrf|xsrf|integration|personal|user|github|gitlab|slack|npm|cloud)[_\- ])?(?:token|tok|key|nonce|salt|signature|sig|session[ _\-]?id|sessionid|auth|secret))(?:\\?["'])?(?:[ \t]*(?:=>|:=|-->|->|--|[:=\-|])[ \t]*|[ \t]+for[ \t]+[^:\n]{1,40}?:[ \t]*|[ \t]+(?:(?:is|was|are|now|still|changed|set|reset|updated|to|will[ \t]+be|has[ \t]+been)\b[ \t]*){0,3}(?:(?:=>|:=|-->|->|--|[:=\-])[ \t]*)?)[`"'\\]?["']?([^\s"'\\,;{}()\[\]<>]{16,})"#,
+        )
+    },
+    // Secrets in URL query strings: `?access_token=…`, `&sig=…` (SAS), `X-Amz-Credential=…`,
+    // `?key=…`, `&password=…`.
+    Pattern {
+        check: Some(validate::url_value),
+        group: 1,
+        ..p(
+            "url-secret-param",
+            Secret,
+            r#"[?&;](?i:access_token|id_token|refresh_token|api_?key|api-key|apikey|token|key|sig|signature|password|passwd|pwd|secret|client_secret|credential|x-amz-credential|x-amz-signature|x-amz-security-token|x-goog-credential|x-goog-signature|auth|code)=([^&\s#"'<>]{8,})"#,
+        )
+    },
+    // Password labels in prose and docs, with any separator people write: `Password -
+    // X`, `pw now X`, `the new password is X`, `pwd changed to X`, `Username bob Password
+    // X`, `pass: X`, `passcode X`. The value must look like a password (not a plain word, a
+    // path or a reference).
+    Pattern {
+        check: Some(validate::credential_value),
+        group: 1,
+        ..p(
+            "password-phrase",
+            Secret,
+            r#"(?i:\b(?:pw|pwd|pass|pswd|passcode|pword|password|passwd|passphrase|pin\s+code|p/w|wpa2?[ \t]+key|wi-?fi[ \t]+(?:key|password|pass)))(?:\\?["'])?(?:[ \t]*(?:=>|:=|-->|->|--|[:=\-|])[ \t]*|[ \t]+for[ \t]+[^:\n]{1,40}?:[ \t]*|[ \t]+(?:(?:is|was|are|now|still|changed|set|reset|updated|to|will[ \t]+be|has[ \t]+been)\b[ \t]*){0,3}(?:(?:=>|:=|-->|->|--|[:=\-])[ \t]*)?)[`"'\\]?["']?([^\s"'`,;()\[\]<>|]{4,128})"#,
+        )
+    },
+    // `login creds are alice / X`, `credentials: alice / X`, `user bob pass X`.
+    Pattern {
+        check: Some(validate::credential_value),
+        group: 1,
+        ..p(
+            "password-phrase",
+            Secret,
+            r#"(?i:\b(?:creds|credentials|login|u/p|user/pass(?:word)?))(?:[ \t]*\([^)\n]{0,40}\))?(?:[ \t]+(?:are|is))?[ \t]*[:=]?[ \t]*[^\s/|]{1,64}[ \t]*[/|][ \t]*([^\s"'`,;()\[\]<>|]{6,128})"#,
+        )
+    },
+    // The value before its label: `use X as the password`, `it's X (the password)`.
+    Pattern {
+        check: Some(validate::credential_value),
+        group: 1,
+        ..p(
+            "password-phrase",
+            Secret,
+            r#"(?i:\b(?:use|it's|its|is)[ \t]+)([^\s"'`,;()\[\]<>|]{6,128})[ \t]+(?i:as[ \t]+the|\(the)[ \t]+(?:password|passphrase|pw|pass|pin)\b"#,
+        )
+    },
+    // Numeric passcodes and PINs with a separator (`passcode 361814`, `PIN: 4821`).
+    g(
+        "password-phrase",
+        r#"(?i:\bpass(?:code|cod)|\bpin(?:[ \t]+code)?[ \t]*[:=])[ \t]*[:=\-]?[ \t]*([0-9]{4,10})\b"#,
+        extract::trailing_digits,
+    ),
+    // A quoted key that names a secret, in any language's maps and calls: PHP `'db_pass' =>
+    // 'X'`, JSON in code, `headers["X-API-Key"] = "X"`, Ruby `password: 'X'`.
+    Pattern {
+        check: Some(validate::assignment_value),
+        group: 1,
+        ..p(
+            "quoted-key-secret",
+            Secret,
+            r#"(?i:pass|passwd|password|passphrase|pwd|pswd|secret|token|api[_\-]?key|apikey|subscription[_\-]?key|access[_\-]?key|private[_\-]?key|credentials?|auth)\\?["']\]?\s*(?:=>|:|=)\s*\\?["']([^"'\\]{3,256})\\?["']"#,
+        )
+    },
+    // XML: `<password>X</password>`, `<property name="…password">X</property>`,
+    // `<add key="ApiKey" value="X"/>`.
+    Pattern {
+        check: Some(validate::assignment_value),
+        group: 1,
+        ..p(
+            "xml-secret",
+            Secret,
+            r#"(?i:<[a-z0-9_.:\-]*(?:password|passwd|pwd|secret|token|api_?key|apikey)>)([^<\s]{3,256})<"#,
+        )
+    },
+    Pattern {
+        check: Some(validate::assignment_value),
+        group: 1,
+        ..p(
+            "xml-secret",
+            Secret,
+            r#"(?i:(?:name|key)\s*=\s*["'][A-Za-z0-9_.:\-]*(?:password|passwd|pwd|secret|token|api_?key|apikey)["'](?:\s+value\s*=\s*["']([^"'<>]{3,256})["']|[^<>]{0,64}>([^<\s]{3,256})<))"#,
+        )
+    },
+    // Declarations and assignments in code whose name ends in a secret word: `val dbPass =
+    // "X"`, `final String secretKey = "X";`, `static let token = "X"`, `char *mqtt_pass =
+    // "X"`, `read_pw='X'`, `token := "X"`, `self.salt = "X"`, `salt: "X"`.
+    Pattern {
+        check: Some(validate::assignment_value),
+        group: 1,
+        ..p(
+            "code-secret",
+            Secret,
+            r#"(?i:pass|pw|pwd|pswd|passwd|password|passphrase|secret|secretkey|token|apikey|api_key|salt|nonce|credentials?)\s*(?::=|=|:)\s*\\?["']([^"'\\]{3,256})\\?["']"#,
+        )
+    },
+    // `strcmp(passwd, "X")`, `password.equals("X")`.
+    Pattern {
+        check: Some(validate::assignment_value),
+        group: 1,
+        ..p(
+            "code-secret",
+            Secret,
+            r#"(?i:strcmp\(\s*[A-Za-z0-9_>.\-]*(?:pass|pwd|pw|secret|token)[A-Za-z0-9_]*\s*,|(?:pass(?:word|wd)?|pwd|secret|token)[A-Za-z0-9_]*\.equals\()\s*"([^"\\]{3,256})""#,
+        )
+    },
+    // An environment variable named for a secret, set or read with a literal default:
+    // `getenv("DB_PASSWORD", "X")`, `os.Setenv("API_TOKEN", "X")`, `.getOrDefault("X_KEY",
+    // "X")`, `SetEnvironmentVariable("PULUMI_ACCESS_TOKEN", "X")`.
+    Pattern {
+        check: Some(validate::assignment_value),
+        group: 1,
+        ..p(
+            "code-secret",
+            Secret,
+            r#"\(\s*\\?["'][A-Za-z0-9_]*(?:PASS|PWD|SECRET|TOKEN|KEY|CRED|AUTH|pass|pwd|secret|token|key|cred|auth)[A-Za-z0-9_]*\\?["']\s*,\s*\\?["']([^"'\\]{4,256})\\?["']"#,
+        )
+    },
+    // Kubernetes env (`- name: X_KEY` then `value: "X"`) and Terraform variables
+    // (`variable "x_token" { … default = "X" }`).
+    Pattern {
+        check: Some(validate::assignment_value),
+        group: 1,
+        ..p(
+            "named-secret-value",
+            Secret,
+            r#"(?i:name:\s*["']?[A-Za-z0-9_]*(?:key|token|secret|password|passwd|pass|pwd|credentials?)["']?\s*\n\s*value:\s*["']?)([^\s"']{4,256})"#,
+        )
+    },
+    Pattern {
+        check: Some(validate::assignment_value),
+        group: 1,
+        ..p(
+            "named-secret-value",
+            Secret,
+            r#"(?i:variable\s+"[a-z0-9_]*(?:key|token|secret|password|passwd|pass|pwd|credentials?)"\s*\{[^{}]{0,200}?default\s*=\s*")([^"\s]{4,256})""#,
+        )
+    },
+    // `.pgpass`: `host:port:database:user:password`.
+    Pattern {
+        check: Some(validate::label_value),
+        group: 1,
+        ..p(
+            "pgpass",
+            Secret,
+            r#"(?m:^[A-Za-z0-9.\-*]+:(?:[0-9]{2,5}|\*):[^:\s/]+:[^:\s/]+:(\S{3,128})$)"#,
+        )
+    },
+    // Environment-style names ending in `_KEY` or with `:` (`DD_APP_KEY=…`, `KEYSTORE_PASS:
+    // …`): only a random-looking value.
+    Pattern {
+        check: Some(validate::random_value),
+        ..g(
+            "env-secret",
+            r#"[A-Z0-9]_KEY[ \t]*[:=][ \t]*["']?([^\s"'\\]{16,})"#,
+            extract::after_colon_or_equals,
+        )
+    },
+    Pattern {
+        check: Some(validate::label_value),
+        ..g(
+            "env-secret",
+            r#"[A-Z0-9](?:_PASSWORD|_PASSWD|_PSWD|_PWD|_PASS|_PW|_PASSPHRASE|_SECRET|_TOKEN)[ \t]*:[ \t]*["']?([^\s"'\\]{6,})"#,
+            extract::after_colon_or_equals,
+        )
+    },
+    // Session cookies (`JSESSIONID=…`, `laravel_session=…`, `session=…`).
+    Pattern {
+        check: Some(validate::url_value),
+        group: 1,
+        ..p(
+            "session-cookie",
+            Secret,
+            r#"(?i:session(?:id)?|sessid|csrftoken|remember_token|auth_token)=([A-Za-z0-9%._\-+/=]{16,512})"#,
+        )
+    },
+    // JDBC Oracle thin URLs: `jdbc:oracle:thin:user/password@host`.
+    g(
+        "database-url",
+        r#"\bjdbc:oracle:thin:[^/\s@:]+/([^@\s]{3,128})@"#,
+        extract::oracle_password,
     ),
     // Personal data.
     p(

@@ -17,6 +17,16 @@ pub(super) fn credit_card(s: &str) -> bool {
     known && luhn(&digits)
 }
 
+/// Digits (spaces and dashes allowed, at least 2) that pass the Luhn check: a custom
+/// detector's `luhn` validator.
+pub(super) fn luhn_digits(s: &str) -> bool {
+    let digits: Vec<u32> = s.chars().filter_map(|c| c.to_digit(10)).collect();
+    let clean = s
+        .chars()
+        .all(|c| c.is_ascii_digit() || c == ' ' || c == '-');
+    clean && digits.len() >= 2 && luhn(&digits)
+}
+
 fn luhn(digits: &[u32]) -> bool {
     let sum: u32 = digits
         .iter()
@@ -42,16 +52,108 @@ pub(super) fn iban(s: &str) -> bool {
 /// Not a shell or template reference (`$PASS`, `${PASS}`, `%PASS%`, `<password>`, `{{pw}}`):
 /// a command line that names a variable shows no secret.
 pub(super) fn not_a_reference(s: &str) -> bool {
-    !(s.starts_with('$')
+    // `$NAME`, `${NAME}`, `$(cmd)`; `$umm!7thy#13` is a password that starts with `$`.
+    let shell = s.strip_prefix('$').is_some_and(|rest| {
+        rest.starts_with(['{', '(', '_'])
+            || rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    });
+    !(shell
         || s.starts_with("%") && s.ends_with('%')
         || s.starts_with('<') && s.ends_with('>')
-        || s.starts_with("{{"))
+        || s.starts_with('[') && s.ends_with(']')
+        || s.starts_with("{{")
+        || s.starts_with('{') && s.ends_with('}')
+        || s.starts_with("#{")
+        || s.starts_with("%(")
+        // A YAML tag (`!vault`, `!secret name`, `!Ref`, `!!null`).
+        || s.starts_with('!'))
+}
+
+/// Not code that reads the value from elsewhere: a call or an index (`getpass(`,
+/// `config[`), or a dotted name (`settings.SECRET_KEY`, `request.form`,
+/// `data.aws_secretsmanager_secret_version.db.secret_string`).
+fn not_code(s: &str) -> bool {
+    if s.ends_with('(') || s.ends_with('[') || s.ends_with(':') {
+        return false;
+    }
+    // The next pair's key (`name=`), a PowerShell cmdlet (`Read-Host`), an all-caps
+    // metavariable (`CLIENT_SECRET`), a CamelCase name of three words or more
+    // (`TestTokenRefresh`).
+    let b = s.as_bytes();
+    let key_of_next = s.len() > 1
+        && s.ends_with(['=', ':'])
+        && b.iter()
+            .rev()
+            .skip(1)
+            .all(|c| c.is_ascii_lowercase() || *c == b'-' || *c == b'_');
+    let cmdlet = s.split_once('-').is_some_and(|(v, n)| {
+        let word = |w: &str| {
+            w.len() >= 2
+                && w.bytes().next().is_some_and(|c| c.is_ascii_uppercase())
+                && w.bytes().skip(1).all(|c| c.is_ascii_lowercase())
+        };
+        word(v) && word(n)
+    });
+    let metavar =
+        s.len() >= 4 && b.iter().all(|c| c.is_ascii_uppercase() || *c == b'_') && s.contains('_');
+    let camel = b.iter().all(u8::is_ascii_alphabetic)
+        && b.first().is_some_and(u8::is_ascii_uppercase)
+        && b.iter().filter(|c| c.is_ascii_uppercase()).count() >= 3
+        && !b.windows(2).any(|w| w.iter().all(u8::is_ascii_uppercase));
+    if key_of_next || cmdlet || metavar || camel {
+        return false;
+    }
+    let mut parts = s.split('.');
+    let first = parts.next().unwrap_or("");
+    let ident = |p: &str| {
+        p.bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+            && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    };
+    let dotted = s.contains('.')
+        && first.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+        && !first.is_empty()
+        && s.split('.').all(ident);
+    !dotted
+}
+
+/// A value assigned to a secret's name (`password = X`, `'db_pass' => 'X'`): not a type, a
+/// reference, code or a file path.
+pub(super) fn assignment_value(s: &str) -> bool {
+    not_a_type(s) && not_a_reference(s) && not_code(s) && !file_path(s) && !s.contains("://")
+}
+
+/// The value of a short flag (`-pSECRET`, `-p 'X'`, `-N X`): a possible password, not a port,
+/// a port mapping, an address or a path.
+pub(super) fn short_flag_value(s: &str) -> bool {
+    cli_value(s) && not_code(s) && not_a_locator(s) && !s.contains('/') && s.len() >= 4
+}
+
+/// A relative or absolute file path (`./password.txt`, `src/auth/token.test.ts`).
+fn file_path(s: &str) -> bool {
+    let rooted =
+        s.starts_with("./") || s.starts_with("../") || s.starts_with('/') || s.starts_with("~/");
+    let named = s.contains('/')
+        && s.rsplit_once('.').is_some_and(|(_, e)| {
+            (1..=5).contains(&e.len()) && e.bytes().all(|b| b.is_ascii_lowercase())
+        });
+    (rooted && s.contains('.')) || named
 }
 
 /// A command-line value that can be a secret: not a reference, and not a plain lowercase
 /// word (`--password option` in prose is not a password; `hunter2` and `S3cret` are).
 pub(super) fn cli_value(s: &str) -> bool {
-    not_a_reference(s) && s.bytes().any(|b| !b.is_ascii_lowercase())
+    not_a_reference(s)
+        && (s.bytes().any(|b| !b.is_ascii_lowercase()) || random_letters(s))
+        && not_code(s)
+}
+
+/// Lowercase letters that do not read as a word (`rcxqhqko`, `lublyevygz`): six or more,
+/// under a quarter of them vowels.
+fn random_letters(s: &str) -> bool {
+    let vowels = s.bytes().filter(|b| b"aeiouy".contains(b)).count();
+    s.len() >= 6 && vowels * 4 < s.len()
 }
 
 /// Not a type name (`String`, `str`, `Optional[str]`, `SecretStr`): `password: String` declares
@@ -88,7 +190,184 @@ pub(super) fn not_a_type(s: &str) -> bool {
 /// A value after a short label (`pw:`, `pass=`) that can be a password: not a type, not a
 /// reference, and with a letter (`pass: 100%` in a test report is not one).
 pub(super) fn label_value(s: &str) -> bool {
-    not_a_type(s) && not_a_reference(s) && s.bytes().any(|b| b.is_ascii_alphabetic())
+    not_a_type(s)
+        && not_a_reference(s)
+        && not_code(s)
+        && !file_path(s)
+        && s.bytes().any(|b| b.is_ascii_alphabetic())
+        && !lower_snake(s)
+}
+
+/// Lowercase words joined by `_` (`test_login`, `mqtt_password`): a name, not a password.
+fn lower_snake(s: &str) -> bool {
+    s.contains('_')
+        && s.split('_')
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase()))
+}
+
+/// Not a path, a URL, a version, a date or a dotted name: values a label can point at that
+/// are not credentials (`key: /etc/app/key.pem`, `token: https://…`, `key: v1.2.3`).
+fn not_a_locator(s: &str) -> bool {
+    let path = s.starts_with('/')
+        || s.starts_with("./")
+        || s.starts_with("../")
+        || s.starts_with("~/")
+        || s.get(1..3) == Some(":\\")
+        || s.contains("://");
+    let file = [
+        ".pem", ".key", ".json", ".yaml", ".yml", ".txt", ".p12", ".env", ".crt",
+    ]
+    .iter()
+    .any(|e| ends_with_ignore_case(s, e));
+    // Digits and separators only, with at most two letters (`2024-01-01T10:00:00Z`, `v1.2.3`).
+    let letters = s.bytes().filter(u8::is_ascii_alphabetic).count();
+    let numeric = letters <= 2
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'+' | b'_'));
+    !(path || file || numeric)
+}
+
+/// A value after a label such as `API key:` or `client secret =`: a possible password or key,
+/// not a plain lowercase word, a type, a reference or a locator.
+pub(super) fn credential_value(s: &str) -> bool {
+    label_value(s) && cli_value(s) && not_a_locator(s) && !wordy_only(s)
+}
+
+/// Letters only, all one case, or words joined by `-`/`_` (`Enabled`, `see-the-vault`).
+fn wordy_only(s: &str) -> bool {
+    // Three or more words of four letters or more (`zenith-zephyr-copper`): a passphrase.
+    if s.split(['-', '.', '_']).nth(2).is_some() && s.split(['-', '.', '_']).all(|w| w.len() >= 4) {
+        return false;
+    }
+    s.bytes()
+        .all(|b| b.is_ascii_alphabetic() || b == b'-' || b == b'_' || b == b'.')
+        && (s.bytes().all(|b| !b.is_ascii_uppercase())
+            || s.bytes().all(|b| !b.is_ascii_lowercase())
+            || wordy(s))
+}
+
+/// A value after a weak label (`token:`, `key=`, `nonce`, `salt`): random-looking, with
+/// digits or mixed case, not mostly words, with some entropy.
+pub(super) fn random_value(s: &str) -> bool {
+    let has = |f: fn(&u8) -> bool| s.as_bytes().iter().any(f);
+    let mixed = has(u8::is_ascii_digit) as u8
+        + has(u8::is_ascii_uppercase) as u8
+        + has(u8::is_ascii_lowercase) as u8;
+    label_value(s)
+        && not_a_locator(s)
+        && mixed >= 2
+        && !wordy(s)
+        && entropy(s) >= 3.0
+        && !snake_identifier(s)
+}
+
+/// A code identifier (`user_id_2`, `SOME_CONSTANT_NAME`, `getUserById`): words and digits
+/// joined by `_`, `.` or case changes, each part at least three letters.
+fn snake_identifier(s: &str) -> bool {
+    s.split(['_', '.', '-']).nth(1).is_some()
+        && s.split(['_', '.', '-']).all(|p| {
+            p.bytes().all(|b| b.is_ascii_alphanumeric())
+                && (p.bytes().all(|b| b.is_ascii_digit()) || p.len() >= 3 && wordy_any_case(p))
+        })
+}
+
+/// [`wordy`] for words in either case (`USER`, `Name`).
+fn wordy_any_case(s: &str) -> bool {
+    let (mut in_words, mut run) = (0usize, 0usize);
+    for b in s.bytes().chain(std::iter::once(b' ')) {
+        if b.is_ascii_alphabetic() {
+            run += 1;
+        } else {
+            if run >= 4 {
+                in_words += run;
+            }
+            run = 0;
+        }
+    }
+    in_words * 2 >= s.len()
+}
+
+/// Whether `s` ends with `suffix`, ASCII case ignored.
+fn ends_with_ignore_case(s: &str, suffix: &str) -> bool {
+    s.len() >= suffix.len()
+        && s.as_bytes()
+            .get(s.len() - suffix.len()..)
+            .is_some_and(|t| t.eq_ignore_ascii_case(suffix.as_bytes()))
+}
+
+/// A URL query value that can be a secret: not a reference or placeholder, with a digit or
+/// an upper-case letter or a `%` escape (`sig=…%3D`), not a plain word.
+pub(super) fn url_value(s: &str) -> bool {
+    not_a_reference(s)
+        && s.bytes()
+            .any(|b| b.is_ascii_digit() || b.is_ascii_uppercase() || b == b'%')
+        && !wordy(s)
+        && !s.starts_with("http")
+}
+
+/// A file path or a dotted name rather than a token: `/usr/lib/x86_64-linux-gnu/libQt5Core.so`,
+/// `node_modules/@babel/core/lib/index.js`, `C:/Users/…`, `org.apache.commons.Lang3Utils`:
+/// rooted, or three segments or more, or ending in a file extension, and mostly lowercase
+/// (random base64 is about half upper case, names and paths are not).
+pub(super) fn path_like(t: &str) -> bool {
+    let slashes = t.matches('/').count();
+    let dots = t.matches('.').count();
+    if slashes == 0 && dots < 2 {
+        return false;
+    }
+    let sep = if slashes > 0 { '/' } else { '.' };
+    let segments = t.split(sep).filter(|s| !s.is_empty()).count();
+    let rooted = t.starts_with('/') || t.starts_with("~/") || t.starts_with("./");
+    let extension = t.rsplit_once('.').is_some_and(|(_, e)| {
+        (1..=5).contains(&e.len()) && e.bytes().all(|b| b.is_ascii_lowercase())
+    });
+    let letters = t.bytes().filter(u8::is_ascii_alphabetic).count();
+    let upper = t.bytes().filter(u8::is_ascii_uppercase).count();
+    // A URL without its scheme (`docs.google.com/document/d/…`).
+    let host = t.split('/').next().is_some_and(|h| {
+        slashes > 0
+            && h.contains('.')
+            && h.rsplit('.').next().is_some_and(|tld| {
+                (2..=6).contains(&tld.len()) && tld.bytes().all(|b| b.is_ascii_lowercase())
+            })
+            && h.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+    });
+    if host {
+        return true;
+    }
+    // A file name at the end of a path (`…/OjQ89QnwSfDRpH38eXN2J/_buildManifest.js`) is a
+    // path whatever its directories look like.
+    (slashes > 0 && extension) || ((rooted || extension || segments >= 3) && upper * 4 <= letters)
+}
+
+/// A table header that names a secret column (`Password`, `pwd`, `API key`, `Token`).
+pub(super) fn secret_header(h: &str) -> bool {
+    let norm: String = h
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '/')
+        .flat_map(|c| c.to_lowercase())
+        .collect();
+    matches!(
+        norm.as_str(),
+        "password"
+            | "passwd"
+            | "pwd"
+            | "pw"
+            | "p/w"
+            | "pass"
+            | "passphrase"
+            | "passcode"
+            | "secret"
+            | "token"
+            | "apikey"
+            | "apitoken"
+            | "secretkey"
+            | "accesskey"
+            | "accesstoken"
+            | "clientsecret"
+            | "pin"
+    )
 }
 
 /// A US SSN: area not 000, 666 or 9xx; group not 00; serial not 0000.
@@ -117,12 +396,40 @@ pub(super) fn ipv6(s: &str) -> bool {
 /// contain any word), and only clear markers count: a real password such as `Yourname1985`
 /// is not a placeholder.
 pub(super) fn placeholder(s: &str) -> bool {
+    if s.len() > 256 {
+        return false;
+    }
+    // Lowercased on the stack: this runs for every candidate secret.
+    let mut buf = [0u8; 256];
+    let Some(low) = buf.get_mut(..s.len()) else {
+        return false;
+    };
+    low.copy_from_slice(s.as_bytes());
+    low.make_ascii_lowercase();
+    let Ok(lower) = std::str::from_utf8(low) else {
+        return false;
+    };
+    // Fillers inside an otherwise valid format, up to 256 characters (not a key block): `…EXAMPLE…`, `…tokenexample`,
+    // and in a token (16 characters or more) a counting run such as `1234567` or `abcdefg`
+    // (`ghp_1234567890abcdef…`, `…76543210`).
+    let token = s.len() <= 256;
+    if token
+        && (lower.contains("example")
+            || counting_run(lower) >= 6
+            || repeat_run(lower) >= 8
+            || lower.contains("xxxx"))
+    {
+        return true;
+    }
     if s.len() > 48 {
         return false;
     }
-    let lower = s.to_ascii_lowercase();
-    const MARKERS: [&str; 6] = ["example", "your-", "your_", "-here", "_here", "placeholder"];
-    const BARE: [&str; 12] = [
+
+    const BARE: [&str; 16] = [
+        "todo",
+        "tbd",
+        "change-this",
+        "changethis",
         "password",
         "passwd",
         "secret",
@@ -136,21 +443,159 @@ pub(super) fn placeholder(s: &str) -> bool {
         "undefined",
         "redacted",
     ];
-    if MARKERS.iter().any(|w| lower.contains(w)) || BARE.contains(&lower.as_str()) {
+    if markers(lower) || BARE.contains(&lower) {
         return true;
     }
     if s.starts_with('<') || s.starts_with("${") || s.starts_with("{{") {
         return true;
     }
-    // Mostly one repeated character (`XXXXXXXX`, `********`) after any known prefix.
-    let mut counts = [0usize; 256];
-    for b in s.bytes() {
-        if let Some(c) = counts.get_mut(usize::from(b)) {
-            *c += 1;
+    // Mostly one repeated character (`XXXXXXXX`, `********`, `••••••••`) after any known
+    // prefix.
+    let mut counts = [0u8; 128];
+    let mut wide: Vec<(char, u8)> = Vec::new();
+    let (mut n, mut top) = (0usize, 0u8);
+    for c in s.chars() {
+        n += 1;
+        let slot = match u8::try_from(c) {
+            Ok(b) if b.is_ascii() => counts.get_mut(usize::from(b)),
+            _ => {
+                if !wide.iter().any(|(w, _)| *w == c) {
+                    wide.push((c, 0));
+                }
+                wide.iter_mut().find(|(w, _)| *w == c).map(|(_, k)| k)
+            }
+        };
+        if let Some(k) = slot {
+            *k = k.saturating_add(1);
+            top = top.max(*k);
         }
     }
-    let top = counts.iter().max().copied().unwrap_or(0);
-    s.len() >= 8 && top * 10 >= s.len() * 7
+    let top = usize::from(top);
+    (n >= 8 && top * 10 >= n * 7) || (n >= 4 && top == n)
+}
+
+/// The longest run of one repeated character (`T00000000`, `XXXXXXXX`).
+fn repeat_run(s: &str) -> usize {
+    let (mut best, mut run, mut last) = (0usize, 0usize, None);
+    for b in s.bytes() {
+        run = if Some(b) == last { run + 1 } else { 1 };
+        last = Some(b);
+        best = best.max(run);
+    }
+    best
+}
+
+/// A public identifier with a random-looking body: Stripe's publishable keys (`pk_live_…`)
+/// and object ids (`pi_…`, `evt_…`, `cus_…`).
+pub(super) fn public_id(s: &str) -> bool {
+    const PREFIXES: [&str; 16] = [
+        "pk_live_", "pk_test_", "pi_", "evt_", "cus_", "ch_", "txn_", "acct_", "price_", "prod_",
+        "sub_", "in_", "seti_", "src_", "pm_", "req_",
+    ];
+    PREFIXES.iter().any(|p| s.starts_with(p))
+}
+
+/// Base64 of text (prose, MIME headers): decoded, it is printable with spaces between words.
+/// A key decodes to binary. (`user:password` has no spaces and stays a finding.)
+pub(super) fn encoded_text(s: &str) -> bool {
+    use base64::Engine as _;
+    let body = s.trim_start_matches(['+', '-']);
+    for skip in 0..4 {
+        let Some(part) = body.get(skip..) else {
+            break;
+        };
+        let usable = part.len() / 4 * 4;
+        let Some(part) = part.get(..usable) else {
+            continue;
+        };
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(part)
+            .or_else(|_| base64::engine::general_purpose::URL_SAFE.decode(part));
+        if let Ok(bytes) = decoded
+            && bytes.len() >= 12
+        {
+            let printable = bytes
+                .iter()
+                .filter(|b| b.is_ascii_graphic() || b.is_ascii_whitespace())
+                .count();
+            let spaces = bytes.iter().filter(|b| b.is_ascii_whitespace()).count();
+            if printable * 100 >= bytes.len() * 97 && spaces * 12 >= bytes.len() {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// Ciphertext made to be committed, not a secret: Vault transit (`vault:v1:…`), SOPS
+/// (`ENC[AES256_GCM,…]`), Ansible Vault, SealedSecrets (`AgB…`, hundreds of characters).
+pub(super) fn ciphertext(s: &str) -> bool {
+    s.starts_with("vault:v")
+        || s.starts_with("ENC[")
+        || s.starts_with("$ANSIBLE_VAULT")
+        || (s.len() >= 100
+            && s.starts_with("Ag")
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=')))
+}
+
+const MARKERS: [&str; 19] = [
+    "example",
+    "your-",
+    "your_",
+    "-here",
+    "_here",
+    "placeholder",
+    "changeme",
+    "change-me",
+    "change_me",
+    "please-change",
+    "replace-me",
+    "replace_me",
+    "replaceme",
+    "set-me",
+    "foobar",
+    "dummy",
+    "...",
+    "***",
+    "\u{2022}\u{2022}\u{2022}",
+];
+
+/// Whether a lowercased value holds a placeholder marker (one automaton pass).
+fn markers(lower: &str) -> bool {
+    static AC: std::sync::OnceLock<Option<aho_corasick::AhoCorasick>> = std::sync::OnceLock::new();
+    AC.get_or_init(|| aho_corasick::AhoCorasick::new(MARKERS).ok())
+        .as_ref()
+        .map_or_else(
+            || MARKERS.iter().any(|w| lower.contains(w)),
+            |ac| ac.is_match(lower),
+        )
+}
+
+/// The longest run of characters that count up or down by one (`12345`, `fedcba`).
+fn counting_run(s: &str) -> usize {
+    let b = s.as_bytes();
+    let (mut best, mut up, mut down) = (1usize, 1usize, 1usize);
+    for w in b.windows(2) {
+        let (Some(&x), Some(&y)) = (w.first(), w.get(1)) else {
+            continue;
+        };
+        let same_class = x.is_ascii_digit() == y.is_ascii_digit()
+            && x.is_ascii_alphanumeric()
+            && y.is_ascii_alphanumeric();
+        up = if same_class && y == x.wrapping_add(1) {
+            up + 1
+        } else {
+            1
+        };
+        down = if same_class && x == y.wrapping_add(1) {
+            down + 1
+        } else {
+            1
+        };
+        best = best.max(up).max(down);
+    }
+    best
 }
 
 /// The share of neighbouring characters that differ in class (upper, lower, digit, other).

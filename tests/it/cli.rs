@@ -216,3 +216,68 @@ fn serve_reports_a_broken_set_and_refuses_a_config_without_auth() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no authentication is configured"));
 }
+
+/// `toolgate redact` with `stdin`, from a temp dir holding `config` as `tg.toml`.
+fn redact(config: &str, args: &[&str], stdin: &str) -> std::process::Output {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("tg.toml"), config).unwrap();
+    let mut child = toolgate()
+        .current_dir(dir.path())
+        .args(["redact", "--config", "tg.toml"])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn redact_masks_stdin_with_the_configured_detectors() {
+    let config = "[[redaction.detectors]]\nname = \"acme-api-key\"\nregex = 'acme_([A-Za-z0-9]{20})'\ngroup = 1\n";
+    let text = format!("k acme_Zq8Fh3kLm9Pq2Rs7Tv4W and {AWS}\npassword: Tr0ub4dor&3x\n");
+    let out = redact(config, &[], &text);
+    assert_ok(&out);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "k acme_<redacted:acme-api-key> and <redacted:aws-access-key>\npassword: <redacted:password-assignment>\n"
+    );
+    let out = redact(
+        config,
+        &["--jsonl"],
+        "\"acme_Zq8Fh3kLm9Pq2Rs7Tv4W\"\n\"plain\"\n",
+    );
+    assert_ok(&out);
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["masked"], "acme_<redacted:acme-api-key>");
+    assert_eq!(lines[0]["findings"][0]["kind"], "acme-api-key");
+    assert_eq!(lines[0]["findings"][0]["start"], 5);
+    assert_eq!(lines[1]["findings"], serde_json::json!([]));
+    // Bad input and bad config: exit 2 with what to fix.
+    let out = redact(config, &["--jsonl"], "\"ok\"\nnot json\n");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("stdin line 2: not a JSON string"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = redact(
+        "[[redaction.detectors]]\nname = \"x\"\nregex = '(['\n",
+        &[],
+        "x",
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the regex does not compile"));
+}

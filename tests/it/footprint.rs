@@ -51,7 +51,7 @@ fn decision(n: u64) -> Entry {
         revision: "sha256:0123456789abcdef".into(),
         call: Some(CallFacts {
             args_sha256: toolgate::audit::args_digest(&args),
-            args_preview: toolgate::audit::redacted_preview(&args),
+            args_preview: toolgate::audit::redacted_preview(&args, 512, 200),
             conv_id: Some(format!("conv-{}", n % 100)),
             trace_id: None,
             iter: Some(i64::try_from(n % 50).unwrap()),
