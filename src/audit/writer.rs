@@ -545,8 +545,7 @@ impl Writer {
                         let Ok(next) = rx.recv_timeout(left) else {
                             break;
                         };
-                        let urgent =
-                            self.durable && (next.ack.is_some() || !next.effects.is_empty());
+                        let urgent = next.ack.is_some() || !next.effects.is_empty();
                         entries += next.entries.len();
                         queued.push(next);
                         if urgent {

@@ -47,6 +47,8 @@ pub fn run(args: &RedactArgs) -> anyhow::Result<ExitCode> {
     let stdin = std::io::stdin();
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if args.jsonl {
+        // Every line is checked before anything is written: a bad line gives no partial output.
+        let mut answers = Vec::new();
         for (i, line) in stdin.lock().lines().enumerate() {
             let line = line.map_err(|e| anyhow::anyhow!("stdin line {}: {e}", i + 1))?;
             if line.trim().is_empty() {
@@ -58,7 +60,10 @@ pub fn run(args: &RedactArgs) -> anyhow::Result<ExitCode> {
                     i + 1
                 )
             })?;
-            writeln!(out, "{}", scanned(&redactor, &text)?)?;
+            answers.push(scanned(&redactor, &text)?);
+        }
+        for answer in answers {
+            writeln!(out, "{answer}")?;
         }
     } else {
         let mut bytes = Vec::new();

@@ -204,7 +204,7 @@ pub(super) fn redaction(
             "200 is the default",
         ));
     }
-    Ok(RedactConfig {
+    let config = RedactConfig {
         ip_addresses: raw.ip_addresses.unwrap_or(d.ip_addresses),
         entropy: (raw.entropy != Some(false)).then_some((min_len, bits)),
         known: known_secrets(raw, base)?,
@@ -215,7 +215,18 @@ pub(super) fn redaction(
             "sensitive_key_suffixes",
         )?,
         preview,
-    })
+    };
+    // Built once here as `serve` will: detectors that compile one by one may still be too
+    // many together.
+    if !config.detectors.is_empty() {
+        crate::redact::Redactor::new(&config).map_err(|e| {
+            (
+                format!("`redaction.detectors`: {e}"),
+                "fewer or simpler detectors: merge one vendor's formats into one regex",
+            )
+        })?;
+    }
+    Ok(config)
 }
 
 /// Each gate's rules: a list left out keeps the gate's default list.

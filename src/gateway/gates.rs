@@ -89,7 +89,11 @@ pub async fn screen_content(
     // A small body is scanned on the worker (tens of microseconds, less than the two thread
     // hand-offs a blocking task costs); a large one off the workers.
     let screened = if small {
-        work()
+        // A scan that panics is refused (fail closed), as on the blocking pool.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).map_err(|_| {
+            tracing::error!("content scan failed; refusing to answer");
+            Error::GatesUnavailable
+        })?
     } else {
         off_workers(work).await?
     };
@@ -225,11 +229,17 @@ async fn record(
         ..Screened::default()
     })
     .into();
-    // A verdict attests content already masked or refused: nothing is let through on its
-    // strength, so the answer does not wait for the flush. The record is queued in order
+    // A mask or block attests content already masked or refused: nothing is let through on
+    // its strength, so the answer does not wait for the flush. The record is queued in order
     // and stored (durably, under group commit) with the writer's next batch; while the store
-    // fails or the queue is long, this waits for it and refuses on failure.
-    state.audit.record_after(entry).await.map_err(|e| {
+    // fails or the queue is long, this waits for it and refuses on failure. A warn lets the
+    // content through as it is, so its record is flushed before the answer.
+    let recorded = if decision == Action::Warn {
+        state.audit.record(entry).await
+    } else {
+        state.audit.record_after(entry).await
+    };
+    recorded.map_err(|e| {
         tracing::error!(error = %e, "gate verdict not recorded; refusing to answer");
         Error::StoreUnavailable
     })

@@ -174,9 +174,8 @@ impl std::fmt::Debug for Redactor {
 const MAX_REPEATED: usize = 32;
 /// Texts from this size on look for repeated values with one automaton pass.
 const REPEAT_AUTOMATON_BYTES: usize = 64 * 1024;
-/// Longest found value looked for again: a key block is found again by its own detector, and
-/// an automaton over long values would cost more than the scan.
-const MAX_REPEATED_LEN: usize = 512;
+/// Longest found value put in the automaton; longer ones are searched for one by one.
+const MAX_AUTOMATON_VALUE: usize = 512;
 /// Shortest found value looked for again (shorter ones would match ordinary text).
 const MIN_REPEATED: usize = 6;
 
@@ -191,7 +190,7 @@ fn repeats(text: &str, kept: &mut std::collections::BTreeMap<usize, Finding>) {
             continue;
         }
         if let Some(v) = text.get(f.start..f.end)
-            && (MIN_REPEATED..=MAX_REPEATED_LEN).contains(&v.len())
+            && v.len() >= MIN_REPEATED
             && !values.iter().any(|(x, _, _)| *x == v)
         {
             values.push((v, f.kind, f.category));
@@ -200,26 +199,33 @@ fn repeats(text: &str, kept: &mut std::collections::BTreeMap<usize, Finding>) {
     if values.is_empty() {
         return;
     }
-    // Short texts: one search per value. Long ones: one pass for every value, leftmost-longest
-    // so that a value holding another is found whole (building the automaton costs more than
-    // it saves below a few pages).
-    let hits: Vec<(usize, usize, usize)> = if text.len() < REPEAT_AUTOMATON_BYTES {
-        values
-            .iter()
-            .enumerate()
-            .flat_map(|(i, (v, _, _))| text.match_indices(v).map(move |(s, m)| (i, s, s + m.len())))
-            .collect()
-    } else {
-        let Ok(ac) = aho_corasick::AhoCorasick::builder()
+    // Short texts, and long values (a key block), are searched for one by one; in a long
+    // text the short values go through one automaton pass, leftmost-longest so that a value
+    // holding another is found whole (building it costs more than it saves below a few pages,
+    // and over long values more than the scan).
+    let automaton = text.len() >= REPEAT_AUTOMATON_BYTES;
+    let mut hits: Vec<(usize, usize, usize)> = Vec::new();
+    let mut short: Vec<(usize, &str)> = Vec::new();
+    for (i, (v, _, _)) in values.iter().enumerate() {
+        if automaton && v.len() <= MAX_AUTOMATON_VALUE {
+            short.push((i, v));
+        } else {
+            hits.extend(text.match_indices(v).map(|(s, m)| (i, s, s + m.len())));
+        }
+    }
+    if !short.is_empty()
+        && let Ok(ac) = aho_corasick::AhoCorasick::builder()
             .match_kind(aho_corasick::MatchKind::LeftmostLongest)
-            .build(values.iter().map(|(v, _, _)| v))
-        else {
-            return;
-        };
-        ac.find_iter(text)
-            .map(|m| (m.pattern().as_usize(), m.start(), m.end()))
-            .collect()
-    };
+            .build(short.iter().map(|(_, v)| v))
+    {
+        hits.extend(ac.find_iter(text).filter_map(|m| {
+            let (i, _) = short.get(m.pattern().as_usize())?;
+            Some((*i, m.start(), m.end()))
+        }));
+    }
+    // By position, the longer value first where two start together (a value that is the
+    // prefix of another must not take its place).
+    hits.sort_by_key(|(_, s, e)| (*s, usize::MAX - e));
     for (i, start, end) in hits {
         let Some(&(_, kind, category)) = values.get(i) else {
             continue;
@@ -433,13 +439,15 @@ impl Redactor {
             };
             found.push((table_rank, f));
         }
-        // Configured values and detectors first: on overlap an operator's finding wins over a
-        // built-in one (`acme_live_…` is `acme-api-key`, not `labelled-token`).
+        // Secrets first, then personal data, entropy and signals; within a category,
+        // configured values and detectors first: on overlap an operator's finding wins over a
+        // built-in one of its category (`acme_live_…` is `acme-api-key`, not
+        // `labelled-token`), and never hides a secret.
         let configured = self.detectors + 1;
         found.sort_by_key(|(rank, f)| {
             (
-                *rank >= configured,
                 f.category,
+                *rank >= configured,
                 f.start,
                 *rank,
                 usize::MAX - f.end,
@@ -711,7 +719,7 @@ fn tokens(bytes: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
                     Some(b':')
                         if bytes
                             .get(i + 1)
-                            .is_some_and(|&b| key(b) && !b.is_ascii_digit())
+                            .is_some_and(|&b| key(b) && !b.is_ascii_digit() && b != b'/')
                             && i > start
                             && bytes.get(i - 1).is_some_and(|b| !b.is_ascii_digit()) =>
                     {
@@ -829,10 +837,7 @@ fn public_spans(text: &str) -> Vec<(usize, usize)> {
     re.find_iter(text.as_bytes())
         .map(|m| {
             let end = if m.as_bytes().starts_with(b"-----BEGIN ") {
-                markers
-                    .block_end(text, m.start())
-                    .unwrap_or(m.end())
-                    .max(m.end())
+                markers.block_end(text, m.start()).unwrap_or(m.end())
             } else {
                 m.end()
             };
@@ -1213,5 +1218,43 @@ mod tests {
                 r.scan(text)
             );
         }
+    }
+
+    #[test]
+    fn weak_passwords_and_overlaps_are_not_dropped() {
+        let r = Redactor::new(&RedactConfig::default()).unwrap();
+        for (text, secret) in [
+            ("DB_PASSWORD=Welcome123456", "Welcome123456"),
+            ("API_KEY=prod_Xk9#mQ2v77", "prod_Xk9#mQ2v77"),
+            (
+                "curl https://api.telegram.org/bot711353476:AAiczOUWGUPh9GNYY0nawHyEAR5NlVFWcIH/sendMessage",
+                "711353476:AAiczOUWGUPh9GNYY0nawHyEAR5NlVFWcIH",
+            ),
+            (
+                "<property name=\"hibernate.connection.password\">rp4qf8uow6</property>",
+                "rp4qf8uow6",
+            ),
+        ] {
+            let out = r.redact(text);
+            assert!(!out.contains(secret), "{text} -> {out}");
+        }
+        // A configured signal over a built-in secret never hides the secret.
+        let detector = CustomDetector::parse(
+            RawDetector {
+                name: "note-marker".to_owned(),
+                category: Some("injection".to_owned()),
+                regex: "password: [A-Za-z0-9]+".to_owned(),
+                ..RawDetector::default()
+            },
+            0,
+            &std::collections::BTreeSet::new(),
+        )
+        .unwrap();
+        let r = Redactor::new(&RedactConfig {
+            detectors: vec![detector],
+            ..RedactConfig::default()
+        })
+        .unwrap();
+        assert!(!r.redact("password: Zq8Fh3kLm9").contains("Zq8Fh3kLm9"));
     }
 }

@@ -310,11 +310,15 @@ pub(super) const PATTERNS: &[Pattern] = &[
     ),
     p("easypost-key", Secret, r"\bEZ[AT]K[0-9A-Za-z]{54}\b"),
     p("readme-key", Secret, r"\brdme_[a-z0-9]{70}\b"),
-    p(
-        "telegram-bot-token",
-        Secret,
-        r"\b[0-9]{8,10}:AA[0-9A-Za-z_\-]{33}(?:[^0-9A-Za-z_\-]|$)",
-    ),
+    // A bot token alone or in an API URL (`/bot123456789:AA…/sendMessage`).
+    Pattern {
+        group: 1,
+        ..p(
+            "telegram-bot-token",
+            Secret,
+            r"(?:\b|/bot)([0-9]{8,10}:AA[0-9A-Za-z_\-]{33})(?:[^0-9A-Za-z_\-]|$)",
+        )
+    },
     p("pulumi-token", Secret, r"\bpul-[a-f0-9]{40}\b"),
     p(
         "shippo-token",
@@ -610,7 +614,16 @@ pub(super) const PATTERNS: &[Pattern] = &[
         ..p(
             "xml-secret",
             Secret,
-            r#"(?i:(?:name|key)\s*=\s*["'][A-Za-z0-9_.:\-]*(?:password|passwd|pwd|secret|token|api_?key|apikey)["'](?:\s+value\s*=\s*["']([^"'<>]{3,256})["']|[^<>]{0,64}>([^<\s]{3,256})<))"#,
+            r#"(?i:(?:name|key)\s*=\s*["'][A-Za-z0-9_.:\-]*(?:password|passwd|pwd|secret|token|api_?key|apikey)["']\s+value\s*=\s*["'])([^"'<>]{3,256})["']"#,
+        )
+    },
+    Pattern {
+        check: Some(validate::assignment_value),
+        group: 1,
+        ..p(
+            "xml-secret",
+            Secret,
+            r#"(?i:(?:name|key)\s*=\s*["'][A-Za-z0-9_.:\-]*(?:password|passwd|pwd|secret|token|api_?key|apikey)["'][^<>]{0,64}>)([^<\s]{3,256})<"#,
         )
     },
     // Declarations and assignments in code whose name ends in a secret word: `val dbPass =

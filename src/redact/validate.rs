@@ -409,15 +409,14 @@ pub(super) fn placeholder(s: &str) -> bool {
     let Ok(lower) = std::str::from_utf8(low) else {
         return false;
     };
-    // Fillers inside an otherwise valid format, up to 256 characters (not a key block): `…EXAMPLE…`, `…tokenexample`,
-    // and in a token (16 characters or more) a counting run such as `1234567` or `abcdefg`
-    // (`ghp_1234567890abcdef…`, `…76543210`).
-    let token = s.len() <= 256;
-    if token
-        && (lower.contains("example")
-            || counting_run(lower) >= 6
-            || repeat_run(lower) >= 8
-            || lower.contains("xxxx"))
+    // Fillers inside an otherwise valid format, up to 256 characters (not a key block):
+    // `…EXAMPLE…`, `…tokenexample`, `xxxx`. A counting run must fill more than half the value (`abcdef12345`) or be eight long in a
+    // token (`ghp_1234567890abcdef…`): `Welcome123456` is a weak password, not a filler.
+    let run = counting_run(lower);
+    if lower.contains("example")
+        || lower.contains("xxxx")
+        || run * 2 > s.len() && run >= 6
+        || s.len() >= 16 && (run >= 8 || repeat_run(lower) >= 8)
     {
         return true;
     }
@@ -492,7 +491,11 @@ pub(super) fn public_id(s: &str) -> bool {
         "pk_live_", "pk_test_", "pi_", "evt_", "cus_", "ch_", "txn_", "acct_", "price_", "prod_",
         "sub_", "in_", "seti_", "src_", "pm_", "req_",
     ];
-    PREFIXES.iter().any(|p| s.starts_with(p))
+    // Stripe's shape: the prefix, then 14 or more letters and digits, nothing else.
+    PREFIXES.iter().any(|p| {
+        s.strip_prefix(p)
+            .is_some_and(|rest| rest.len() >= 14 && rest.bytes().all(|b| b.is_ascii_alphanumeric()))
+    })
 }
 
 /// Base64 of text (prose, MIME headers): decoded, it is printable with spaces between words.
