@@ -16,12 +16,14 @@
 //!   separator-insensitively) is masked whole, keeping the structure.
 
 mod custom;
+mod entropy;
 mod extract;
 mod gates;
 mod json;
 mod known;
 mod patterns;
 mod stream;
+mod structure;
 mod validate;
 
 pub use custom::{CustomDetector, MAX_DETECTORS, RawDetector, Validator};
@@ -428,9 +430,9 @@ impl Redactor {
                 }
             }
         }
-        extend_key_blocks(text, &mut found);
+        structure::extend_key_blocks(text, &mut found);
         let table_rank = self.rows.len() + 1;
-        for (start, end) in table_secrets(text) {
+        for (start, end) in structure::table_secrets(text) {
             let f = Finding {
                 kind: TABLE_SECRET,
                 category: Category::Secret,
@@ -466,7 +468,7 @@ impl Redactor {
         repeats(text, &mut kept);
         let mut out: Vec<Finding> = kept.into_values().collect();
         if let Some((min_len, bits)) = self.entropy {
-            self.high_entropy(text, min_len, bits, &mut out);
+            entropy::high_entropy(text, min_len, bits, &mut out);
         }
         out
     }
@@ -510,88 +512,6 @@ impl Redactor {
             }
             let cut = value.rfind([' ', '-'])?;
             end = start + cut;
-        }
-    }
-
-    /// Adds high-entropy tokens that no finding covers.
-    fn high_entropy(&self, text: &str, min_len: usize, bits: f64, out: &mut Vec<Finding>) {
-        let bytes = text.as_bytes();
-        let mut extra = Vec::new();
-        let mut next = 0;
-        let public = public_spans(text);
-        for (start, end) in tokens(bytes) {
-            let Some(token) = text.get(start..end) else {
-                continue;
-            };
-            if token.len() < min_len || token.len() > 1024 {
-                continue;
-            }
-            // Data URIs and integrity hashes (`sha512-…`, Go's `h1:…`) are not secrets.
-            let before = text.get(start.saturating_sub(8)..start).unwrap_or("");
-            let digest = [
-                "sha512-", "sha384-", "sha256-", "sha1-", "h1:", "sha256:", "sha512:", "sha1:",
-                "md5:",
-            ]
-            .iter()
-            .any(|p| token.starts_with(p));
-            if before.ends_with("base64,") || before.ends_with("h1:") || digest {
-                continue;
-            }
-            let has = |f: fn(&u8) -> bool| token.as_bytes().iter().any(f);
-            let digits = token.bytes().filter(u8::is_ascii_digit).count();
-            let hex_only = token.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
-            if hex_only
-                || !has(u8::is_ascii_uppercase)
-                || !has(u8::is_ascii_lowercase)
-                || digits < 2
-            {
-                continue;
-            }
-            // `out` is sorted and tokens come in order: skip the findings that end before
-            // this token, then look at the next one only.
-            while out.get(next).is_some_and(|f| f.end <= start) {
-                next += 1;
-            }
-            if out.get(next).is_some_and(|f| f.start < end) {
-                continue;
-            }
-            // Random tokens switch between upper, lower and digits about every other
-            // character; identifiers (`AbstractProxyFactoryBean2`) do so once per word and are
-            // mostly runs of lowercase letters.
-            let h = validate::entropy(token);
-            let shaped = validate::class_switches(token) >= 0.42 || !validate::wordy(token);
-            if h < bits || !shaped {
-                continue;
-            }
-            // Checked last, for the few tokens that pass the cheap tests. Not secrets: URLs, file paths, placeholders, ciphertext made to be committed
-            // (SOPS `ENC[…]`, Vault transit `vault:v1:…`, SealedSecrets' `AgB…`), public
-            // identifiers (Stripe's publishable keys and object ids), base64 of text, and
-            // anything inside public key material (certificates, public keys, signatures).
-            let excluded = token.contains("://")
-                || validate::path_like(token)
-                || before.ends_with("data:")
-                || validate::placeholder(token)
-                || validate::ciphertext(token)
-                || validate::public_id(token)
-                || text
-                    .get(start.saturating_sub(12)..start)
-                    .is_some_and(|b| b.contains("vault:v"))
-                || validate::encoded_text(token)
-                || public
-                    .get(public.partition_point(|(_, b)| *b < end))
-                    .is_some_and(|(a, b)| *a <= start && end <= *b);
-            if !excluded {
-                extra.push(Finding {
-                    kind: "high-entropy",
-                    category: Category::Entropy,
-                    start,
-                    end,
-                });
-            }
-        }
-        if !extra.is_empty() {
-            out.extend(extra);
-            out.sort_by_key(|f| f.start);
         }
     }
 
@@ -689,216 +609,6 @@ impl Gates {
     /// `gate`'s verdict on `content`.
     pub fn screen(&self, gate: Gate, content: &serde_json::Value) -> Screened {
         self.redactor.screen(self.rules_for(gate), content)
-    }
-}
-
-/// Runs of key-like characters (`[A-Za-z0-9+/_-]`), joined across a `.` or `|` that another
-/// key character follows, a `:` between two non-digits, and `%XX` escapes (a token's own alphabet: dotted
-/// and URL-encoded tokens), at least 16 long, each with up to two `=` after it: the
-/// candidates for high-entropy tokens. A byte loop: this pass ran at a third of a scan's cost
-/// as a regex.
-fn tokens(bytes: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
-    let key = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'_' | b'-');
-    let hex = |i: usize| bytes.get(i).is_some_and(u8::is_ascii_hexdigit);
-    let mut i = 0;
-    std::iter::from_fn(move || {
-        while i < bytes.len() {
-            while bytes.get(i).is_some_and(|&b| !key(b)) {
-                i += 1;
-            }
-            let start = i;
-            loop {
-                while bytes.get(i).is_some_and(|&b| key(b)) {
-                    i += 1;
-                }
-                match bytes.get(i) {
-                    Some(b'.' | b'|') if bytes.get(i + 1).is_some_and(|&b| key(b)) => {
-                        i += 1;
-                    }
-                    // Not `file.rs:12:` or `10:30`: a colon between two non-digits.
-                    Some(b':')
-                        if bytes
-                            .get(i + 1)
-                            .is_some_and(|&b| key(b) && !b.is_ascii_digit() && b != b'/')
-                            && i > start
-                            && bytes.get(i - 1).is_some_and(|b| !b.is_ascii_digit()) =>
-                    {
-                        i += 1;
-                    }
-                    Some(b'%') if i > start && hex(i + 1) && hex(i + 2) => i += 3,
-                    _ => break,
-                }
-            }
-            if i - start >= 16 {
-                let mut end = i;
-                while end - i < 2 && bytes.get(end) == Some(&b'=') {
-                    end += 1;
-                }
-                i = end;
-                return Some((start, end));
-            }
-        }
-        None
-    })
-}
-
-/// The cells of a Markdown table's secret columns (a header named `password`, `pwd`, `pass`,
-/// `secret`, `token`, `api key`, …): runbooks and wikis keep credentials in tables, where no
-/// label sits next to the value.
-fn table_secrets(text: &str) -> Vec<(usize, usize)> {
-    let mut out = Vec::new();
-    if !text.contains('|') {
-        return out;
-    }
-    // The secret columns of the table being read (`None`: not in a table).
-    let mut columns: Option<Vec<usize>> = None;
-    let mut offset = 0;
-    for line in text.split_inclusive('\n') {
-        let line_start = offset;
-        offset += line.len();
-        let row = line.trim_end_matches(['\n', '\r']);
-        let lead = row.len() - row.trim_start().len();
-        if !row.trim_start().starts_with('|') {
-            columns = None;
-            continue;
-        }
-        // Cells between the pipes, with their byte ranges in the line.
-        let mut cells: Vec<(usize, usize)> = Vec::new();
-        let mut at = lead + 1;
-        while let Some(next) = row.get(at..).and_then(|r| r.find('|')) {
-            cells.push((at, at + next));
-            at += next + 1;
-        }
-        let cell = |(a, b): (usize, usize)| row.get(a..b).unwrap_or("").trim();
-        if cells
-            .iter()
-            .all(|c| cell(*c).bytes().all(|b| matches!(b, b'-' | b':' | b' ')))
-        {
-            continue;
-        }
-        match &columns {
-            None => {
-                let secret: Vec<usize> = cells
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, c)| validate::secret_header(cell(**c)))
-                    .map(|(i, _)| i)
-                    .collect();
-                columns = Some(secret);
-            }
-            Some(secret) => {
-                for &i in secret {
-                    let Some(&(a, b)) = cells.get(i) else {
-                        continue;
-                    };
-                    let raw = row.get(a..b).unwrap_or("");
-                    let value = raw.trim();
-                    let Some(rel) = raw.find(value) else {
-                        continue;
-                    };
-                    let value = value.trim_matches('`');
-                    if value.is_empty()
-                        || !validate::label_value(value)
-                        || validate::placeholder(value)
-                    {
-                        continue;
-                    }
-                    let start = line_start
-                        + a
-                        + rel
-                        + raw.get(rel..).map_or(0, |r| r.find(value).unwrap_or(0));
-                    out.push((start, start + value.len()));
-                }
-            }
-        }
-    }
-    out
-}
-
-/// Spans of public key material and committed ciphertext, where high-entropy tokens are not
-/// secrets: certificates, public keys, PGP public blocks, signatures and messages, SSH public
-/// keys, SOPS values and Ansible Vault blocks. Found only when a marker is in the text.
-fn public_spans(text: &str) -> Vec<(usize, usize)> {
-    static PUBLIC: std::sync::OnceLock<Option<Regex>> = std::sync::OnceLock::new();
-    let markers = ["-----BEGIN ", "ssh-", "ecdsa-", "ENC[", "$ANSIBLE_VAULT"];
-    if !markers.iter().any(|m| text.contains(m)) {
-        return Vec::new();
-    }
-    let Some(re) = PUBLIC.get_or_init(|| {
-        builder(
-            r"-----BEGIN (?:CERTIFICATE|TRUSTED CERTIFICATE|PUBLIC KEY|RSA PUBLIC KEY|PGP PUBLIC KEY BLOCK|PGP SIGNATURE|PGP MESSAGE|SIGNED MESSAGE|CERTIFICATE REQUEST|NEW CERTIFICATE REQUEST|X509 CRL|SSH2 PUBLIC KEY)-----[A-Za-z0-9+/=\s\\:,\-]*|\b(?:ssh-(?:rsa|dss|ed25519)|ecdsa-sha2-nistp[0-9]{3}|sk-ssh-ed25519@openssh\.com|sk-ecdsa-sha2-nistp256@openssh\.com)\s+AAAA[A-Za-z0-9+/]+=*|ENC\[[A-Z0-9_]+,data:[^\]\n]*\]|\$ANSIBLE_VAULT;[^\n]*(?:\n[ \t>|+\-]*[0-9a-f]+)+",
-        )
-        .build()
-        .ok()
-    }) else {
-        return Vec::new();
-    };
-    let markers = Markers::new(text);
-    re.find_iter(text.as_bytes())
-        .map(|m| {
-            let end = if m.as_bytes().starts_with(b"-----BEGIN ") {
-                markers.block_end(text, m.start()).unwrap_or(m.end())
-            } else {
-                m.end()
-            };
-            (m.start(), end)
-        })
-        .collect()
-}
-
-/// Most bytes between a PEM header and its END line for the two to make one block.
-const MAX_BLOCK: usize = 64 * 1024;
-
-/// Where every `-----BEGIN ` and `-----END ` is in a text (one pass each), to pair a PEM
-/// header with its END line by binary search: linear in the text however many headers it
-/// holds (a pattern searching ahead for the END line would rescan the rest of the text from
-/// every header).
-struct Markers {
-    begins: Vec<usize>,
-    ends: Vec<usize>,
-}
-
-impl Markers {
-    fn new(text: &str) -> Markers {
-        Markers {
-            begins: text.match_indices("-----BEGIN ").map(|(i, _)| i).collect(),
-            ends: text.match_indices("-----END ").map(|(i, _)| i).collect(),
-        }
-    }
-
-    /// The end (past its closing `-----`) of the END line of the block whose header starts at
-    /// `begin`: the first END after it, within [`MAX_BLOCK`] bytes, with no other header
-    /// between.
-    fn block_end(&self, text: &str, begin: usize) -> Option<usize> {
-        let after = begin + 1;
-        let end = *self.ends.get(self.ends.partition_point(|&e| e < after))?;
-        let next_begin = self.begins.get(self.begins.partition_point(|&b| b < after));
-        if end - begin > MAX_BLOCK || next_begin.is_some_and(|&b| b < end) {
-            return None;
-        }
-        let label = end + "-----END ".len();
-        let tail = text.as_bytes().get(label..)?;
-        let close = tail
-            .get(..80.min(tail.len()))?
-            .windows(5)
-            .position(|w| w == b"-----")?;
-        Some(label + close + "-----".len())
-    }
-}
-
-/// Private-key findings widened to their block's END line, whatever sits between the lines:
-/// code string concatenation (`"…\n" +`), log prefixes on every line, quotes.
-fn extend_key_blocks(text: &str, found: &mut [(usize, Finding)]) {
-    let is_block =
-        |f: &Finding| f.kind.starts_with("private-key") && f.kind != "private-key-base64";
-    if !found.iter().any(|(_, f)| is_block(f)) {
-        return;
-    }
-    let markers = Markers::new(text);
-    for (_, f) in found.iter_mut().filter(|(_, f)| is_block(f)) {
-        if let Some(end) = markers.block_end(text, f.start) {
-            f.end = f.end.max(end);
-        }
     }
 }
 
@@ -1000,11 +710,17 @@ mod tests {
                     (m.start(), m.end() + pad)
                 })
                 .collect();
-            assert_eq!(tokens(text.as_bytes()).collect::<Vec<_>>(), want, "{text}");
+            assert_eq!(
+                entropy::tokens(text.as_bytes()).collect::<Vec<_>>(),
+                want,
+                "{text}"
+            );
         }
         // A colon joins between two non-digits only (not `file.rs:12:` or a clock time).
         let spans = |t: &'static str| -> Vec<&'static str> {
-            tokens(t.as_bytes()).map(|(a, b)| &t[a..b]).collect()
+            entropy::tokens(t.as_bytes())
+                .map(|(a, b)| &t[a..b])
+                .collect()
         };
         assert_eq!(
             spans("tok:Zq8Fh3kLm9Pq2Rs7Tv4W src/app.rs:144:Zq8Fh3kLm9Pq2Rs7Tv4W 10:30:00"),

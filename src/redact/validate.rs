@@ -273,18 +273,7 @@ fn snake_identifier(s: &str) -> bool {
 
 /// [`wordy`] for words in either case (`USER`, `Name`).
 fn wordy_any_case(s: &str) -> bool {
-    let (mut in_words, mut run) = (0usize, 0usize);
-    for b in s.bytes().chain(std::iter::once(b' ')) {
-        if b.is_ascii_alphabetic() {
-            run += 1;
-        } else {
-            if run >= 4 {
-                in_words += run;
-            }
-            run = 0;
-        }
-    }
-    in_words * 2 >= s.len()
+    words_fill_half(s, u8::is_ascii_alphabetic)
 }
 
 /// Whether `s` ends with `suffix`, ASCII case ignored.
@@ -622,9 +611,14 @@ pub(super) fn class_switches(s: &str) -> f64 {
 
 /// Whether at least half of `s` is runs of four or more lowercase letters (words).
 pub(super) fn wordy(s: &str) -> bool {
+    words_fill_half(s, u8::is_ascii_lowercase)
+}
+
+/// Whether runs of four or more letters (`letter` says which count) make up half of `s`.
+fn words_fill_half(s: &str, letter: fn(&u8) -> bool) -> bool {
     let (mut in_words, mut run) = (0usize, 0usize);
     for b in s.bytes().chain(std::iter::once(b' ')) {
-        if b.is_ascii_lowercase() {
+        if letter(&b) {
             run += 1;
         } else {
             if run >= 4 {
