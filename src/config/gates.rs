@@ -21,23 +21,7 @@ pub(super) struct RawRedaction {
     sensitive_key_suffixes: Option<Vec<String>>,
     preview_bytes: Option<usize>,
     preview_string_chars: Option<usize>,
-    detectors: Option<Vec<TomlDetector>>,
-}
-
-/// One `[[redaction.detectors]]` table as written.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TomlDetector {
-    name: String,
-    category: Option<String>,
-    regex: String,
-    group: Option<usize>,
-    #[serde(default)]
-    keywords: Vec<String>,
-    min_entropy: Option<f64>,
-    validator: Option<String>,
-    #[serde(default)]
-    placeholders: Vec<String>,
+    detectors: Option<Vec<RawDetector>>,
 }
 
 /// The configured detectors, each checked, names unique and apart from the built-in kinds.
@@ -58,20 +42,7 @@ fn detectors(raw: &RawRedaction) -> Result<Vec<CustomDetector>, (String, &'stati
         .collect();
     let mut out = Vec::with_capacity(list.len());
     for (i, d) in list.iter().enumerate() {
-        let parsed = CustomDetector::parse(
-            RawDetector {
-                name: d.name.clone(),
-                category: d.category.clone(),
-                regex: d.regex.clone(),
-                group: d.group,
-                keywords: d.keywords.clone(),
-                min_entropy: d.min_entropy,
-                validator: d.validator.clone(),
-                placeholders: d.placeholders.clone(),
-            },
-            i,
-            &taken,
-        )?;
+        let parsed = CustomDetector::parse(d.clone(), i, &taken)?;
         taken.insert(parsed.name.to_owned());
         out.push(parsed);
     }

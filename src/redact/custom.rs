@@ -77,8 +77,9 @@ pub struct CustomDetector {
 /// What is wrong with a detector in config: the message and a hint.
 pub type Problem = (String, &'static str);
 
-/// The raw fields of one `[[redaction.detectors]]` table.
-#[derive(Debug, Default)]
+/// The raw fields of one `[[redaction.detectors]]` table, as the config is read.
+#[derive(Debug, Default, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RawDetector {
     /// `name`.
     pub name: String,
@@ -89,12 +90,14 @@ pub struct RawDetector {
     /// `group`.
     pub group: Option<usize>,
     /// `keywords`.
+    #[serde(default)]
     pub keywords: Vec<String>,
     /// `min_entropy`.
     pub min_entropy: Option<f64>,
     /// `validator`.
     pub validator: Option<String>,
     /// `placeholders`.
+    #[serde(default)]
     pub placeholders: Vec<String>,
 }
 

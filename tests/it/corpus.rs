@@ -10,7 +10,7 @@ use base64::Engine as _;
 use toolgate::redact::{RedactConfig, Redactor};
 
 /// xorshift64*: a fixed sequence, so the corpus is the same on every run.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -36,7 +36,7 @@ const URL: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012345678
 const B64: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 const HEX: &str = "0123456789abcdef";
 
-fn luhn_complete(r: &mut Rng, prefix: &str, len: usize) -> String {
+pub(crate) fn luhn_complete(r: &mut Rng, prefix: &str, len: usize) -> String {
     let mut d: Vec<u32> = prefix.chars().filter_map(|c| c.to_digit(10)).collect();
     while d.len() < len - 1 {
         d.push((r.next() % 10) as u32);

@@ -167,23 +167,9 @@ fn gate_rules_come_from_the_config_and_bad_names_stop_serve() {
     assert!(err.contains("`gates.tool_call` names `secrets`"), "{err}");
 }
 
-/// A card-like member number that passes Luhn: 9 digits, then the check digit.
+/// A member number that passes Luhn: `body`, then its check digit.
 fn luhn_number(body: &str) -> String {
-    let digits: Vec<u32> = body.chars().map(|c| c.to_digit(10).unwrap()).collect();
-    let sum: u32 = digits
-        .iter()
-        .rev()
-        .enumerate()
-        .map(|(i, d)| {
-            if i % 2 == 0 {
-                let x = d * 2;
-                if x > 9 { x - 9 } else { x }
-            } else {
-                *d
-            }
-        })
-        .sum();
-    format!("{body}{}", (10 - sum % 10) % 10)
+    crate::corpus::luhn_complete(&mut crate::corpus::Rng(1), body, body.len() + 1)
 }
 
 const CUSTOM: &str = r#"
