@@ -292,8 +292,8 @@ codes! {
         "the program was ended by a signal (a resource limit, or killed)",
         "the program hit a resource limit or was killed; ask for less";
     LaunchFailed = "launch_failed", 200, "`/v1/execute` `error`",
-        "the launcher could not start the program",
-        "operators: see the logs; the program could not be started";
+        "the launcher could not start the program; when the user programs run as cannot enter the service root, the message names the directory it may not search",
+        "operators: see the message and the logs; for a root that user cannot enter, make each directory on the way searchable (`chmod o+x`), move `[exec] root`, or set `[exec] run_as`";
     LauncherFailed = "launcher_failed", 200, "`/v1/execute` `error`",
         "the launcher ended without a report or exit status",
         "operators: see the logs; the launcher ended without a report";

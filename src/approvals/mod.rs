@@ -658,6 +658,8 @@ impl Approvals {
         let a = &planned.approval;
         if a.status != Status::Pending {
             self.waiting().remove(&a.id);
+        } else if planned.opened {
+            self.waiting().stored(&a.id);
         }
         let before = if planned.opened {
             None

@@ -7,7 +7,7 @@
 //! An entry goes when its approval is decided, or when its expiry passes (checked on every
 //! use, whether or not the expiry sweep has marked it in the store yet).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use super::Approval;
 
@@ -82,6 +82,9 @@ pub(super) struct Waiting {
     by_agent: HashMap<String, BTreeSet<(u64, String)>>,
     /// All of them: (expiry, id), soonest first.
     by_expiry: BTreeSet<(u64, String)>,
+    /// Places taken by [`Waiting::reuse_or_reserve`] whose approval is not stored yet: they
+    /// count against the bounds, but are not listed (a human could not act on them yet).
+    reserved: HashSet<String>,
 }
 
 impl Waiting {
@@ -108,6 +111,7 @@ impl Waiting {
 
     /// Forgets approval `id` (decided, expired, or never stored).
     pub(super) fn remove(&mut self, id: &str) {
+        self.reserved.remove(id);
         let Some(a) = self.by_id.remove(id) else {
             return;
         };
@@ -171,7 +175,13 @@ impl Waiting {
             });
         }
         self.insert(a.clone());
+        self.reserved.insert(a.id.clone());
         Ok(None)
+    }
+
+    /// Approval `id`, reserved, is now stored: it is listed from now on.
+    pub(super) fn stored(&mut self, id: &str) {
+        self.reserved.remove(id);
     }
 
     /// Up to `limit` of those pending at `now_ms` that `keep` admits, newest first.
@@ -182,7 +192,11 @@ impl Waiting {
         keep: impl Fn(&Approval) -> bool,
     ) -> Vec<Approval> {
         self.prune(now_ms);
-        let mut found: Vec<&Approval> = self.by_id.values().filter(|a| keep(a)).collect();
+        let mut found: Vec<&Approval> = self
+            .by_id
+            .values()
+            .filter(|a| !self.reserved.contains(&a.id) && keep(a))
+            .collect();
         found.sort_unstable_by(|a, b| b.id.cmp(&a.id));
         found.into_iter().take(limit).cloned().collect()
     }
@@ -263,5 +277,28 @@ mod tests {
             Ok(None)
         );
         assert_eq!(w.counts("a", 10_000), (1, 0));
+    }
+
+    #[test]
+    fn a_reserved_place_is_listed_only_once_stored() {
+        let mut w = Waiting::default();
+        let bounds = Bounds::default();
+        assert_eq!(
+            w.reuse_or_reserve(&approval("1", "a", "x", 10_000), bounds, 0),
+            Ok(None)
+        );
+        // Reserved, not yet stored: it counts, but a human cannot see it (nor act on it).
+        assert_eq!(w.counts("a", 0), (1, 1));
+        assert!(w.newest(0, 10, |_| true).is_empty());
+        w.stored("1");
+        let listed: Vec<String> = w
+            .newest(0, 10, |_| true)
+            .into_iter()
+            .map(|a| a.id)
+            .collect();
+        assert_eq!(listed, ["1"]);
+        // Approvals loaded from the store at start are listed at once.
+        let w = &mut Waiting::of(vec![approval("2", "b", "y", 10_000)], 0);
+        assert_eq!(w.newest(0, 10, |_| true).len(), 1);
     }
 }

@@ -246,7 +246,23 @@ fn supervise(spec: &LaunchSpec, out: &mut Outcome) -> Result<(), String> {
         })
         .process_group(0)
         .spawn()
-        .map_err(|e| format!("cannot start `{}`: {e}", spec.program.display()))?;
+        .map_err(|e| {
+            // std reports a failed `chdir` (after the user change) like a failed `exec`.
+            let blocked = spec
+                .run_as
+                .filter(|_| e.kind() == std::io::ErrorKind::PermissionDenied)
+                .and_then(|who| unsearchable(&spec.cwd, who).map(|dir| (who, dir)));
+            match blocked {
+                Some((who, dir)) => format!(
+                    "cannot enter the working directory `{}` as {}:{}: `{}` is not searchable by that user; make it searchable (e.g. `chmod o+x`), move `[exec] root`, or set `[exec] run_as`",
+                    spec.cwd.display(),
+                    who.uid,
+                    who.gid,
+                    dir.display()
+                ),
+                None => format!("cannot start `{}`: {e}", spec.program.display()),
+            }
+        })?;
     let mut child = child;
     let pid = Pid::from_child(&child);
     if spec.session {
@@ -292,6 +308,25 @@ fn supervise(spec: &LaunchSpec, out: &mut Outcome) -> Result<(), String> {
     // Deadline or cancellation.
     stop(spec, me, &mut reaper, out);
     Ok(())
+}
+
+/// The first directory on the way to `dir` (itself included) that `who` may not search, by
+/// its mode bits (no supplementary groups; ACLs not read: this only explains a failure).
+fn unsearchable(dir: &std::path::Path, who: RunAs) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let mut way: Vec<&std::path::Path> = dir.ancestors().collect();
+    way.reverse();
+    way.into_iter().find_map(|d| {
+        let m = std::fs::metadata(d).ok()?;
+        let bit = if m.uid() == who.uid {
+            0o100
+        } else if m.gid() == who.gid {
+            0o010
+        } else {
+            0o001
+        };
+        (m.mode() & bit == 0).then(|| d.to_path_buf())
+    })
 }
 
 /// Whether the program has exited: then its status is recorded, and whatever it left

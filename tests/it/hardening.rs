@@ -660,3 +660,34 @@ fn without_a_namespace_landlock_still_refuses_tcp() {
         "{v}"
     );
 }
+
+/// A service root the run's user cannot enter (a 0700 directory of root's, with programs run
+/// as nobody) is named in the error, with what to do; not blamed on the program, which is
+/// what the operating system's error alone would suggest.
+#[test]
+fn a_root_the_run_user_cannot_enter_is_named() {
+    if !is_root() {
+        assert!(
+            std::env::var_os("TOOLGATE_REQUIRE_ROOT_TESTS").is_none(),
+            "TOOLGATE_REQUIRE_ROOT_TESTS is set but the tests do not run as root"
+        );
+        eprintln!("skipped: programs run as another user only when the sidecar is root");
+        return;
+    }
+    let set = TempSet::new();
+    let root = set.dir.path();
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let server = start_with(
+        &set,
+        "[exec]\nroot = \".\"\nprograms = [\"git\", \"printf\", \"npm\"]\n",
+    );
+    let (_, v) = run_tool(&server, "echo", json!({"message": "hi"}));
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("cannot enter the working directory")
+            && message.contains(&format!("`{}`", root.display()))
+            && message.contains("65534:65534")
+            && message.contains("chmod o+x"),
+        "{v}"
+    );
+}
