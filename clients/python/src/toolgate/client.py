@@ -1,0 +1,753 @@
+"""Sync and async clients for the toolgate HTTP API, and the whole call loop.
+
+`Client` and `AsyncClient` have the same methods; the async ones are coroutines. Each wraps one
+endpoint (`authorize`, `execute`, `report_result`, `screen`, approvals, `audit`) and turns the
+sidecar's answers into the types of `toolgate.models`, or into the exceptions of
+`toolgate.errors`. `call` runs the loop an agent runtime needs around a tool it runs itself:
+authorize (waiting out a 429 when its `Retry-After` is short), wait for a human when the answer
+is `pending_approval`, run the tool only on `allow`, and report what it returned so that only the
+screened output reaches the model. `run` does the same with `/v1/execute`, where toolgate runs
+the tool.
+
+Both fail closed: a network error, a timeout, a 5xx or an answer that is not the API's raises
+`Unavailable`, and the tool is not run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import math
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, cast
+from urllib.parse import quote
+
+import httpx
+
+from .errors import (
+    ApprovalDenied,
+    ApprovalTimeout,
+    Denied,
+    OutputBlocked,
+    RateLimited,
+    RequestRejected,
+    ToolFailed,
+    ToolgateError,
+    Unavailable,
+)
+from .models import Approval, AuditPage, Decision, ExecResult, ResultReport, Screened
+
+DEFAULT_URL = "http://127.0.0.1:8181"
+# The sidecar holds a long poll at most 60 s; the client asks for 30 s at a time.
+LONG_POLL_S = 30.0
+_DECISIONS = ("allow", "deny", "pending_approval")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What both clients are configured with (see `Client` for each field)."""
+
+    url: str
+    token: str | None
+    timeout: float
+    approval_timeout: float
+    max_retries: int
+    max_retry_wait: float
+    conv_id: str | None
+
+    @staticmethod
+    def make(
+        url: str | None,
+        token: str | None,
+        timeout: float,
+        approval_timeout: float,
+        max_retries: int,
+        max_retry_wait: float,
+        conv_id: str | None,
+    ) -> Settings:
+        url = (url or os.environ.get("TOOLGATE_URL") or DEFAULT_URL).rstrip("/")
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"toolgate url must start with http:// or https://, not {url!r}")
+        token = token if token is not None else os.environ.get("TOOLGATE_TOKEN")
+        if timeout <= 0 or approval_timeout < 0 or max_retries < 0 or max_retry_wait < 0:
+            raise ValueError("timeouts and retry bounds must not be negative (timeout above 0)")
+        return Settings(
+            url, token or None, timeout, approval_timeout, max_retries, max_retry_wait, conv_id
+        )
+
+    def headers(self) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": "toolgate-python"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        return headers
+
+
+@dataclass
+class Outcome:
+    """The result of a guarded call: what may reach the model, and the records behind it."""
+
+    output: Any
+    decision: Decision
+    report: ResultReport
+
+
+# ---- request bodies and answers (shared by both clients) ----
+
+
+def _call_body(
+    tool: str,
+    args: dict[str, Any] | None,
+    conv_id: str | None,
+    trace_id: str | None,
+    iteration: int | None,
+    approval_id: str | None,
+) -> dict[str, Any]:
+    if not isinstance(tool, str) or not tool:
+        raise ValueError("tool must be a non-empty string")
+    body: dict[str, Any] = {"tool": tool, "args": args if args is not None else {}}
+    context = {
+        k: v
+        for k, v in (("conv_id", conv_id), ("trace_id", trace_id), ("iter", iteration))
+        if v is not None
+    }
+    if context:
+        body["context"] = context
+    if approval_id is not None:
+        body["approval_id"] = approval_id
+    return body
+
+
+def _json(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise Unavailable(
+            f"the sidecar answered HTTP {response.status_code} with a body that is not JSON",
+            code="bad_answer",
+            status=response.status_code,
+        ) from e
+
+
+def _retry_after(response: httpx.Response, body: dict[str, Any]) -> float:
+    value = body.get("retry_after", response.headers.get("retry-after"))
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return 1.0
+    return seconds if math.isfinite(seconds) and seconds >= 0 else 1.0
+
+
+def _raise_for_error(response: httpx.Response, body: Any) -> None:
+    """Raises for an error answer that is not a decision."""
+    status = response.status_code
+    info = body if isinstance(body, dict) else {}
+    code = str(info.get("error") or info.get("code") or f"http_{status}")
+    message = str(info.get("message") or f"the sidecar answered HTTP {status}")
+    suggestion = str(info.get("suggestion") or "")
+    if status == 429:
+        raise RateLimited(info, _retry_after(response, info))
+    if status >= 500 or status < 400:
+        raise Unavailable(message, code=code, suggestion=suggestion, status=status, body=body)
+    raise RequestRejected(message, code=code, suggestion=suggestion, status=status, body=body)
+
+
+def _decision(response: httpx.Response) -> Decision:
+    """A `/v1/authorize` answer: a decision (200, 401), or an exception."""
+    body = _json(response)
+    status = response.status_code
+    if status == 429 and isinstance(body, dict):
+        raise RateLimited(body, _retry_after(response, body))
+    if status in (200, 401) and isinstance(body, dict) and body.get("decision") in _DECISIONS:
+        return cast(Decision, body)
+    if status == 503 and isinstance(body, dict) and body.get("decision") == "deny":
+        raise Unavailable(
+            str((body.get("errors") or [{}])[0].get("message", "the decision was not recorded")),
+            code="audit_unavailable",
+            status=status,
+            body=body,
+        )
+    _raise_for_error(response, body)
+    raise Unavailable(
+        f"the sidecar answered HTTP {status} without a decision",
+        code="bad_answer",
+        status=status,
+        body=body,
+    )
+
+
+def _exec_result(response: httpx.Response) -> ExecResult:
+    """A `/v1/execute` answer: a standard result (200, 202, 403, 409, 422), or an exception."""
+    body = _json(response)
+    status = response.status_code
+    if status == 429 and isinstance(body, dict):
+        raise RateLimited(body, _retry_after(response, body))
+    if status in (200, 202, 403, 409, 422) and isinstance(body, dict) and "status" in body:
+        return cast(ExecResult, body)
+    if status == 401 and isinstance(body, dict) and body.get("decision") == "deny":
+        raise Denied(cast(Decision, body), status=401)
+    _raise_for_error(response, body)
+    raise Unavailable(
+        f"the sidecar answered HTTP {status} without a result",
+        code="bad_answer",
+        status=status,
+        body=body,
+    )
+
+
+def _object(response: httpx.Response) -> dict[str, Any]:
+    body = _json(response)
+    if response.status_code != 200 or not isinstance(body, dict):
+        _raise_for_error(response, body)
+        raise Unavailable("the sidecar's answer is not an object", code="bad_answer", body=body)
+    return body
+
+
+def _report_output(report: ResultReport) -> Any:
+    if report.get("decision") == "block":
+        raise OutputBlocked(report)
+    return report.get("output")
+
+
+def _jsonable(value: Any) -> Any:
+    """What a tool returned, as JSON: itself when it is JSON, else its text."""
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _wait_param(wait: float | None) -> dict[str, str]:
+    if wait is None:
+        return {}
+    return {"wait": f"{max(0, int(wait * 1000))}ms"}
+
+
+def _approval_path(approval_id: str) -> str:
+    return "/v1/approvals/" + quote(approval_id, safe="")
+
+
+def _exec_outcome(result: ExecResult, status: int) -> Any:
+    if result.get("status") == "success":
+        return result.get("data")
+    decision = result.get("decision")
+    if status == 403 and decision:
+        raise Denied(decision, status=403)
+    raise ToolFailed(result, status)
+
+
+class _Base:
+    settings: Settings
+
+    @property
+    def url(self) -> str:
+        return self.settings.url
+
+    def _transport_error(self, e: Exception) -> Unavailable:
+        return Unavailable(
+            f"could not reach toolgate at {self.settings.url}: {e.__class__.__name__}: {e}",
+            code="unreachable",
+            suggestion="start the sidecar (`toolgate serve`) or check TOOLGATE_URL; "
+            "nothing was run",
+        )
+
+    def _retry_wait(self, e: RateLimited, attempt: int) -> float | None:
+        """How long to wait before trying a rate-limited call again; None to give up."""
+        if attempt >= self.settings.max_retries or e.retry_after > self.settings.max_retry_wait:
+            return None
+        return e.retry_after
+
+
+class Client(_Base):
+    """A blocking client.
+
+    - `url`: the sidecar (default `$TOOLGATE_URL`, else http://127.0.0.1:8181).
+    - `token`: the bearer token (default `$TOOLGATE_TOKEN`; none in dev mode).
+    - `timeout`: seconds for each request (long polls add their wait).
+    - `approval_timeout`: how long `call` and `run` wait for a human (default 300 s).
+    - `max_retries`, `max_retry_wait`: `call` and `run` try a rate-limited call again up to
+      this many times, when its `Retry-After` is at most this many seconds.
+    - `conv_id`: the conversation every call belongs to (provenance), unless a call names one.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = 10.0,
+        approval_timeout: float = 300.0,
+        max_retries: int = 2,
+        max_retry_wait: float = 30.0,
+        conv_id: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ):
+        self.settings = Settings.make(
+            url, token, timeout, approval_timeout, max_retries, max_retry_wait, conv_id
+        )
+        self._http = httpx.Client(
+            base_url=self.settings.url,
+            headers=self.settings.headers(),
+            timeout=self.settings.timeout,
+            transport=transport,
+            follow_redirects=False,
+        )
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: dict[str, Any] | None = None,
+        extra_timeout: float = 0.0,
+    ) -> httpx.Response:
+        try:
+            return self._http.request(
+                method,
+                path,
+                json=body,
+                params=params,
+                timeout=self.settings.timeout + extra_timeout,
+            )
+        except httpx.HTTPError as e:
+            raise self._transport_error(e) from e
+
+    # ---- endpoints ----
+
+    def authorize(
+        self,
+        tool: str,
+        args: dict[str, Any] | None = None,
+        *,
+        conv_id: str | None = None,
+        trace_id: str | None = None,
+        iteration: int | None = None,
+        approval_id: str | None = None,
+    ) -> Decision:
+        """`POST /v1/authorize`: the decision (allow, deny or pending_approval). Raises
+        `RateLimited` on 429 and `Unavailable` when no decision could be had."""
+        body = _call_body(
+            tool, args, conv_id or self.settings.conv_id, trace_id, iteration, approval_id
+        )
+        return _decision(self._request("POST", "/v1/authorize", body=body))
+
+    def execute(
+        self,
+        tool: str,
+        args: dict[str, Any] | None = None,
+        *,
+        conv_id: str | None = None,
+        trace_id: str | None = None,
+        iteration: int | None = None,
+        approval_id: str | None = None,
+    ) -> ExecResult:
+        """`POST /v1/execute`: toolgate decides and runs the tool. Returns the standard result
+        (status `success`, `error` or `pending`); raises `RateLimited` or `Unavailable`."""
+        body = _call_body(
+            tool, args, conv_id or self.settings.conv_id, trace_id, iteration, approval_id
+        )
+        return _exec_result(self._request("POST", "/v1/execute", body=body))
+
+    def report_result(
+        self,
+        tool: str,
+        output: Any,
+        *,
+        decision_id: str | None = None,
+        conv_id: str | None = None,
+    ) -> ResultReport:
+        """`POST /v1/results`: what a tool returned, screened. Use `report["output"]`."""
+        body: dict[str, Any] = {"tool": tool, "output": _jsonable(output)}
+        if decision_id:
+            body["decision_id"] = decision_id
+        if conv_id or self.settings.conv_id:
+            body["conv_id"] = conv_id or self.settings.conv_id
+        return cast(ResultReport, _object(self._request("POST", "/v1/results", body=body)))
+
+    def screen(self, gate: str, content: Any, *, conv_id: str | None = None) -> Screened:
+        """`POST /v1/gates/{gate}` (`input`, `context`, `output`, `tool_call`)."""
+        body: dict[str, Any] = {"content": content}
+        if conv_id or self.settings.conv_id:
+            body["conv_id"] = conv_id or self.settings.conv_id
+        path = "/v1/gates/" + quote(gate, safe="")
+        return cast(Screened, _object(self._request("POST", path, body=body)))
+
+    def get_approval(self, approval_id: str, *, wait: float | None = None) -> Approval:
+        """`GET /v1/approvals/{id}`; with `wait` (seconds, at most 60) it long-polls until a
+        human decides."""
+        response = self._request(
+            "GET",
+            _approval_path(approval_id),
+            params=_wait_param(wait),
+            extra_timeout=wait or 0.0,
+        )
+        return cast(Approval, _object(response))
+
+    def wait_for_approval(self, approval_id: str, timeout: float | None = None) -> Approval:
+        """Long-polls until the approval is no longer pending; raises `ApprovalTimeout`."""
+        limit = self.settings.approval_timeout if timeout is None else timeout
+        start = time.monotonic()
+        while True:
+            left = limit - (time.monotonic() - start)
+            approval = self.get_approval(approval_id, wait=max(0.0, min(LONG_POLL_S, left)))
+            if approval.get("status") != "pending":
+                return approval
+            if time.monotonic() - start >= limit:
+                raise ApprovalTimeout(approval_id, time.monotonic() - start)
+
+    def approve(self, approval_id: str, reason: str | None = None) -> Approval:
+        """`POST /v1/approvals/{id}/approve` (a human approver's token)."""
+        body = {"reason": reason} if reason else {}
+        path = _approval_path(approval_id) + "/approve"
+        return cast(Approval, _object(self._request("POST", path, body=body)))
+
+    def deny(self, approval_id: str, reason: str | None = None) -> Approval:
+        """`POST /v1/approvals/{id}/deny` (a human approver's token)."""
+        body = {"reason": reason} if reason else {}
+        path = _approval_path(approval_id) + "/deny"
+        return cast(Approval, _object(self._request("POST", path, body=body)))
+
+    def approvals(self, **params: Any) -> list[Approval]:
+        """`GET /v1/approvals` (filters as query parameters, e.g. `status="pending"`)."""
+        body = _object(self._request("GET", "/v1/approvals", params=params))
+        return cast(list[Approval], body.get("approvals", []))
+
+    def audit(self, **params: Any) -> AuditPage:
+        """`GET /v1/audit` (humans, filters as query parameters): records, newest first, and
+        the `next_cursor` of the next page."""
+        return cast(AuditPage, _object(self._request("GET", "/v1/audit", params=params)))
+
+    # ---- the loop ----
+
+    def decide(
+        self, tool: str, args: dict[str, Any] | None = None, *, conv_id: str | None = None
+    ) -> Decision:
+        """Authorize until there is an `allow`: waits out short rate limits and a pending
+        approval, then returns the allowing decision. Raises `Denied` (and its kinds) or
+        `ApprovalTimeout` otherwise."""
+        decision = self._authorize_retrying(tool, args, conv_id, None)
+        if decision["decision"] == "pending_approval":
+            approval_id = decision.get("approval_id")
+            if not approval_id:
+                raise Unavailable("a pending decision without an approval id", body=decision)
+            approval = self.wait_for_approval(approval_id)
+            if approval.get("status") != "approved":
+                raise ApprovalDenied(decision, approval)
+            decision = self._authorize_retrying(tool, args, conv_id, approval_id)
+        if decision["decision"] != "allow":
+            raise Denied(decision)
+        return decision
+
+    def _authorize_retrying(
+        self,
+        tool: str,
+        args: dict[str, Any] | None,
+        conv_id: str | None,
+        approval_id: str | None,
+    ) -> Decision:
+        attempt = 0
+        while True:
+            try:
+                return self.authorize(tool, args, conv_id=conv_id, approval_id=approval_id)
+            except RateLimited as e:
+                wait = self._retry_wait(e, attempt)
+                if wait is None:
+                    raise
+                attempt += 1
+                time.sleep(wait)
+
+    def call(
+        self,
+        tool: str,
+        args: dict[str, Any] | None,
+        fn: Callable[..., Any],
+        *,
+        conv_id: str | None = None,
+    ) -> Outcome:
+        """The whole loop around a tool you run: `decide`, then `fn(**args)` (the masked
+        arguments when the sidecar masks them), then `report_result`. Returns what may reach
+        the model; raises `OutputBlocked` when nothing may."""
+        decision = self.decide(tool, args, conv_id=conv_id)
+        run_args = decision.get("arguments", args if args is not None else {})
+        output = fn(**run_args)
+        report = self.report_result(
+            tool, output, decision_id=decision["decision_id"], conv_id=conv_id
+        )
+        return Outcome(_report_output(report), decision, report)
+
+    def run(
+        self, tool: str, args: dict[str, Any] | None = None, *, conv_id: str | None = None
+    ) -> Any:
+        """The loop with `/v1/execute`: toolgate runs the tool. Returns the result's `data`;
+        raises `Denied`, `ApprovalDenied`, `ApprovalTimeout` or `ToolFailed`."""
+        approval_id: str | None = None
+        attempt = 0
+        while True:
+            try:
+                body = _call_body(
+                    tool, args, conv_id or self.settings.conv_id, None, None, approval_id
+                )
+                response = self._request("POST", "/v1/execute", body=body)
+                result = _exec_result(response)
+            except RateLimited as e:
+                wait = self._retry_wait(e, attempt)
+                if wait is None:
+                    raise
+                attempt += 1
+                time.sleep(wait)
+                continue
+            if result.get("status") == "pending" and approval_id is None:
+                approval_id = result.get("approval_id")
+                if not approval_id:
+                    raise Unavailable("a pending result without an approval id", body=result)
+                approval = self.wait_for_approval(approval_id)
+                if approval.get("status") != "approved":
+                    decision = result.get("decision") or cast(Decision, {})
+                    raise ApprovalDenied(decision, approval)
+                continue
+            return _exec_outcome(result, response.status_code)
+
+
+class AsyncClient(_Base):
+    """The asyncio client: the same constructor and methods as `Client`, as coroutines."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = 10.0,
+        approval_timeout: float = 300.0,
+        max_retries: int = 2,
+        max_retry_wait: float = 30.0,
+        conv_id: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ):
+        self.settings = Settings.make(
+            url, token, timeout, approval_timeout, max_retries, max_retry_wait, conv_id
+        )
+        self._http = httpx.AsyncClient(
+            base_url=self.settings.url,
+            headers=self.settings.headers(),
+            timeout=self.settings.timeout,
+            transport=transport,
+            follow_redirects=False,
+        )
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: dict[str, Any] | None = None,
+        extra_timeout: float = 0.0,
+    ) -> httpx.Response:
+        try:
+            return await self._http.request(
+                method,
+                path,
+                json=body,
+                params=params,
+                timeout=self.settings.timeout + extra_timeout,
+            )
+        except httpx.HTTPError as e:
+            raise self._transport_error(e) from e
+
+    async def authorize(
+        self,
+        tool: str,
+        args: dict[str, Any] | None = None,
+        *,
+        conv_id: str | None = None,
+        trace_id: str | None = None,
+        iteration: int | None = None,
+        approval_id: str | None = None,
+    ) -> Decision:
+        body = _call_body(
+            tool, args, conv_id or self.settings.conv_id, trace_id, iteration, approval_id
+        )
+        return _decision(await self._request("POST", "/v1/authorize", body=body))
+
+    async def execute(
+        self,
+        tool: str,
+        args: dict[str, Any] | None = None,
+        *,
+        conv_id: str | None = None,
+        trace_id: str | None = None,
+        iteration: int | None = None,
+        approval_id: str | None = None,
+    ) -> ExecResult:
+        body = _call_body(
+            tool, args, conv_id or self.settings.conv_id, trace_id, iteration, approval_id
+        )
+        return _exec_result(await self._request("POST", "/v1/execute", body=body))
+
+    async def report_result(
+        self,
+        tool: str,
+        output: Any,
+        *,
+        decision_id: str | None = None,
+        conv_id: str | None = None,
+    ) -> ResultReport:
+        body: dict[str, Any] = {"tool": tool, "output": _jsonable(output)}
+        if decision_id:
+            body["decision_id"] = decision_id
+        if conv_id or self.settings.conv_id:
+            body["conv_id"] = conv_id or self.settings.conv_id
+        return cast(ResultReport, _object(await self._request("POST", "/v1/results", body=body)))
+
+    async def screen(self, gate: str, content: Any, *, conv_id: str | None = None) -> Screened:
+        body: dict[str, Any] = {"content": content}
+        if conv_id or self.settings.conv_id:
+            body["conv_id"] = conv_id or self.settings.conv_id
+        path = "/v1/gates/" + quote(gate, safe="")
+        return cast(Screened, _object(await self._request("POST", path, body=body)))
+
+    async def get_approval(self, approval_id: str, *, wait: float | None = None) -> Approval:
+        response = await self._request(
+            "GET",
+            _approval_path(approval_id),
+            params=_wait_param(wait),
+            extra_timeout=wait or 0.0,
+        )
+        return cast(Approval, _object(response))
+
+    async def wait_for_approval(self, approval_id: str, timeout: float | None = None) -> Approval:
+        limit = self.settings.approval_timeout if timeout is None else timeout
+        start = time.monotonic()
+        while True:
+            left = limit - (time.monotonic() - start)
+            approval = await self.get_approval(approval_id, wait=max(0.0, min(LONG_POLL_S, left)))
+            if approval.get("status") != "pending":
+                return approval
+            if time.monotonic() - start >= limit:
+                raise ApprovalTimeout(approval_id, time.monotonic() - start)
+
+    async def approve(self, approval_id: str, reason: str | None = None) -> Approval:
+        body = {"reason": reason} if reason else {}
+        path = _approval_path(approval_id) + "/approve"
+        return cast(Approval, _object(await self._request("POST", path, body=body)))
+
+    async def deny(self, approval_id: str, reason: str | None = None) -> Approval:
+        body = {"reason": reason} if reason else {}
+        path = _approval_path(approval_id) + "/deny"
+        return cast(Approval, _object(await self._request("POST", path, body=body)))
+
+    async def approvals(self, **params: Any) -> list[Approval]:
+        body = _object(await self._request("GET", "/v1/approvals", params=params))
+        return cast(list[Approval], body.get("approvals", []))
+
+    async def audit(self, **params: Any) -> AuditPage:
+        return cast(AuditPage, _object(await self._request("GET", "/v1/audit", params=params)))
+
+    async def decide(
+        self, tool: str, args: dict[str, Any] | None = None, *, conv_id: str | None = None
+    ) -> Decision:
+        decision = await self._authorize_retrying(tool, args, conv_id, None)
+        if decision["decision"] == "pending_approval":
+            approval_id = decision.get("approval_id")
+            if not approval_id:
+                raise Unavailable("a pending decision without an approval id", body=decision)
+            approval = await self.wait_for_approval(approval_id)
+            if approval.get("status") != "approved":
+                raise ApprovalDenied(decision, approval)
+            decision = await self._authorize_retrying(tool, args, conv_id, approval_id)
+        if decision["decision"] != "allow":
+            raise Denied(decision)
+        return decision
+
+    async def _authorize_retrying(
+        self,
+        tool: str,
+        args: dict[str, Any] | None,
+        conv_id: str | None,
+        approval_id: str | None,
+    ) -> Decision:
+        attempt = 0
+        while True:
+            try:
+                return await self.authorize(tool, args, conv_id=conv_id, approval_id=approval_id)
+            except RateLimited as e:
+                wait = self._retry_wait(e, attempt)
+                if wait is None:
+                    raise
+                attempt += 1
+                await asyncio.sleep(wait)
+
+    async def call(
+        self,
+        tool: str,
+        args: dict[str, Any] | None,
+        fn: Callable[..., Any] | Callable[..., Awaitable[Any]],
+        *,
+        conv_id: str | None = None,
+    ) -> Outcome:
+        """As `Client.call`; `fn` may be a coroutine function or a plain one."""
+        decision = await self.decide(tool, args, conv_id=conv_id)
+        run_args = decision.get("arguments", args if args is not None else {})
+        output = fn(**run_args)
+        if inspect.isawaitable(output):
+            output = await output
+        report = await self.report_result(
+            tool, output, decision_id=decision["decision_id"], conv_id=conv_id
+        )
+        return Outcome(_report_output(report), decision, report)
+
+    async def run(
+        self, tool: str, args: dict[str, Any] | None = None, *, conv_id: str | None = None
+    ) -> Any:
+        approval_id: str | None = None
+        attempt = 0
+        while True:
+            try:
+                body = _call_body(
+                    tool, args, conv_id or self.settings.conv_id, None, None, approval_id
+                )
+                response = await self._request("POST", "/v1/execute", body=body)
+                result = _exec_result(response)
+            except RateLimited as e:
+                wait = self._retry_wait(e, attempt)
+                if wait is None:
+                    raise
+                attempt += 1
+                await asyncio.sleep(wait)
+                continue
+            if result.get("status") == "pending" and approval_id is None:
+                approval_id = result.get("approval_id")
+                if not approval_id:
+                    raise Unavailable("a pending result without an approval id", body=result)
+                approval = await self.wait_for_approval(approval_id)
+                if approval.get("status") != "approved":
+                    decision = result.get("decision") or cast(Decision, {})
+                    raise ApprovalDenied(decision, approval)
+                continue
+            return _exec_outcome(result, response.status_code)
+
+
+__all__ = ["AsyncClient", "Client", "Outcome", "Settings", "ToolgateError"]
