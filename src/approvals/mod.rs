@@ -577,6 +577,17 @@ impl Approvals {
         self.store.get(id)
     }
 
+    /// The approval with `id`, or, while a new one is being stored, its pending form: an
+    /// identical call made meanwhile was given its id ([`Approvals::open`] reuses it), and
+    /// its requester may look at it (and wait on it) at once. Nothing can decide it before it
+    /// is stored. A place given back ([`Approvals::abandon`]) is not found.
+    pub fn get_or_opening(&self, id: &str) -> Result<Option<Approval>, ApprovalStoreError> {
+        match self.store.get(id)? {
+            Some(a) => Ok(Some(a)),
+            None => Ok(self.waiting().reserved(id)),
+        }
+    }
+
     /// Up to `limit` approvals whose effective status at `now_ms` is `status` (any when
     /// `None`) and that `keep` admits, newest first. The store is never read whole: pending
     /// ones come from the in-memory index, approved ones from the live approvals' timeline,

@@ -179,6 +179,14 @@ impl Waiting {
         Ok(None)
     }
 
+    /// Approval `id` if its place is reserved and it is not stored yet.
+    pub(super) fn reserved(&self, id: &str) -> Option<Approval> {
+        self.reserved
+            .contains(id)
+            .then(|| self.by_id.get(id).cloned())
+            .flatten()
+    }
+
     /// Approval `id`, reserved, is now stored: it is listed from now on.
     pub(super) fn stored(&mut self, id: &str) {
         self.reserved.remove(id);
@@ -290,7 +298,9 @@ mod tests {
         // Reserved, not yet stored: it counts, but a human cannot see it (nor act on it).
         assert_eq!(w.counts("a", 0), (1, 1));
         assert!(w.newest(0, 10, |_| true).is_empty());
+        assert_eq!(w.reserved("1").map(|a| a.id), Some("1".to_owned()));
         w.stored("1");
+        assert!(w.reserved("1").is_none());
         let listed: Vec<String> = w
             .newest(0, 10, |_| true)
             .into_iter()

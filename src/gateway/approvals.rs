@@ -283,7 +283,7 @@ pub async fn show_approval(
         let snap = state.policy.current();
         let a = state
             .approvals
-            .get(id)
+            .get_or_opening(id)
             .map_err(|e| store_failed(&e))?
             .filter(|a| visible(&snap, who, a))
             .ok_or(Error::ApprovalNotFound)?;
