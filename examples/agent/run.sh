@@ -20,13 +20,14 @@ fi
 TOOLGATE="$(cd "$(dirname "$TOOLGATE")" && pwd)/$(basename "$TOOLGATE")"
 
 venv="${TOOLGATE_EXAMPLE_VENV:-$repo/target/example-agent-venv}"
-if ! "$venv/bin/python" -c 'import toolgate, httpx' 2>/dev/null; then
+if ! "$venv/bin/python" -c 'import httpx' 2>/dev/null; then
   echo "==> installing the Python client into $venv"
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check "$repo/clients/python"
-elif ! cmp -s "$repo/clients/python/src/toolgate/client.py" \
-  "$("$venv/bin/python" -c 'import toolgate.client as c; print(c.__file__)')"; then
-  "$venv/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps "$repo/clients/python"
+else
+  # This checkout's client, whatever the venv held before (a few seconds).
+  "$venv/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps \
+    "$repo/clients/python"
 fi
 
 # A scratch copy of the workspace (the agent edits it), readable by the user tools run as.

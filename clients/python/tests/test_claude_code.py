@@ -400,8 +400,9 @@ def test_an_unreachable_sidecar_denies_and_withholds(closed_url: str, state: Pat
     run = run_hook(post, closed_url, state)
     assert run.returncode == 0, run.stderr
     out = run.answer["hookSpecificOutput"]
+    # Every text withheld; the shape kept, `type` tag included, so that Claude Code uses it.
     assert out["updatedToolOutput"] == {
-        "type": WITHHELD,
+        "type": "text",
         "file": {
             "filePath": WITHHELD,
             "content": WITHHELD,
@@ -707,6 +708,20 @@ class Session:
 NOTES = f"Contact {EMAIL} for access.\naws_access_key_id = {AWS_KEY}\n"
 
 
+def openssh_key() -> str:
+    """A fresh OpenSSH private key block (random body): the test sidecar's output gate blocks
+    the kind."""
+    import base64
+    import textwrap
+
+    body = base64.b64encode(b"openssh-key-v1\x00" + os.urandom(380)).decode()
+    lines = "\n".join(textwrap.wrap(body, 70))
+    return f"-----BEGIN OPENSSH PRIVATE KEY-----\n{lines}\n-----END OPENSSH PRIVATE KEY-----\n"
+
+
+KEY_CANARY = openssh_key()
+
+
 def make_project(root: Path, hook_args: list[str], matcher: str = "*") -> Path:
     """A project: notes.txt (an e-mail and an AWS key), .env (a canary), .git/config, and
     .claude/settings.json running the toolgate hook for PreToolUse and PostToolUse."""
@@ -714,6 +729,7 @@ def make_project(root: Path, hook_args: list[str], matcher: str = "*") -> Path:
     (project / ".claude").mkdir(parents=True)
     (project / ".git").mkdir()
     (project / "notes.txt").write_text(NOTES)
+    (project / "deploy.txt").write_text("deploy with:\n" + KEY_CANARY)
     (project / ".env").write_text(f"DATABASE_PASSWORD=ENV_CANARY_{uid()}\n")
     (project / ".git" / "config").write_text(f"[user]\n\ttoken = GIT_CANARY_{uid()}\n")
     command = shlex.join([*HOOK, *hook_args])
@@ -819,6 +835,7 @@ SCRIPT = [
     ("Write", {"file_path": f"./{WRITE_DENIED}", "content": "the summary\n"}),
     ("Edit", {"file_path": "./notes.txt", "old_string": "for access", "new_string": "for help"}),
     ("Bash", {"command": "touch marker", "description": "Create a marker file"}),
+    ("Read", {"file_path": "./deploy.txt"}),
 ]
 
 
@@ -849,6 +866,18 @@ def test_real_cli_read_is_allowed_and_the_model_gets_it_masked(
         if r["entry"]["kind"] == "result" and read["id"] in r["entry"].get("detail", "")
     ]
     assert [r["decision"] for r in results] == ["mask"]
+
+
+def test_real_cli_a_blocked_output_never_reaches_the_model(session: Session) -> None:
+    # Read is allowed; the output gate blocks the private key: every text of the output is
+    # withheld, in the Read output's shape, which Claude Code takes in place of the original.
+    got = session.api.tool_result(len(SCRIPT) - 1)
+    received = session.api.received()
+    body = KEY_CANARY.splitlines()[1]
+    assert body not in received, "the private key reached the model"
+    assert "deploy with" not in received
+    assert "<withheld by toolgate>" in got["content"]
+    assert "toolgate withheld this output (private-key-openssh)" in got["content"]
 
 
 def test_real_cli_read_of_dotenv_is_denied_and_never_reaches_the_model(

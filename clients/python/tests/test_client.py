@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.server
+import json
 import subprocess
 import sys
 import threading
@@ -103,14 +104,26 @@ def test_the_decorator_binds_arguments_by_name(agent: toolgate.Client) -> None:
     seen = []
 
     @toolgate.tool(name="read_file", client=agent)
-    def read(path: str, limit: int = 10) -> str:
+    def read(path: str, max_bytes: int = 10) -> str:
         """Reads a file."""
-        seen.append((path, limit))
-        return f"{path}:{limit}"
+        seen.append((path, max_bytes))
+        return f"{path}:{max_bytes}"
 
     assert read("README.md") == "README.md:10"
     assert read.__doc__ == "Reads a file."
     assert read.__name__ == "read"
+    assert seen == [("README.md", 10)]
+
+    # Defaults are part of the call the policies decide on: one the tool's schema does not
+    # know is refused before the function runs.
+    @toolgate.tool(name="read_file", client=agent)
+    def read_more(path: str, recursive: bool = True) -> str:
+        seen.append((path, recursive))
+        return path
+
+    with pytest.raises(toolgate.Denied) as caught:
+        read_more("README.md")
+    assert caught.value.stage == "validation"
     assert seen == [("README.md", 10)]
 
 
@@ -249,12 +262,16 @@ def test_unreachable_sidecar_fails_closed(closed_url: str) -> None:
 
 
 class Garbage(http.server.BaseHTTPRequestHandler):
-    """Answers every request with what the test set in `answer`: (status, body)."""
+    """Answers every request with what the test set in `answer`: (status, body); a path in
+    `by_path` gets its own answer; `delay` seconds pass before any answer."""
 
     answer: tuple[int, bytes] = (200, b"")
+    by_path: dict[str, tuple[int, bytes]] = {}  # noqa: RUF012 (set per test on a subclass)
+    delay: float = 0.0
 
     def do_POST(self) -> None:
-        status, body = self.answer
+        time.sleep(self.delay)
+        status, body = self.by_path.get(self.path, self.answer)
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -269,6 +286,8 @@ class Garbage(http.server.BaseHTTPRequestHandler):
 def garbage() -> Iterator[tuple[str, type[Garbage]]]:
     handler = type("Handler", (Garbage,), {})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    # A client that gave up (a timeout test) leaves a broken pipe behind: not news.
+    server.handle_error = lambda *_: None  # type: ignore[method-assign]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}", handler
     server.shutdown()
@@ -284,6 +303,12 @@ def garbage() -> Iterator[tuple[str, type[Garbage]]]:
         (500, b'{"error":"internal","message":"boom","suggestion":""}'),
         (503, b'{"decision":"deny","errors":[{"code":"audit_unavailable","message":"full"}]}'),
         (302, b""),
+        # Well-formed JSON, but not decisions the API gives: never an allow.
+        (200, b'{"decision":"allow","reasons":[],"errors":[]}'),
+        (401, b'{"decision":"allow","decision_id":"d","reasons":[],"errors":[]}'),
+        (200, b'{"decision":"allow","decision_id":"d","reasons":[],"errors":"none"}'),
+        (200, b'{"decision":"allow","decision_id":"d","reasons":[],"errors":[],"arguments":[]}'),
+        (200, b'{"decision":"pending_approval","decision_id":"d","reasons":[],"errors":[]}'),
     ],
 )
 def test_an_answer_that_is_not_a_decision_fails_closed(
@@ -388,3 +413,63 @@ async def test_async_429_is_retried(limited: Sidecar) -> None:
 
 def test_the_package_is_typed() -> None:
     assert (Path(toolgate.__file__).parent / "py.typed").exists()
+
+
+ALLOW = b'{"decision":"allow","decision_id":"d1","reasons":["p"],"errors":[],"stage":"policy"}'
+
+
+def test_a_report_that_is_not_the_apis_withholds_the_output(
+    garbage: tuple[str, type[Garbage]],
+) -> None:
+    url, handler = garbage
+    handler.answer = (200, ALLOW)
+    handler.by_path = {"/v1/results": (200, b'{"decision":"allow","output":"raw"}')}
+    spy = Spy("raw")
+    with toolgate.Client(url, DEV_TOKEN) as c, pytest.raises(toolgate.Unavailable) as caught:
+        toolgate.guard(spy, tool="read_file", client=c)(path="README.md")
+    assert caught.value.code == "bad_answer"
+    assert len(spy.calls) == 1  # it ran; its output is not passed on
+
+
+def test_no_answer_after_sending_is_an_unknown_outcome(
+    garbage: tuple[str, type[Garbage]],
+) -> None:
+    url, handler = garbage
+    handler.answer, handler.delay = (200, ALLOW), 3.0
+    spy = Spy()
+    with toolgate.Client(url, DEV_TOKEN, timeout=0.5) as c:
+        with pytest.raises(toolgate.Unavailable) as caught:
+            toolgate.guard(spy, tool="read_file", client=c)(path="README.md")
+        assert caught.value.code == "outcome_unknown"
+        assert "audit log" in caught.value.suggestion
+    assert spy.calls == []
+
+
+def test_execute_waits_for_execute_timeout(garbage: tuple[str, type[Garbage]]) -> None:
+    url, handler = garbage
+    handler.delay = 1.0
+    handler.answer = (
+        200,
+        json.dumps(
+            {"status": "success", "data": "ran", "error": None, "metadata": {"decision_id": "d"}}
+        ).encode(),
+    )
+    with toolgate.Client(url, DEV_TOKEN, timeout=0.3, execute_timeout=5) as c:
+        assert c.run("read_file", {"path": "README.md"}) == "ran"
+    with toolgate.Client(url, DEV_TOKEN, timeout=0.3, execute_timeout=0.3) as c:
+        with pytest.raises(toolgate.Unavailable) as caught:
+            c.run("read_file", {"path": "README.md"})
+    assert caught.value.code == "outcome_unknown"
+
+
+def test_a_sync_client_refuses_an_async_tool(agent: toolgate.Client) -> None:
+    async def read_file(path: str) -> str:
+        return path
+
+    with pytest.raises(TypeError, match="AsyncClient"):
+        agent.call("read_file", {"path": "README.md"}, read_file)
+
+
+def test_errors_tell_the_model_what_to_do() -> None:
+    e = toolgate.Unavailable("gone", code="unreachable", suggestion="start it")
+    assert e.for_model() == "toolgate did not run this tool (unreachable): gone. Next: start it"

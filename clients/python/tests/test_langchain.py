@@ -168,3 +168,16 @@ def test_an_agent_loop_with_guarded_tools(clients: Any) -> None:
     ]
     assert out["messages"][-1].content == "all done"
     assert RAN == [("read_file", {"path": "README.md"})]
+
+
+def test_parsed_arguments_are_sent_as_json() -> None:
+    import datetime
+
+    from toolgate.adapters.langchain import _json_args
+
+    when = datetime.datetime(2026, 1, 2, 3, 4, 5)
+    assert _json_args({"path": "a", "when": when, "tags": ("x",)}) == {
+        "path": "a",
+        "when": "2026-01-02T03:04:05",
+        "tags": ["x"],
+    }

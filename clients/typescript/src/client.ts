@@ -10,7 +10,9 @@
  * `/v1/execute`, where toolgate runs the tool.
  *
  * It fails closed: a network error, a timeout, a 5xx or an answer that is not the API's throws
- * `Unavailable`, and the tool is not run.
+ * `Unavailable`, and the tool is not run. A request that could not be sent throws it with code
+ * `unreachable`; one sent that got no answer (a timeout, a dropped connection), with code
+ * `outcome_unknown`: it may have been decided, and through `/v1/execute` a tool may have run.
  *
  * A port of the Python client (clients/python/src/toolgate/client.py): the same methods in
  * camelCase, the same answers and errors. Every method is async; durations are in seconds.
@@ -26,12 +28,34 @@ import {
   ToolFailed,
   Unavailable,
 } from "./errors.js";
-import type { Approval, Decision, ExecResult, ResultReport, Screened } from "./models.js";
+import type {
+  Approval,
+  ApprovalList,
+  AuditPage,
+  Decision,
+  ExecResult,
+  ResultReport,
+  Screened,
+} from "./models.js";
 
 export const DEFAULT_URL = "http://127.0.0.1:8181";
 /** The sidecar holds a long poll at most 60 s; the client asks for 30 s at a time. */
 export const LONG_POLL_S = 30;
 const DECISIONS: ReadonlyArray<unknown> = ["allow", "deny", "pending_approval"];
+const REPORT_DECISIONS: ReadonlyArray<unknown> = ["allow", "warn", "mask", "block"];
+const RESULT_STATUSES: ReadonlyArray<unknown> = ["success", "error", "pending"];
+/**
+ * The codes of a connection that failed before anything was sent: the call was not made.
+ * Any other failure may come after the sidecar received the request.
+ */
+const NOT_SENT: ReadonlySet<string> = new Set([
+  "ECONNREFUSED",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "UND_ERR_CONNECT_TIMEOUT",
+]);
 
 /** A tool's arguments: a JSON object. */
 export type Args = Record<string, unknown>;
@@ -48,7 +72,10 @@ export interface ClientOptions {
   url?: string;
   /** The bearer token (default `$TOOLGATE_TOKEN`; none in dev mode). */
   token?: string | null;
-  /** Seconds for each request; a long poll adds its wait (default 10). */
+  /**
+   * Seconds for each request; a long poll adds its wait (default 10). `/v1/execute` waits
+   * `executeTimeout` instead.
+   */
   timeout?: number;
   /** Seconds `decide`, `call` and `run` wait for a human (default 300). */
   approvalTimeout?: number;
@@ -58,6 +85,11 @@ export interface ClientOptions {
   maxRetryWait?: number;
   /** The conversation every call belongs to (provenance), unless a call names one. */
   convId?: string | null;
+  /**
+   * Seconds to wait for `/v1/execute` to answer, instead of `timeout` (default 3700): the tool
+   * runs meanwhile, up to its manifest's `limits.timeout_ms`, at most an hour.
+   */
+  executeTimeout?: number;
   /** The `fetch` to use (default: the global one). */
   fetch?: typeof globalThis.fetch;
 }
@@ -71,6 +103,7 @@ export interface Settings {
   readonly maxRetries: number;
   readonly maxRetryWait: number;
   readonly convId: string | null;
+  readonly executeTimeout: number;
 }
 
 /** What `authorize` and `execute` send besides the tool and its arguments. */
@@ -146,15 +179,19 @@ function makeSettings(options: ClientOptions): Settings {
   const approvalTimeout = options.approvalTimeout ?? 300;
   const maxRetries = options.maxRetries ?? 2;
   const maxRetryWait = options.maxRetryWait ?? 30;
-  const numbers = [timeout, approvalTimeout, maxRetries, maxRetryWait];
+  const executeTimeout = options.executeTimeout ?? 3700;
+  const numbers = [timeout, approvalTimeout, maxRetries, maxRetryWait, executeTimeout];
   if (
     numbers.some((n) => typeof n !== "number" || Number.isNaN(n)) ||
     !(timeout > 0) ||
+    !(executeTimeout > 0) ||
     approvalTimeout < 0 ||
     maxRetries < 0 ||
     maxRetryWait < 0
   ) {
-    throw new RangeError("timeouts and retry bounds must not be negative (timeout above 0)");
+    throw new RangeError(
+      "timeouts and retry bounds must not be negative (timeout and executeTimeout above 0)",
+    );
   }
   return Object.freeze({
     url,
@@ -164,6 +201,7 @@ function makeSettings(options: ClientOptions): Settings {
     maxRetries,
     maxRetryWait,
     convId: options.convId ?? null,
+    executeTimeout,
   });
 }
 
@@ -227,14 +265,74 @@ function raiseForError(answer: Answer, body: unknown): never {
   throw new RequestRejected(message, { code, suggestion, status, body });
 }
 
+/** A value as Python's `repr()` would show a JSON value (for the messages of `bad`). */
+function repr(value: unknown): string {
+  if (value === undefined || value === null) return "None";
+  if (value === true) return "True";
+  if (value === false) return "False";
+  if (typeof value === "string") return `'${value.replace(/\\/g, "\\\\").replace(/'/g, "\\'")}'`;
+  return str(value);
+}
+
+function nonEmptyString(value: unknown): value is string {
+  return typeof value === "string" && value !== "";
+}
+
+/** An answer that is not the API's. */
+function bad(status: number, body: unknown, why: string): Unavailable {
+  return new Unavailable(`the sidecar's answer (HTTP ${status}) is not the API's: ${why}`, {
+    code: "bad_answer",
+    status,
+    body,
+  });
+}
+
+/**
+ * A decision as the API defines it, or `Unavailable`: only a well-formed `allow` may ever run
+ * a tool.
+ */
+function checkDecision(body: unknown, status: number): Decision {
+  if (!isObject(body)) throw bad(status, body, "a decision must be an object");
+  const decision = body.decision;
+  if (!DECISIONS.includes(decision)) throw bad(status, body, `unknown decision ${repr(decision)}`);
+  if (status === 401 && decision !== "deny") throw bad(status, body, "a 401 answer must be a deny");
+  if (decision !== "deny" && !nonEmptyString(body.decision_id)) {
+    throw bad(status, body, "no decision_id");
+  }
+  const errors = body.errors;
+  if (!Array.isArray(errors) || !errors.every(isObject)) {
+    throw bad(status, body, "`errors` must be a list of objects");
+  }
+  if (!Array.isArray(body.reasons)) throw bad(status, body, "`reasons` must be a list");
+  if ("arguments" in body && !isObject(body.arguments)) {
+    throw bad(status, body, "`arguments` must be an object");
+  }
+  if (decision === "pending_approval" && !nonEmptyString(body.approval_id)) {
+    throw bad(status, body, "a pending decision without an approval_id");
+  }
+  return body as unknown as Decision;
+}
+
+/** A `/v1/results` answer as the API defines it, or `Unavailable`. */
+function checkReport(body: unknown, status: number): ResultReport {
+  if (!isObject(body) || !REPORT_DECISIONS.includes(body.decision)) {
+    throw bad(status, body, "not a result report");
+  }
+  if (!("output" in body) || !Array.isArray(body.violations)) {
+    throw bad(status, body, "a result report needs `output` and `violations`");
+  }
+  if (!Number.isInteger(body.dropped_count) || typeof body.truncated !== "boolean") {
+    throw bad(status, body, "a result report needs `dropped_count` and `truncated`");
+  }
+  return body as unknown as ResultReport;
+}
+
 /** A `/v1/authorize` answer: a decision (200, 401), or an error. */
 function decisionOf(answer: Answer): Decision {
   const body = json(answer);
   const status = answer.status;
   if (status === 429 && isObject(body)) throw new RateLimited(body, retryAfter(answer, body));
-  if ((status === 200 || status === 401) && isObject(body) && DECISIONS.includes(body.decision)) {
-    return body as unknown as Decision;
-  }
+  if (status === 200 || status === 401) return checkDecision(body, status);
   if (status === 503 && isObject(body) && body.decision === "deny") {
     const errors = truthy(body.errors) && Array.isArray(body.errors) ? body.errors : [{}];
     const err: Obj = isObject(errors[0]) ? errors[0] : {};
@@ -251,7 +349,16 @@ function execResultOf(answer: Answer): ExecResult {
   const body = json(answer);
   const status = answer.status;
   if (status === 429 && isObject(body)) throw new RateLimited(body, retryAfter(answer, body));
-  if ([200, 202, 403, 409, 422].includes(status) && isObject(body) && "status" in body) {
+  if ([200, 202, 403, 409, 422].includes(status)) {
+    if (!isObject(body) || !RESULT_STATUSES.includes(body.status)) {
+      throw bad(status, body, "not a standard result");
+    }
+    if (body.status === "pending" && !nonEmptyString(body.approval_id)) {
+      throw bad(status, body, "a pending result without an approval_id");
+    }
+    if (status === 200 && body.status === "pending") {
+      throw bad(status, body, "a pending result must be HTTP 202");
+    }
     return body as unknown as ExecResult;
   }
   if (status === 401 && isObject(body) && body.decision === "deny") {
@@ -329,6 +436,26 @@ function now(): number {
   return performance.now() / 1000;
 }
 
+/** The longest timer Node.js keeps (a longer one fires at once). */
+const MAX_TIMER_MS = 2_147_483_647;
+
+/**
+ * Whether a failed `fetch` failed before the request was sent: its code (or its cause's; for
+ * several addresses tried, every one's) says the connection was never made. Anything else (a
+ * timeout, a dropped connection, a reset, an error of a custom `fetch`) may come after.
+ */
+function notSent(e: unknown, depth = 0): boolean {
+  if (depth > 4 || typeof e !== "object" || e === null) return false;
+  const { code, cause, errors } = e as { code?: unknown; cause?: unknown; errors?: unknown };
+  if (Array.isArray(errors) && errors.length > 0) {
+    return errors.every((x) => notSent(x, depth + 1));
+  }
+  if (typeof code === "string") return NOT_SENT.has(code);
+  // fetch refuses a port it blocks (e.g. 1, 25) before it connects.
+  if (depth > 0 && e instanceof Error && e.message === "bad port") return true;
+  return notSent(cause, depth + 1);
+}
+
 function describe(e: unknown): string {
   if (!(e instanceof Error)) return String(e);
   let out = `${e.name}: ${e.message}`;
@@ -364,7 +491,14 @@ export class Client {
   async #request(
     method: string,
     path: string,
-    options: { body?: unknown; params?: Params; extraTimeout?: number } = {},
+    options: {
+      body?: unknown;
+      params?: Params;
+      /** Seconds a long poll adds to `timeout`. */
+      extraTimeout?: number;
+      /** Seconds to wait for the answer instead of `timeout` (`/v1/execute`). */
+      readTimeout?: number;
+    } = {},
   ): Promise<Answer> {
     const headers: Record<string, string> = { ...this.#headers };
     let body: string | undefined;
@@ -373,25 +507,49 @@ export class Client {
       body = JSON.stringify(options.body);
     }
     const url = this.settings.url + path + query(options.params);
-    const seconds = this.settings.timeout + (options.extraTimeout ?? 0);
+    // `fetch` has one timeout for the whole request: connecting (which undici also bounds,
+    // by 10 s), the answer and its body.
+    const seconds = options.readTimeout || this.settings.timeout + (options.extraTimeout ?? 0);
+    const signal = AbortSignal.timeout(Math.min(MAX_TIMER_MS, Math.ceil(seconds * 1000)));
+    let response: Response;
     try {
-      const response = await this.#fetch(url, {
-        method,
-        headers,
-        body,
-        redirect: "manual",
-        signal: AbortSignal.timeout(Math.ceil(seconds * 1000)),
-      });
+      response = await this.#fetch(url, { method, headers, body, redirect: "manual", signal });
+    } catch (e) {
+      throw this.#transportError(e, notSent(e));
+    }
+    try {
       // The body is read under the same timeout.
       const text = await response.text();
       return { status: response.status, headers: response.headers, text };
     } catch (e) {
-      throw new Unavailable(`could not reach toolgate at ${this.settings.url}: ${describe(e)}`, {
+      throw this.#transportError(e, false);
+    }
+  }
+
+  /**
+   * A request that failed: `unreachable` when it could not be sent (nothing was run),
+   * `outcome_unknown` when it may have reached the sidecar and got no answer.
+   */
+  #transportError(e: unknown, wasNotSent: boolean): Unavailable {
+    if (wasNotSent) {
+      return new Unavailable(`could not reach toolgate at ${this.settings.url}: ${describe(e)}`, {
         code: "unreachable",
-        suggestion: "start the sidecar (`toolgate serve`) or check TOOLGATE_URL; nothing was run",
+        suggestion:
+          "start the sidecar (`toolgate serve`) or check TOOLGATE_URL; nothing was sent, so " +
+          "nothing was run",
         cause: e,
       });
     }
+    return new Unavailable(
+      `no answer from toolgate at ${this.settings.url} after the request was sent: ${describe(e)}`,
+      {
+        code: "outcome_unknown",
+        suggestion:
+          "the call may have been decided, and through /v1/execute the tool may have run: " +
+          "check the audit log (GET /v1/audit) before trying it again",
+        cause: e,
+      },
+    );
   }
 
   /** How long to wait before trying a rate-limited call again; null to give up. */
@@ -437,7 +595,12 @@ export class Client {
       options.iteration,
       options.approvalId,
     );
-    return execResultOf(await this.#request("POST", "/v1/execute", { body }));
+    return execResultOf(
+      await this.#request("POST", "/v1/execute", {
+        body,
+        readTimeout: this.settings.executeTimeout,
+      }),
+    );
   }
 
   /** `POST /v1/results`: what a tool returned, screened. Use `report.output`. */
@@ -451,7 +614,7 @@ export class Client {
     const convId = this.#convId(options.convId);
     if (convId) body.conv_id = convId;
     const answer = await this.#request("POST", "/v1/results", { body });
-    return objectOf(answer) as unknown as ResultReport;
+    return checkReport(objectOf(answer), answer.status);
   }
 
   /** `POST /v1/gates/{gate}` (`input`, `context`, `output`, `tool_call`). */
@@ -509,12 +672,15 @@ export class Client {
   /** `GET /v1/approvals` (filters as query parameters, e.g. `{status: "pending"}`). */
   async approvals(params?: Params): Promise<Approval[]> {
     const body = objectOf(await this.#request("GET", "/v1/approvals", { params }));
-    return (body.approvals ?? []) as Approval[];
+    return (body as Partial<ApprovalList>).approvals ?? [];
   }
 
-  /** `GET /v1/audit` (humans): `{records: [...], next_cursor: ...}`, newest first. */
-  async audit(params?: Params): Promise<Record<string, unknown>> {
-    return objectOf(await this.#request("GET", "/v1/audit", { params }));
+  /**
+   * `GET /v1/audit` (humans, filters as query parameters): the `records`, newest first, and
+   * the `next_cursor` of the next page.
+   */
+  async audit(params?: Params): Promise<AuditPage> {
+    return objectOf(await this.#request("GET", "/v1/audit", { params })) as unknown as AuditPage;
   }
 
   // ---- the loop ----
@@ -592,7 +758,10 @@ export class Client {
       let result: ExecResult;
       try {
         const body = callBody(tool, args, this.#convId(options.convId), null, null, approvalId);
-        answer = await this.#request("POST", "/v1/execute", { body });
+        answer = await this.#request("POST", "/v1/execute", {
+          body,
+          readTimeout: this.settings.executeTimeout,
+        });
         result = execResultOf(answer);
       } catch (e) {
         if (!(e instanceof RateLimited)) throw e;
@@ -602,7 +771,10 @@ export class Client {
         await sleep(wait);
         continue;
       }
-      if (result.status === "pending" && approvalId === null) {
+      if (result.status === "pending" && approvalId !== null) {
+        throw bad(answer.status, result, "still pending after its approval");
+      }
+      if (result.status === "pending") {
         approvalId = result.approval_id ?? null;
         if (!approvalId) {
           throw new Unavailable("a pending result without an approval id", { body: result });

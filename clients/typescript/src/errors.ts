@@ -26,6 +26,11 @@ function text(value: unknown): string | undefined {
   return typeof value === "string" && value !== "" ? value : undefined;
 }
 
+/** A JSON value as text: a string itself, anything else as JSON. */
+function str(value: unknown): string {
+  return typeof value === "string" ? value : (JSON.stringify(value) ?? String(value));
+}
+
 /** Base class. `code`, `message` and `suggestion` are the sidecar's when it gave them. */
 export class ToolgateError extends Error {
   override name = "ToolgateError";
@@ -46,6 +51,16 @@ export class ToolgateError extends Error {
   override toString(): string {
     let out = `${this.code}: ${this.message}`;
     if (this.suggestion) out += ` (${this.suggestion})`;
+    return out;
+  }
+
+  /**
+   * What to tell the model instead of the tool's output: why, and what to do next. The same
+   * text as the Python client's `for_model()`.
+   */
+  forModel(): string {
+    let out = `toolgate did not run this tool (${this.code}): ${this.message}`;
+    if (this.suggestion) out += `. Next: ${this.suggestion}`;
     return out;
   }
 }
@@ -84,9 +99,11 @@ export class Denied extends ToolgateError {
   readonly errors: Advice[];
 
   constructor(decision: Decision, options: DeniedOptions = {}) {
+    // Tolerant of a malformed decision: only the objects of `errors` count, and `reasons`
+    // that is not an array is none.
     const d: Record<string, unknown> = isObject(decision) ? decision : {};
-    const errors = (Array.isArray(d.errors) ? d.errors : []) as Advice[];
-    const first: Record<string, unknown> = isObject(errors[0]) ? errors[0] : {};
+    const errors = (Array.isArray(d.errors) ? d.errors.filter(isObject) : []) as unknown as Advice[];
+    const first: Record<string, unknown> = (errors[0] as unknown as Record<string, unknown>) ?? {};
     super(text(options.message) ?? text(first.message) ?? "the call was denied", {
       code: text(options.code) ?? text(first.code) ?? "denied",
       suggestion: text(options.suggestion) ?? (typeof first.suggestion === "string" ? first.suggestion : ""),
@@ -94,9 +111,9 @@ export class Denied extends ToolgateError {
       body: decision,
     });
     this.decision = decision;
-    this.decisionId = typeof d.decision_id === "string" ? d.decision_id : "";
-    this.stage = typeof d.stage === "string" ? d.stage : "";
-    this.reasons = Array.isArray(d.reasons) ? [...(d.reasons as string[])] : [];
+    this.decisionId = d.decision_id === undefined ? "" : str(d.decision_id);
+    this.stage = d.stage === undefined ? "" : str(d.stage);
+    this.reasons = Array.isArray(d.reasons) ? d.reasons.map(str) : [];
     this.errors = errors;
   }
 }
@@ -182,8 +199,17 @@ export class OutputBlocked extends ToolgateError {
       const first = isObject(errors[0]) ? errors[0] : {};
       message += `: ${typeof first.message === "string" ? first.message : ""}`;
     }
-    super(message, { code: "output_blocked", body: report });
+    super(message, {
+      code: "output_blocked",
+      suggestion: "the tool ran, but its output may not be shown; do not run it again to see it",
+      body: report,
+    });
     this.report = report;
+  }
+
+  /** What to tell the model instead of the tool's output: it ran, and nothing of it may pass. */
+  override forModel(): string {
+    return `toolgate withheld this tool's output: ${this.message}. Next: ${this.suggestion}`;
   }
 }
 

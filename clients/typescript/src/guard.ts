@@ -40,7 +40,8 @@ export type Guarded<A extends Args = Args> = ((args?: A) => Promise<unknown>) & 
  * Wraps `fn` so that calling it runs toolgate's loop (see `Client.call`): authorize (waiting
  * for a human when needed), run `fn(args)` only on allow, report its output and resolve to the
  * screened output. `fn` may be sync or async. Throws (rejects with) the errors of
- * `./errors.js`; on any of them `fn` has not run, except `OutputBlocked`.
+ * `./errors.js`; on any of them `fn` has not run, except `OutputBlocked` and an `Unavailable`
+ * from the report of its output (then it ran, and nothing of its output passes).
  */
 export function guard<A extends Args = Args>(
   fn: (args: A) => unknown,

@@ -118,6 +118,10 @@ test("deny: Denied with the decision's reasons, and the function never runs", T,
   assert.match(err.decisionId, /^[0-9a-f-]{36}$/);
   assert.equal(err.decision.decision, "deny");
   assert.equal(err.errors[0].code, "forbidden");
+  assert.equal(
+    err.forModel(),
+    `toolgate did not run this tool (forbidden): ${err.message}. Next: ${err.suggestion}`,
+  );
   assert.equal(calls.length, 0);
 });
 
@@ -245,6 +249,11 @@ test("output blocked: OutputBlocked when the output breaks the tool's outputSche
   assert.equal(err.report.output, null);
   assert.equal(err.report.errors[0].code, "output_schema_mismatch");
   assert.match(err.message, /must be of type `object`/);
+  assert.equal(
+    err.forModel(),
+    `toolgate withheld this tool's output: ${err.message}. Next: the tool ran, but its output ` +
+      "may not be shown; do not run it again to see it",
+  );
 });
 
 test("run(): /v1/execute reads README.md of the test workspace", T, async () => {
@@ -255,6 +264,11 @@ test("run(): /v1/execute reads README.md of the test workspace", T, async () => 
   const result = await agent.execute("read_file", { path: "README.md" });
   assert.equal(result.status, "success");
   assert.equal(result.output.decision, "allow");
+
+  // executeTimeout bounds /v1/execute; the sidecar's real answers pass the client's checks.
+  const quick = new Client({ url: sidecar.url, token: AGENT_TOKEN, timeout: 5, executeTimeout: 20 });
+  assert.equal(quick.settings.executeTimeout, 20);
+  assert.equal((await quick.run("read_file", { path: "README.md" })).path, "README.md");
 });
 
 test("run(): denied, failed and not executable calls", T, async () => {
@@ -321,6 +335,11 @@ test("context: convId, traceId and iteration reach the audit log", T, async () =
   await withConv.authorize("read_file", { path: "README.md" }, { traceId: "trace-1", iteration: 4 });
   const page = await bob.audit({ conv_id: convId });
   assert.ok(Array.isArray(page.records));
+  assert.ok("next_cursor" in page);
+  assert.ok(page.next_cursor === null || Number.isInteger(page.next_cursor));
+  for (const record of page.records) {
+    assert.ok(Number.isInteger(record.seq) && typeof record.hash === "string");
+  }
   const entry = page.records.map((r) => r.entry).find((e) => e.kind === "decision");
   assert.ok(entry, JSON.stringify(page));
   assert.equal(entry.conv_id, convId);

@@ -47,7 +47,9 @@ test("settings: defaults, environment, validation", T, () => {
     maxRetries: 2,
     maxRetryWait: 30,
     convId: null,
+    executeTimeout: 3700,
   });
+  assert.equal(new Client({ executeTimeout: 5 }).settings.executeTimeout, 5);
   process.env.TOOLGATE_URL = "http://localhost:9999/";
   process.env.TOOLGATE_TOKEN = "from-env";
   const env = new Client();
@@ -61,6 +63,13 @@ test("settings: defaults, environment, validation", T, () => {
   assert.throws(() => new Client({ approvalTimeout: -1 }), RangeError);
   assert.throws(() => new Client({ maxRetries: -1 }), RangeError);
   assert.throws(() => new Client({ maxRetryWait: Number.NaN }), RangeError);
+  assert.throws(() => new Client({ executeTimeout: 0 }), RangeError);
+  assert.throws(() => new Client({ executeTimeout: -1 }), RangeError);
+  assert.throws(() => new Client({ executeTimeout: Number.NaN }), RangeError);
+  assert.throws(
+    () => new Client({ executeTimeout: 0 }),
+    /timeout and executeTimeout above 0/,
+  );
 });
 
 test("errors: the hierarchy and fields", T, () => {
@@ -111,6 +120,10 @@ test("errors: the hierarchy and fields", T, () => {
   });
   assert.equal(blocked.message, "the output gate blocked the tool's output (email, jwt)");
   assert.equal(blocked.code, "output_blocked");
+  assert.equal(
+    blocked.suggestion,
+    "the tool ran, but its output may not be shown; do not run it again to see it",
+  );
 
   const failed = new ToolFailed(
     { status: "error", error: { code: "timeout", message: "too slow", suggestion: "less" } },
@@ -126,6 +139,62 @@ test("errors: the hierarchy and fields", T, () => {
   assert.equal(plain.status, null);
   assert.equal(plain.body, null);
   assert.ok(new RequestRejected("x") instanceof ToolgateError);
+});
+
+test("forModel: what to tell the model instead of the tool's output", T, () => {
+  const gone = new Unavailable("gone", { code: "unreachable", suggestion: "start it" });
+  assert.equal(gone.forModel(), "toolgate did not run this tool (unreachable): gone. Next: start it");
+  assert.equal(
+    new Unavailable("down").forModel(),
+    "toolgate did not run this tool (error): down",
+  );
+  const denied = new Denied({
+    decision: "deny",
+    decision_id: "d1",
+    reasons: ["p1"],
+    errors: [{ code: "forbidden", message: "no", suggestion: "don't" }],
+  });
+  assert.equal(denied.forModel(), "toolgate did not run this tool (forbidden): no. Next: don't");
+  assert.equal(
+    new ApprovalTimeout("a2", 3).forModel(),
+    "toolgate did not run this tool (approval_timeout): no decision on approval a2 after 3 s. " +
+      "Next: wait again, or tell the user the call is waiting for a human",
+  );
+  const blocked = new OutputBlocked({ decision: "block", violations: [{ kind: "jwt" }] });
+  assert.equal(
+    blocked.forModel(),
+    "toolgate withheld this tool's output: the output gate blocked the tool's output (jwt). " +
+      "Next: the tool ran, but its output may not be shown; do not run it again to see it",
+  );
+});
+
+test("Denied: tolerant of a malformed decision", T, () => {
+  const odd = new Denied({
+    decision: "deny",
+    decision_id: 7,
+    stage: null,
+    reasons: "p1",
+    errors: ["not an object", { code: "forbidden", message: "no" }, 3],
+  });
+  assert.equal(odd.code, "forbidden");
+  assert.equal(odd.message, "no");
+  assert.equal(odd.suggestion, "");
+  assert.deepEqual(odd.errors, [{ code: "forbidden", message: "no" }]);
+  assert.deepEqual(odd.reasons, []);
+  assert.equal(odd.decisionId, "7");
+  assert.equal(odd.stage, "null");
+  const strings = new Denied({ errors: "boom", reasons: ["a", 1, { b: 2 }] });
+  assert.equal(strings.code, "denied");
+  assert.equal(strings.message, "the call was denied");
+  assert.deepEqual(strings.errors, []);
+  assert.deepEqual(strings.reasons, ["a", "1", '{"b":2}']);
+  assert.equal(strings.decisionId, "");
+  for (const decision of [null, "deny", [], 42]) {
+    const d = new Denied(decision);
+    assert.equal(d.code, "denied");
+    assert.deepEqual(d.errors, []);
+    assert.deepEqual(d.reasons, []);
+  }
 });
 
 test("guard: the tool name defaults to the function's name", T, async () => {

@@ -58,6 +58,7 @@ class Settings:
     max_retries: int
     max_retry_wait: float
     conv_id: str | None
+    execute_timeout: float
 
     @staticmethod
     def make(
@@ -68,15 +69,32 @@ class Settings:
         max_retries: int,
         max_retry_wait: float,
         conv_id: str | None,
+        execute_timeout: float = 3700.0,
     ) -> Settings:
         url = (url or os.environ.get("TOOLGATE_URL") or DEFAULT_URL).rstrip("/")
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"toolgate url must start with http:// or https://, not {url!r}")
         token = token if token is not None else os.environ.get("TOOLGATE_TOKEN")
-        if timeout <= 0 or approval_timeout < 0 or max_retries < 0 or max_retry_wait < 0:
-            raise ValueError("timeouts and retry bounds must not be negative (timeout above 0)")
+        if (
+            timeout <= 0
+            or execute_timeout <= 0
+            or approval_timeout < 0
+            or max_retries < 0
+            or max_retry_wait < 0
+        ):
+            raise ValueError(
+                "timeouts and retry bounds must not be negative (timeout and execute_timeout "
+                "above 0)"
+            )
         return Settings(
-            url, token or None, timeout, approval_timeout, max_retries, max_retry_wait, conv_id
+            url,
+            token or None,
+            timeout,
+            approval_timeout,
+            max_retries,
+            max_retry_wait,
+            conv_id,
+            execute_timeout,
         )
 
     def headers(self) -> dict[str, str]:
@@ -155,14 +173,64 @@ def _raise_for_error(response: httpx.Response, body: Any) -> None:
     raise RequestRejected(message, code=code, suggestion=suggestion, status=status, body=body)
 
 
+def _bad(status: int, body: Any, why: str) -> Unavailable:
+    return Unavailable(
+        f"the sidecar's answer (HTTP {status}) is not the API's: {why}",
+        code="bad_answer",
+        status=status,
+        body=body,
+    )
+
+
+def _check_decision(body: Any, status: int) -> Decision:
+    """A decision as the API defines it, or `Unavailable`: only a well-formed `allow` may
+    ever run a tool."""
+    if not isinstance(body, dict):
+        raise _bad(status, body, "a decision must be an object")
+    decision = body.get("decision")
+    if decision not in _DECISIONS:
+        raise _bad(status, body, f"unknown decision {decision!r}")
+    if status == 401 and decision != "deny":
+        raise _bad(status, body, "a 401 answer must be a deny")
+    if decision != "deny" and not (
+        isinstance(body.get("decision_id"), str) and body["decision_id"]
+    ):
+        raise _bad(status, body, "no decision_id")
+    errors = body.get("errors")
+    if not isinstance(errors, list) or not all(isinstance(e, dict) for e in errors):
+        raise _bad(status, body, "`errors` must be a list of objects")
+    if not isinstance(body.get("reasons"), list):
+        raise _bad(status, body, "`reasons` must be a list")
+    if "arguments" in body and not isinstance(body["arguments"], dict):
+        raise _bad(status, body, "`arguments` must be an object")
+    if decision == "pending_approval" and not (
+        isinstance(body.get("approval_id"), str) and body["approval_id"]
+    ):
+        raise _bad(status, body, "a pending decision without an approval_id")
+    return cast(Decision, body)
+
+
+def _check_report(body: Any, status: int) -> ResultReport:
+    """A `/v1/results` answer as the API defines it, or `Unavailable`."""
+    if not isinstance(body, dict) or body.get("decision") not in ("allow", "warn", "mask", "block"):
+        raise _bad(status, body, "not a result report")
+    if "output" not in body or not isinstance(body.get("violations"), list):
+        raise _bad(status, body, "a result report needs `output` and `violations`")
+    if not isinstance(body.get("dropped_count"), int) or not isinstance(
+        body.get("truncated"), bool
+    ):
+        raise _bad(status, body, "a result report needs `dropped_count` and `truncated`")
+    return cast(ResultReport, body)
+
+
 def _decision(response: httpx.Response) -> Decision:
     """A `/v1/authorize` answer: a decision (200, 401), or an exception."""
     body = _json(response)
     status = response.status_code
     if status == 429 and isinstance(body, dict):
         raise RateLimited(body, _retry_after(response, body))
-    if status in (200, 401) and isinstance(body, dict) and body.get("decision") in _DECISIONS:
-        return cast(Decision, body)
+    if status in (200, 401):
+        return _check_decision(body, status)
     if status == 503 and isinstance(body, dict) and body.get("decision") == "deny":
         raise Unavailable(
             str((body.get("errors") or [{}])[0].get("message", "the decision was not recorded")),
@@ -185,7 +253,15 @@ def _exec_result(response: httpx.Response) -> ExecResult:
     status = response.status_code
     if status == 429 and isinstance(body, dict):
         raise RateLimited(body, _retry_after(response, body))
-    if status in (200, 202, 403, 409, 422) and isinstance(body, dict) and "status" in body:
+    if status in (200, 202, 403, 409, 422):
+        if not isinstance(body, dict) or body.get("status") not in ("success", "error", "pending"):
+            raise _bad(status, body, "not a standard result")
+        if body["status"] == "pending" and not (
+            isinstance(body.get("approval_id"), str) and body["approval_id"]
+        ):
+            raise _bad(status, body, "a pending result without an approval_id")
+        if status == 200 and body["status"] == "pending":
+            raise _bad(status, body, "a pending result must be HTTP 202")
         return cast(ExecResult, body)
     if status == 401 and isinstance(body, dict) and body.get("decision") == "deny":
         raise Denied(cast(Decision, body), status=401)
@@ -248,11 +324,19 @@ class _Base:
         return self.settings.url
 
     def _transport_error(self, e: Exception) -> Unavailable:
+        if isinstance(e, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):
+            return Unavailable(
+                f"could not reach toolgate at {self.settings.url}: {e.__class__.__name__}: {e}",
+                code="unreachable",
+                suggestion="start the sidecar (`toolgate serve`) or check TOOLGATE_URL; "
+                "nothing was sent, so nothing was run",
+            )
         return Unavailable(
-            f"could not reach toolgate at {self.settings.url}: {e.__class__.__name__}: {e}",
-            code="unreachable",
-            suggestion="start the sidecar (`toolgate serve`) or check TOOLGATE_URL; "
-            "nothing was run",
+            f"no answer from toolgate at {self.settings.url} after the request was sent: "
+            f"{e.__class__.__name__}: {e}",
+            code="outcome_unknown",
+            suggestion="the call may have been decided, and through /v1/execute the tool may "
+            "have run: check the audit log (GET /v1/audit) before trying it again",
         )
 
     def _retry_wait(self, e: RateLimited, attempt: int) -> float | None:
@@ -272,6 +356,12 @@ class Client(_Base):
     - `max_retries`, `max_retry_wait`: `call` and `run` try a rate-limited call again up to
       this many times, when its `Retry-After` is at most this many seconds.
     - `conv_id`: the conversation every call belongs to (provenance), unless a call names one.
+    - `execute_timeout`: seconds to wait for `/v1/execute` to answer (the tool runs meanwhile,
+      up to its manifest's `limits.timeout_ms`, at most an hour; default 3,700).
+
+    A request sent that gets no answer (a timeout, a dropped connection) raises `Unavailable`
+    with code `outcome_unknown`: it may have been decided, and a tool run; one that could not
+    be sent, code `unreachable`.
     """
 
     def __init__(
@@ -284,10 +374,18 @@ class Client(_Base):
         max_retries: int = 2,
         max_retry_wait: float = 30.0,
         conv_id: str | None = None,
+        execute_timeout: float = 3700.0,
         transport: httpx.BaseTransport | None = None,
     ):
         self.settings = Settings.make(
-            url, token, timeout, approval_timeout, max_retries, max_retry_wait, conv_id
+            url,
+            token,
+            timeout,
+            approval_timeout,
+            max_retries,
+            max_retry_wait,
+            conv_id,
+            execute_timeout,
         )
         self._http = httpx.Client(
             base_url=self.settings.url,
@@ -314,15 +412,14 @@ class Client(_Base):
         body: Any = None,
         params: dict[str, Any] | None = None,
         extra_timeout: float = 0.0,
+        read_timeout: float | None = None,
     ) -> httpx.Response:
+        timeout = httpx.Timeout(
+            self.settings.timeout + extra_timeout,
+            read=read_timeout or self.settings.timeout + extra_timeout,
+        )
         try:
-            return self._http.request(
-                method,
-                path,
-                json=body,
-                params=params,
-                timeout=self.settings.timeout + extra_timeout,
-            )
+            return self._http.request(method, path, json=body, params=params, timeout=timeout)
         except httpx.HTTPError as e:
             raise self._transport_error(e) from e
 
@@ -360,7 +457,11 @@ class Client(_Base):
         body = _call_body(
             tool, args, conv_id or self.settings.conv_id, trace_id, iteration, approval_id
         )
-        return _exec_result(self._request("POST", "/v1/execute", body=body))
+        return _exec_result(
+            self._request(
+                "POST", "/v1/execute", body=body, read_timeout=self.settings.execute_timeout
+            )
+        )
 
     def report_result(
         self,
@@ -376,7 +477,8 @@ class Client(_Base):
             body["decision_id"] = decision_id
         if conv_id or self.settings.conv_id:
             body["conv_id"] = conv_id or self.settings.conv_id
-        return cast(ResultReport, _object(self._request("POST", "/v1/results", body=body)))
+        response = self._request("POST", "/v1/results", body=body)
+        return _check_report(_object(response), response.status_code)
 
     def screen(self, gate: str, content: Any, *, conv_id: str | None = None) -> Screened:
         """`POST /v1/gates/{gate}` (`input`, `context`, `output`, `tool_call`)."""
@@ -484,6 +586,11 @@ class Client(_Base):
         decision = self.decide(tool, args, conv_id=conv_id)
         run_args = decision.get("arguments", args if args is not None else {})
         output = fn(**run_args)
+        if inspect.isawaitable(output):
+            close = getattr(output, "close", None)
+            if close is not None:
+                close()
+            raise TypeError(f"{tool}: the tool is async; call it through an AsyncClient")
         report = self.report_result(
             tool, output, decision_id=decision["decision_id"], conv_id=conv_id
         )
@@ -501,7 +608,9 @@ class Client(_Base):
                 body = _call_body(
                     tool, args, conv_id or self.settings.conv_id, None, None, approval_id
                 )
-                response = self._request("POST", "/v1/execute", body=body)
+                response = self._request(
+                    "POST", "/v1/execute", body=body, read_timeout=self.settings.execute_timeout
+                )
                 result = _exec_result(response)
             except RateLimited as e:
                 wait = self._retry_wait(e, attempt)
@@ -510,7 +619,9 @@ class Client(_Base):
                 attempt += 1
                 time.sleep(wait)
                 continue
-            if result.get("status") == "pending" and approval_id is None:
+            if result.get("status") == "pending" and approval_id is not None:
+                raise _bad(response.status_code, result, "still pending after its approval")
+            if result.get("status") == "pending":
                 approval_id = result.get("approval_id")
                 if not approval_id:
                     raise Unavailable("a pending result without an approval id", body=result)
@@ -535,10 +646,18 @@ class AsyncClient(_Base):
         max_retries: int = 2,
         max_retry_wait: float = 30.0,
         conv_id: str | None = None,
+        execute_timeout: float = 3700.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ):
         self.settings = Settings.make(
-            url, token, timeout, approval_timeout, max_retries, max_retry_wait, conv_id
+            url,
+            token,
+            timeout,
+            approval_timeout,
+            max_retries,
+            max_retry_wait,
+            conv_id,
+            execute_timeout,
         )
         self._http = httpx.AsyncClient(
             base_url=self.settings.url,
@@ -565,15 +684,14 @@ class AsyncClient(_Base):
         body: Any = None,
         params: dict[str, Any] | None = None,
         extra_timeout: float = 0.0,
+        read_timeout: float | None = None,
     ) -> httpx.Response:
+        timeout = httpx.Timeout(
+            self.settings.timeout + extra_timeout,
+            read=read_timeout or self.settings.timeout + extra_timeout,
+        )
         try:
-            return await self._http.request(
-                method,
-                path,
-                json=body,
-                params=params,
-                timeout=self.settings.timeout + extra_timeout,
-            )
+            return await self._http.request(method, path, json=body, params=params, timeout=timeout)
         except httpx.HTTPError as e:
             raise self._transport_error(e) from e
 
@@ -605,7 +723,11 @@ class AsyncClient(_Base):
         body = _call_body(
             tool, args, conv_id or self.settings.conv_id, trace_id, iteration, approval_id
         )
-        return _exec_result(await self._request("POST", "/v1/execute", body=body))
+        return _exec_result(
+            await self._request(
+                "POST", "/v1/execute", body=body, read_timeout=self.settings.execute_timeout
+            )
+        )
 
     async def report_result(
         self,
@@ -620,7 +742,8 @@ class AsyncClient(_Base):
             body["decision_id"] = decision_id
         if conv_id or self.settings.conv_id:
             body["conv_id"] = conv_id or self.settings.conv_id
-        return cast(ResultReport, _object(await self._request("POST", "/v1/results", body=body)))
+        response = await self._request("POST", "/v1/results", body=body)
+        return _check_report(_object(response), response.status_code)
 
     async def screen(self, gate: str, content: Any, *, conv_id: str | None = None) -> Screened:
         body: dict[str, Any] = {"content": content}
@@ -729,7 +852,9 @@ class AsyncClient(_Base):
                 body = _call_body(
                     tool, args, conv_id or self.settings.conv_id, None, None, approval_id
                 )
-                response = await self._request("POST", "/v1/execute", body=body)
+                response = await self._request(
+                    "POST", "/v1/execute", body=body, read_timeout=self.settings.execute_timeout
+                )
                 result = _exec_result(response)
             except RateLimited as e:
                 wait = self._retry_wait(e, attempt)
@@ -738,7 +863,9 @@ class AsyncClient(_Base):
                 attempt += 1
                 await asyncio.sleep(wait)
                 continue
-            if result.get("status") == "pending" and approval_id is None:
+            if result.get("status") == "pending" and approval_id is not None:
+                raise _bad(response.status_code, result, "still pending after its approval")
+            if result.get("status") == "pending":
                 approval_id = result.get("approval_id")
                 if not approval_id:
                     raise Unavailable("a pending result without an approval id", body=result)

@@ -60,7 +60,8 @@ class Denied(ToolgateError):
     """The call was denied. `decision` is the sidecar's decision (reasons, stage, errors)."""
 
     def __init__(self, decision: Decision, *, status: int | None = None, **kw: Any):
-        errors = decision.get("errors") or []
+        raw = decision.get("errors") if isinstance(decision, dict) else None
+        errors = [e for e in raw if isinstance(e, dict)] if isinstance(raw, list) else []
         first: dict[str, Any] = dict(errors[0]) if errors else {}
         super().__init__(
             kw.pop("message", None) or first.get("message") or "the call was denied",
@@ -71,9 +72,10 @@ class Denied(ToolgateError):
             **kw,
         )
         self.decision = decision
-        self.decision_id: str = decision.get("decision_id", "")
-        self.stage: str = decision.get("stage", "")
-        self.reasons: list[str] = list(decision.get("reasons") or [])
+        self.decision_id: str = str(decision.get("decision_id", ""))
+        self.stage: str = str(decision.get("stage", ""))
+        reasons = decision.get("reasons")
+        self.reasons: list[str] = [str(r) for r in reasons] if isinstance(reasons, list) else []
         self.errors = errors
 
 

@@ -1,10 +1,10 @@
 """`guard` and `@tool`: wrap a Python function so every call of it goes through toolgate.
 
 The wrapped function keeps its name, signature and docstring (frameworks read them to build
-the tool's schema). Its arguments, bound by name, are the call's `args`; it runs only when the
-sidecar allows the call (after a human's approval when one is needed), with the masked
-arguments when the sidecar masks them, and the wrapper returns what the output gate lets
-through, not what the function returned.
+the tool's schema). Its arguments, bound by name with their defaults, are the call's `args`;
+it runs only when the sidecar allows the call (after a human's approval when one is needed),
+with the masked arguments when the sidecar masks them, and the wrapper returns what the output
+gate lets through, not what the function returned.
 """
 
 from __future__ import annotations
@@ -39,15 +39,18 @@ def default_async_client() -> AsyncClient:
 
 
 def _args(signature: inspect.Signature, a: tuple[Any, ...], kw: dict[str, Any]) -> dict[str, Any]:
-    """The call's arguments by name, as the model would send them (defaults left out)."""
+    """The call's arguments by name, defaults filled in: the policies decide on what the
+    function will run with."""
     bound = signature.bind(*a, **kw)
+    bound.apply_defaults()
     args: dict[str, Any] = {}
     for name, value in bound.arguments.items():
         kind = signature.parameters[name].kind
         if kind is inspect.Parameter.VAR_KEYWORD:
             args.update(value)
         elif kind is inspect.Parameter.VAR_POSITIONAL:
-            raise TypeError("a guarded tool cannot take *args: its arguments need names")
+            if value:
+                raise TypeError("a guarded tool cannot take *args: its arguments need names")
         else:
             args[name] = value
     return args

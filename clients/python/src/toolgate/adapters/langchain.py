@@ -26,9 +26,19 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
+from pydantic_core import to_jsonable_python
 
 from ..client import AsyncClient, Client
 from ..errors import ToolgateError
+
+
+def _json_args(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The parsed arguments as JSON (nested models, dates, ...), as toolgate decides on them
+    and as the tool, which validates its input again, runs with them."""
+    args = to_jsonable_python(kwargs)
+    if not isinstance(args, dict):
+        raise ToolException("toolgate did not run this tool: its arguments are not an object")
+    return args
 
 
 def guard_tool(
@@ -48,7 +58,10 @@ def guard_tool(
         assert client is not None
         try:
             outcome = client.call(
-                gate_name, kwargs, lambda **args: tool.invoke(args, config), conv_id=conv_id
+                gate_name,
+                _json_args(kwargs),
+                lambda **args: tool.invoke(args, config),
+                conv_id=conv_id,
             )
         except ToolgateError as e:
             raise ToolException(e.for_model()) from e
@@ -62,7 +75,9 @@ def guard_tool(
             return await tool.ainvoke(args, config)
 
         try:
-            outcome = await async_client.call(gate_name, kwargs, invoke, conv_id=conv_id)
+            outcome = await async_client.call(
+                gate_name, _json_args(kwargs), invoke, conv_id=conv_id
+            )
         except ToolgateError as e:
             raise ToolException(e.for_model()) from e
         return outcome.output

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
@@ -33,6 +34,9 @@ from agents import (
 
 from ..client import AsyncClient
 from ..errors import OutputBlocked, ToolgateError
+
+# Calls allowed and not yet screened that are remembered, at most.
+_MAX_OPEN_CALLS = 4096
 
 
 def _text(output: Any) -> str:
@@ -55,8 +59,9 @@ class ToolgateGuardrails:
         self.client = client
         self.conv_id = conv_id
         self.names = dict(names or {})
-        # tool_call_id -> the decision that allowed it, for the output guardrail.
-        self._allowed: dict[str, str] = {}
+        # tool_call_id -> the decision that allowed it, for the output guardrail (bounded: a
+        # tool that raises never reaches its output guardrail).
+        self._allowed: OrderedDict[str, str] = OrderedDict()
         self.input: ToolInputGuardrail[Any] = ToolInputGuardrail(
             guardrail_function=self._authorize, name="toolgate"
         )
@@ -103,6 +108,8 @@ class ToolgateGuardrails:
                 output_info=decision,
             )
         self._allowed[ctx.tool_call_id] = decision["decision_id"]
+        while len(self._allowed) > _MAX_OPEN_CALLS:
+            self._allowed.popitem(last=False)
         return ToolGuardrailFunctionOutput.allow(output_info=decision)
 
     async def _screen(self, data: ToolOutputGuardrailData) -> ToolGuardrailFunctionOutput:
