@@ -21,7 +21,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import quote
@@ -316,12 +316,198 @@ def _exec_outcome(result: ExecResult, status: int) -> Any:
     raise ToolFailed(result, status)
 
 
+# ---- requests and flows (no I/O: the clients send and sleep) ----
+
+
+@dataclass(frozen=True)
+class _Req:
+    """One request, and how its answer is read."""
+
+    method: str
+    path: str
+    parse: Callable[[httpx.Response], Any]
+    body: Any = None
+    params: dict[str, Any] | None = None
+    # Added to the request timeout (a long poll's wait).
+    extra_timeout: float = 0.0
+    # For the answer, instead of the request timeout (`/v1/execute`: the tool runs meanwhile).
+    read_timeout: float | None = None
+
+
+@dataclass(frozen=True)
+class _Sleep:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class _Run:
+    """Run the caller's tool with these arguments."""
+
+    tool: str
+    fn: Callable[..., Any]
+    args: dict[str, Any]
+
+
+_Step = _Req | _Sleep | _Run
+# A flow yields steps, is sent each step's result (or thrown its error), and returns a value.
+_Flow = Generator[_Step, Any, Any]
+
+
+def _conv(s: Settings, conv_id: str | None) -> str | None:
+    return conv_id or s.conv_id
+
+
+def _authorize_req(s: Settings, tool: str, args: dict[str, Any] | None, **kw: Any) -> _Req:
+    conv = _conv(s, kw.get("conv_id"))
+    body = _call_body(
+        tool, args, conv, kw.get("trace_id"), kw.get("iteration"), kw.get("approval_id")
+    )
+    return _Req("POST", "/v1/authorize", _decision, body)
+
+
+def _execute_req(s: Settings, tool: str, args: dict[str, Any] | None, **kw: Any) -> _Req:
+    conv = _conv(s, kw.get("conv_id"))
+    body = _call_body(
+        tool, args, conv, kw.get("trace_id"), kw.get("iteration"), kw.get("approval_id")
+    )
+    return _Req("POST", "/v1/execute", _exec_answer, body, read_timeout=s.execute_timeout)
+
+
+def _exec_answer(response: httpx.Response) -> tuple[ExecResult, int]:
+    return _exec_result(response), response.status_code
+
+
+def _report_req(
+    s: Settings, tool: str, output: Any, decision_id: str | None, conv_id: str | None
+) -> _Req:
+    body: dict[str, Any] = {"tool": tool, "output": _jsonable(output)}
+    if decision_id:
+        body["decision_id"] = decision_id
+    if _conv(s, conv_id):
+        body["conv_id"] = _conv(s, conv_id)
+    return _Req("POST", "/v1/results", lambda r: _check_report(_object(r), r.status_code), body)
+
+
+def _screen_req(s: Settings, gate: str, content: Any, conv_id: str | None) -> _Req:
+    body: dict[str, Any] = {"content": content}
+    if _conv(s, conv_id):
+        body["conv_id"] = _conv(s, conv_id)
+    return _Req("POST", "/v1/gates/" + quote(gate, safe=""), _object, body)
+
+
+def _approval_req(approval_id: str, wait: float | None) -> _Req:
+    return _Req(
+        "GET",
+        _approval_path(approval_id),
+        _object,
+        params=_wait_param(wait),
+        extra_timeout=wait or 0.0,
+    )
+
+
+def _settle_req(approval_id: str, verb: str, reason: str | None) -> _Req:
+    body = {"reason": reason} if reason else {}
+    return _Req("POST", f"{_approval_path(approval_id)}/{verb}", _object, body)
+
+
+def _approvals_req(params: dict[str, Any]) -> _Req:
+    return _Req("GET", "/v1/approvals", lambda r: _object(r).get("approvals", []), params=params)
+
+
+def _audit_req(params: dict[str, Any]) -> _Req:
+    return _Req("GET", "/v1/audit", _object, params=params)
+
+
+def _retry_wait(s: Settings, e: RateLimited, attempt: int) -> float | None:
+    """How long to wait before trying a rate-limited call again; None to give up."""
+    if attempt >= s.max_retries or e.retry_after > s.max_retry_wait:
+        return None
+    return e.retry_after
+
+
+def _retrying(s: Settings, make: Callable[[], _Req]) -> _Flow:
+    """`make()`'s request, tried again after a short 429 (`max_retries`, `max_retry_wait`)."""
+    attempt = 0
+    while True:
+        try:
+            return (yield make())
+        except RateLimited as e:
+            wait = _retry_wait(s, e, attempt)
+            if wait is None:
+                raise
+            attempt += 1
+            yield _Sleep(wait)
+
+
+def _wait_flow(s: Settings, approval_id: str, timeout: float | None) -> _Flow:
+    limit = s.approval_timeout if timeout is None else timeout
+    start = time.monotonic()
+    while True:
+        left = limit - (time.monotonic() - start)
+        approval = yield _approval_req(approval_id, max(0.0, min(LONG_POLL_S, left)))
+        if approval.get("status") != "pending":
+            return approval
+        if time.monotonic() - start >= limit:
+            raise ApprovalTimeout(approval_id, time.monotonic() - start)
+
+
+def _decide_flow(s: Settings, tool: str, args: dict[str, Any] | None, conv_id: str | None) -> _Flow:
+    decision = yield from _retrying(s, lambda: _authorize_req(s, tool, args, conv_id=conv_id))
+    if decision["decision"] == "pending_approval":
+        approval_id = decision["approval_id"]
+        approval = yield from _wait_flow(s, approval_id, None)
+        if approval.get("status") != "approved":
+            raise ApprovalDenied(decision, approval)
+        decision = yield from _retrying(
+            s, lambda: _authorize_req(s, tool, args, conv_id=conv_id, approval_id=approval_id)
+        )
+    if decision["decision"] != "allow":
+        raise Denied(decision)
+    return decision
+
+
+def _call_flow(
+    s: Settings,
+    tool: str,
+    args: dict[str, Any] | None,
+    fn: Callable[..., Any],
+    conv_id: str | None,
+) -> _Flow:
+    decision = yield from _decide_flow(s, tool, args, conv_id)
+    run_args = decision.get("arguments", args if args is not None else {})
+    output = yield _Run(tool, fn, run_args)
+    report = yield _report_req(s, tool, output, decision["decision_id"], conv_id)
+    return Outcome(_report_output(report), decision, report)
+
+
+def _run_flow(s: Settings, tool: str, args: dict[str, Any] | None, conv_id: str | None) -> _Flow:
+    approval_id: str | None = None
+    while True:
+
+        def make(pending: str | None = approval_id) -> _Req:
+            return _execute_req(s, tool, args, conv_id=conv_id, approval_id=pending)
+
+        result, status = yield from _retrying(s, make)
+        if result.get("status") != "pending":
+            return _exec_outcome(result, status)
+        if approval_id is not None:
+            raise _bad(status, result, "still pending after its approval")
+        approval_id = result["approval_id"]
+        approval = yield from _wait_flow(s, approval_id, None)
+        if approval.get("status") != "approved":
+            raise ApprovalDenied(result.get("decision") or cast(Decision, {}), approval)
+
+
 class _Base:
     settings: Settings
 
     @property
     def url(self) -> str:
         return self.settings.url
+
+    def _timeout(self, req: _Req) -> httpx.Timeout:
+        base = self.settings.timeout + req.extra_timeout
+        return httpx.Timeout(base, read=req.read_timeout or base)
 
     def _transport_error(self, e: Exception) -> Unavailable:
         if isinstance(e, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):
@@ -339,11 +525,15 @@ class _Base:
             "have run: check the audit log (GET /v1/audit) before trying it again",
         )
 
-    def _retry_wait(self, e: RateLimited, attempt: int) -> float | None:
-        """How long to wait before trying a rate-limited call again; None to give up."""
-        if attempt >= self.settings.max_retries or e.retry_after > self.settings.max_retry_wait:
-            return None
-        return e.retry_after
+
+def _sync_output(step: _Run) -> Any:
+    output = step.fn(**step.args)
+    if inspect.isawaitable(output):
+        close = getattr(output, "close", None)
+        if close is not None:
+            close()
+        raise TypeError(f"{step.tool}: the tool is async; call it through an AsyncClient")
+    return output
 
 
 class Client(_Base):
@@ -390,7 +580,6 @@ class Client(_Base):
         self._http = httpx.Client(
             base_url=self.settings.url,
             headers=self.settings.headers(),
-            timeout=self.settings.timeout,
             transport=transport,
             follow_redirects=False,
         )
@@ -404,24 +593,38 @@ class Client(_Base):
     def close(self) -> None:
         self._http.close()
 
-    def _request(
-        self,
-        method: str,
-        path: str,
-        *,
-        body: Any = None,
-        params: dict[str, Any] | None = None,
-        extra_timeout: float = 0.0,
-        read_timeout: float | None = None,
-    ) -> httpx.Response:
-        timeout = httpx.Timeout(
-            self.settings.timeout + extra_timeout,
-            read=read_timeout or self.settings.timeout + extra_timeout,
-        )
+    def _send(self, req: _Req) -> Any:
         try:
-            return self._http.request(method, path, json=body, params=params, timeout=timeout)
+            response = self._http.request(
+                req.method,
+                req.path,
+                json=req.body,
+                params=req.params,
+                timeout=self._timeout(req),
+            )
         except httpx.HTTPError as e:
             raise self._transport_error(e) from e
+        return req.parse(response)
+
+    def _drive(self, flow: _Flow) -> Any:
+        """Runs a flow: sends its requests, sleeps its waits, runs its tool."""
+        send: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = flow.throw(error) if error is not None else flow.send(send)
+            except StopIteration as done:
+                return done.value
+            send, error = None, None
+            try:
+                if isinstance(step, _Req):
+                    send = self._send(step)
+                elif isinstance(step, _Sleep):
+                    time.sleep(step.seconds)
+                else:
+                    send = _sync_output(step)
+            except ToolgateError as e:
+                error = e
 
     # ---- endpoints ----
 
@@ -437,10 +640,11 @@ class Client(_Base):
     ) -> Decision:
         """`POST /v1/authorize`: the decision (allow, deny or pending_approval). Raises
         `RateLimited` on 429 and `Unavailable` when no decision could be had."""
-        body = _call_body(
-            tool, args, conv_id or self.settings.conv_id, trace_id, iteration, approval_id
+        kw = {"conv_id": conv_id, "trace_id": trace_id, "iteration": iteration}
+        return cast(
+            Decision,
+            self._send(_authorize_req(self.settings, tool, args, approval_id=approval_id, **kw)),
         )
-        return _decision(self._request("POST", "/v1/authorize", body=body))
 
     def execute(
         self,
@@ -454,14 +658,9 @@ class Client(_Base):
     ) -> ExecResult:
         """`POST /v1/execute`: toolgate decides and runs the tool. Returns the standard result
         (status `success`, `error` or `pending`); raises `RateLimited` or `Unavailable`."""
-        body = _call_body(
-            tool, args, conv_id or self.settings.conv_id, trace_id, iteration, approval_id
-        )
-        return _exec_result(
-            self._request(
-                "POST", "/v1/execute", body=body, read_timeout=self.settings.execute_timeout
-            )
-        )
+        kw = {"conv_id": conv_id, "trace_id": trace_id, "iteration": iteration}
+        req = _execute_req(self.settings, tool, args, approval_id=approval_id, **kw)
+        return cast(ExecResult, self._send(req)[0])
 
     def report_result(
         self,
@@ -472,66 +671,40 @@ class Client(_Base):
         conv_id: str | None = None,
     ) -> ResultReport:
         """`POST /v1/results`: what a tool returned, screened. Use `report["output"]`."""
-        body: dict[str, Any] = {"tool": tool, "output": _jsonable(output)}
-        if decision_id:
-            body["decision_id"] = decision_id
-        if conv_id or self.settings.conv_id:
-            body["conv_id"] = conv_id or self.settings.conv_id
-        response = self._request("POST", "/v1/results", body=body)
-        return _check_report(_object(response), response.status_code)
+        return cast(
+            ResultReport,
+            self._send(_report_req(self.settings, tool, output, decision_id, conv_id)),
+        )
 
     def screen(self, gate: str, content: Any, *, conv_id: str | None = None) -> Screened:
         """`POST /v1/gates/{gate}` (`input`, `context`, `output`, `tool_call`)."""
-        body: dict[str, Any] = {"content": content}
-        if conv_id or self.settings.conv_id:
-            body["conv_id"] = conv_id or self.settings.conv_id
-        path = "/v1/gates/" + quote(gate, safe="")
-        return cast(Screened, _object(self._request("POST", path, body=body)))
+        return cast(Screened, self._send(_screen_req(self.settings, gate, content, conv_id)))
 
     def get_approval(self, approval_id: str, *, wait: float | None = None) -> Approval:
         """`GET /v1/approvals/{id}`; with `wait` (seconds, at most 60) it long-polls until a
         human decides."""
-        response = self._request(
-            "GET",
-            _approval_path(approval_id),
-            params=_wait_param(wait),
-            extra_timeout=wait or 0.0,
-        )
-        return cast(Approval, _object(response))
+        return cast(Approval, self._send(_approval_req(approval_id, wait)))
 
     def wait_for_approval(self, approval_id: str, timeout: float | None = None) -> Approval:
         """Long-polls until the approval is no longer pending; raises `ApprovalTimeout`."""
-        limit = self.settings.approval_timeout if timeout is None else timeout
-        start = time.monotonic()
-        while True:
-            left = limit - (time.monotonic() - start)
-            approval = self.get_approval(approval_id, wait=max(0.0, min(LONG_POLL_S, left)))
-            if approval.get("status") != "pending":
-                return approval
-            if time.monotonic() - start >= limit:
-                raise ApprovalTimeout(approval_id, time.monotonic() - start)
+        return cast(Approval, self._drive(_wait_flow(self.settings, approval_id, timeout)))
 
     def approve(self, approval_id: str, reason: str | None = None) -> Approval:
         """`POST /v1/approvals/{id}/approve` (a human approver's token)."""
-        body = {"reason": reason} if reason else {}
-        path = _approval_path(approval_id) + "/approve"
-        return cast(Approval, _object(self._request("POST", path, body=body)))
+        return cast(Approval, self._send(_settle_req(approval_id, "approve", reason)))
 
     def deny(self, approval_id: str, reason: str | None = None) -> Approval:
         """`POST /v1/approvals/{id}/deny` (a human approver's token)."""
-        body = {"reason": reason} if reason else {}
-        path = _approval_path(approval_id) + "/deny"
-        return cast(Approval, _object(self._request("POST", path, body=body)))
+        return cast(Approval, self._send(_settle_req(approval_id, "deny", reason)))
 
     def approvals(self, **params: Any) -> list[Approval]:
         """`GET /v1/approvals` (filters as query parameters, e.g. `status="pending"`)."""
-        body = _object(self._request("GET", "/v1/approvals", params=params))
-        return cast(list[Approval], body.get("approvals", []))
+        return cast(list[Approval], self._send(_approvals_req(params)))
 
     def audit(self, **params: Any) -> AuditPage:
         """`GET /v1/audit` (humans, filters as query parameters): records, newest first, and
         the `next_cursor` of the next page."""
-        return cast(AuditPage, _object(self._request("GET", "/v1/audit", params=params)))
+        return cast(AuditPage, self._send(_audit_req(params)))
 
     # ---- the loop ----
 
@@ -541,36 +714,7 @@ class Client(_Base):
         """Authorize until there is an `allow`: waits out short rate limits and a pending
         approval, then returns the allowing decision. Raises `Denied` (and its kinds) or
         `ApprovalTimeout` otherwise."""
-        decision = self._authorize_retrying(tool, args, conv_id, None)
-        if decision["decision"] == "pending_approval":
-            approval_id = decision.get("approval_id")
-            if not approval_id:
-                raise Unavailable("a pending decision without an approval id", body=decision)
-            approval = self.wait_for_approval(approval_id)
-            if approval.get("status") != "approved":
-                raise ApprovalDenied(decision, approval)
-            decision = self._authorize_retrying(tool, args, conv_id, approval_id)
-        if decision["decision"] != "allow":
-            raise Denied(decision)
-        return decision
-
-    def _authorize_retrying(
-        self,
-        tool: str,
-        args: dict[str, Any] | None,
-        conv_id: str | None,
-        approval_id: str | None,
-    ) -> Decision:
-        attempt = 0
-        while True:
-            try:
-                return self.authorize(tool, args, conv_id=conv_id, approval_id=approval_id)
-            except RateLimited as e:
-                wait = self._retry_wait(e, attempt)
-                if wait is None:
-                    raise
-                attempt += 1
-                time.sleep(wait)
+        return cast(Decision, self._drive(_decide_flow(self.settings, tool, args, conv_id)))
 
     def call(
         self,
@@ -583,58 +727,19 @@ class Client(_Base):
         """The whole loop around a tool you run: `decide`, then `fn(**args)` (the masked
         arguments when the sidecar masks them), then `report_result`. Returns what may reach
         the model; raises `OutputBlocked` when nothing may."""
-        decision = self.decide(tool, args, conv_id=conv_id)
-        run_args = decision.get("arguments", args if args is not None else {})
-        output = fn(**run_args)
-        if inspect.isawaitable(output):
-            close = getattr(output, "close", None)
-            if close is not None:
-                close()
-            raise TypeError(f"{tool}: the tool is async; call it through an AsyncClient")
-        report = self.report_result(
-            tool, output, decision_id=decision["decision_id"], conv_id=conv_id
-        )
-        return Outcome(_report_output(report), decision, report)
+        return cast(Outcome, self._drive(_call_flow(self.settings, tool, args, fn, conv_id)))
 
     def run(
         self, tool: str, args: dict[str, Any] | None = None, *, conv_id: str | None = None
     ) -> Any:
         """The loop with `/v1/execute`: toolgate runs the tool. Returns the result's `data`;
         raises `Denied`, `ApprovalDenied`, `ApprovalTimeout` or `ToolFailed`."""
-        approval_id: str | None = None
-        attempt = 0
-        while True:
-            try:
-                body = _call_body(
-                    tool, args, conv_id or self.settings.conv_id, None, None, approval_id
-                )
-                response = self._request(
-                    "POST", "/v1/execute", body=body, read_timeout=self.settings.execute_timeout
-                )
-                result = _exec_result(response)
-            except RateLimited as e:
-                wait = self._retry_wait(e, attempt)
-                if wait is None:
-                    raise
-                attempt += 1
-                time.sleep(wait)
-                continue
-            if result.get("status") == "pending" and approval_id is not None:
-                raise _bad(response.status_code, result, "still pending after its approval")
-            if result.get("status") == "pending":
-                approval_id = result.get("approval_id")
-                if not approval_id:
-                    raise Unavailable("a pending result without an approval id", body=result)
-                approval = self.wait_for_approval(approval_id)
-                if approval.get("status") != "approved":
-                    decision = result.get("decision") or cast(Decision, {})
-                    raise ApprovalDenied(decision, approval)
-                continue
-            return _exec_outcome(result, response.status_code)
+        return self._drive(_run_flow(self.settings, tool, args, conv_id))
 
 
 class AsyncClient(_Base):
-    """The asyncio client: the same constructor and methods as `Client`, as coroutines."""
+    """The asyncio client: the same constructor and methods as `Client` (see each there), as
+    coroutines; `call` also takes a coroutine function as the tool."""
 
     def __init__(
         self,
@@ -662,7 +767,6 @@ class AsyncClient(_Base):
         self._http = httpx.AsyncClient(
             base_url=self.settings.url,
             headers=self.settings.headers(),
-            timeout=self.settings.timeout,
             transport=transport,
             follow_redirects=False,
         )
@@ -676,24 +780,39 @@ class AsyncClient(_Base):
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def _request(
-        self,
-        method: str,
-        path: str,
-        *,
-        body: Any = None,
-        params: dict[str, Any] | None = None,
-        extra_timeout: float = 0.0,
-        read_timeout: float | None = None,
-    ) -> httpx.Response:
-        timeout = httpx.Timeout(
-            self.settings.timeout + extra_timeout,
-            read=read_timeout or self.settings.timeout + extra_timeout,
-        )
+    async def _send(self, req: _Req) -> Any:
         try:
-            return await self._http.request(method, path, json=body, params=params, timeout=timeout)
+            response = await self._http.request(
+                req.method,
+                req.path,
+                json=req.body,
+                params=req.params,
+                timeout=self._timeout(req),
+            )
         except httpx.HTTPError as e:
             raise self._transport_error(e) from e
+        return req.parse(response)
+
+    async def _drive(self, flow: _Flow) -> Any:
+        send: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = flow.throw(error) if error is not None else flow.send(send)
+            except StopIteration as done:
+                return done.value
+            send, error = None, None
+            try:
+                if isinstance(step, _Req):
+                    send = await self._send(step)
+                elif isinstance(step, _Sleep):
+                    await asyncio.sleep(step.seconds)
+                else:
+                    send = step.fn(**step.args)
+                    if inspect.isawaitable(send):
+                        send = await send
+            except ToolgateError as e:
+                error = e
 
     async def authorize(
         self,
@@ -705,10 +824,9 @@ class AsyncClient(_Base):
         iteration: int | None = None,
         approval_id: str | None = None,
     ) -> Decision:
-        body = _call_body(
-            tool, args, conv_id or self.settings.conv_id, trace_id, iteration, approval_id
-        )
-        return _decision(await self._request("POST", "/v1/authorize", body=body))
+        kw = {"conv_id": conv_id, "trace_id": trace_id, "iteration": iteration}
+        req = _authorize_req(self.settings, tool, args, approval_id=approval_id, **kw)
+        return cast(Decision, await self._send(req))
 
     async def execute(
         self,
@@ -720,14 +838,9 @@ class AsyncClient(_Base):
         iteration: int | None = None,
         approval_id: str | None = None,
     ) -> ExecResult:
-        body = _call_body(
-            tool, args, conv_id or self.settings.conv_id, trace_id, iteration, approval_id
-        )
-        return _exec_result(
-            await self._request(
-                "POST", "/v1/execute", body=body, read_timeout=self.settings.execute_timeout
-            )
-        )
+        kw = {"conv_id": conv_id, "trace_id": trace_id, "iteration": iteration}
+        req = _execute_req(self.settings, tool, args, approval_id=approval_id, **kw)
+        return cast(ExecResult, (await self._send(req))[0])
 
     async def report_result(
         self,
@@ -737,91 +850,36 @@ class AsyncClient(_Base):
         decision_id: str | None = None,
         conv_id: str | None = None,
     ) -> ResultReport:
-        body: dict[str, Any] = {"tool": tool, "output": _jsonable(output)}
-        if decision_id:
-            body["decision_id"] = decision_id
-        if conv_id or self.settings.conv_id:
-            body["conv_id"] = conv_id or self.settings.conv_id
-        response = await self._request("POST", "/v1/results", body=body)
-        return _check_report(_object(response), response.status_code)
+        req = _report_req(self.settings, tool, output, decision_id, conv_id)
+        return cast(ResultReport, await self._send(req))
 
     async def screen(self, gate: str, content: Any, *, conv_id: str | None = None) -> Screened:
-        body: dict[str, Any] = {"content": content}
-        if conv_id or self.settings.conv_id:
-            body["conv_id"] = conv_id or self.settings.conv_id
-        path = "/v1/gates/" + quote(gate, safe="")
-        return cast(Screened, _object(await self._request("POST", path, body=body)))
+        return cast(Screened, await self._send(_screen_req(self.settings, gate, content, conv_id)))
 
     async def get_approval(self, approval_id: str, *, wait: float | None = None) -> Approval:
-        response = await self._request(
-            "GET",
-            _approval_path(approval_id),
-            params=_wait_param(wait),
-            extra_timeout=wait or 0.0,
-        )
-        return cast(Approval, _object(response))
+        return cast(Approval, await self._send(_approval_req(approval_id, wait)))
 
     async def wait_for_approval(self, approval_id: str, timeout: float | None = None) -> Approval:
-        limit = self.settings.approval_timeout if timeout is None else timeout
-        start = time.monotonic()
-        while True:
-            left = limit - (time.monotonic() - start)
-            approval = await self.get_approval(approval_id, wait=max(0.0, min(LONG_POLL_S, left)))
-            if approval.get("status") != "pending":
-                return approval
-            if time.monotonic() - start >= limit:
-                raise ApprovalTimeout(approval_id, time.monotonic() - start)
+        flow = _wait_flow(self.settings, approval_id, timeout)
+        return cast(Approval, await self._drive(flow))
 
     async def approve(self, approval_id: str, reason: str | None = None) -> Approval:
-        body = {"reason": reason} if reason else {}
-        path = _approval_path(approval_id) + "/approve"
-        return cast(Approval, _object(await self._request("POST", path, body=body)))
+        return cast(Approval, await self._send(_settle_req(approval_id, "approve", reason)))
 
     async def deny(self, approval_id: str, reason: str | None = None) -> Approval:
-        body = {"reason": reason} if reason else {}
-        path = _approval_path(approval_id) + "/deny"
-        return cast(Approval, _object(await self._request("POST", path, body=body)))
+        return cast(Approval, await self._send(_settle_req(approval_id, "deny", reason)))
 
     async def approvals(self, **params: Any) -> list[Approval]:
-        body = _object(await self._request("GET", "/v1/approvals", params=params))
-        return cast(list[Approval], body.get("approvals", []))
+        return cast(list[Approval], await self._send(_approvals_req(params)))
 
     async def audit(self, **params: Any) -> AuditPage:
-        return cast(AuditPage, _object(await self._request("GET", "/v1/audit", params=params)))
+        return cast(AuditPage, await self._send(_audit_req(params)))
 
     async def decide(
         self, tool: str, args: dict[str, Any] | None = None, *, conv_id: str | None = None
     ) -> Decision:
-        decision = await self._authorize_retrying(tool, args, conv_id, None)
-        if decision["decision"] == "pending_approval":
-            approval_id = decision.get("approval_id")
-            if not approval_id:
-                raise Unavailable("a pending decision without an approval id", body=decision)
-            approval = await self.wait_for_approval(approval_id)
-            if approval.get("status") != "approved":
-                raise ApprovalDenied(decision, approval)
-            decision = await self._authorize_retrying(tool, args, conv_id, approval_id)
-        if decision["decision"] != "allow":
-            raise Denied(decision)
-        return decision
-
-    async def _authorize_retrying(
-        self,
-        tool: str,
-        args: dict[str, Any] | None,
-        conv_id: str | None,
-        approval_id: str | None,
-    ) -> Decision:
-        attempt = 0
-        while True:
-            try:
-                return await self.authorize(tool, args, conv_id=conv_id, approval_id=approval_id)
-            except RateLimited as e:
-                wait = self._retry_wait(e, attempt)
-                if wait is None:
-                    raise
-                attempt += 1
-                await asyncio.sleep(wait)
+        flow = _decide_flow(self.settings, tool, args, conv_id)
+        return cast(Decision, await self._drive(flow))
 
     async def call(
         self,
@@ -831,50 +889,13 @@ class AsyncClient(_Base):
         *,
         conv_id: str | None = None,
     ) -> Outcome:
-        """As `Client.call`; `fn` may be a coroutine function or a plain one."""
-        decision = await self.decide(tool, args, conv_id=conv_id)
-        run_args = decision.get("arguments", args if args is not None else {})
-        output = fn(**run_args)
-        if inspect.isawaitable(output):
-            output = await output
-        report = await self.report_result(
-            tool, output, decision_id=decision["decision_id"], conv_id=conv_id
-        )
-        return Outcome(_report_output(report), decision, report)
+        flow = _call_flow(self.settings, tool, args, fn, conv_id)
+        return cast(Outcome, await self._drive(flow))
 
     async def run(
         self, tool: str, args: dict[str, Any] | None = None, *, conv_id: str | None = None
     ) -> Any:
-        approval_id: str | None = None
-        attempt = 0
-        while True:
-            try:
-                body = _call_body(
-                    tool, args, conv_id or self.settings.conv_id, None, None, approval_id
-                )
-                response = await self._request(
-                    "POST", "/v1/execute", body=body, read_timeout=self.settings.execute_timeout
-                )
-                result = _exec_result(response)
-            except RateLimited as e:
-                wait = self._retry_wait(e, attempt)
-                if wait is None:
-                    raise
-                attempt += 1
-                await asyncio.sleep(wait)
-                continue
-            if result.get("status") == "pending" and approval_id is not None:
-                raise _bad(response.status_code, result, "still pending after its approval")
-            if result.get("status") == "pending":
-                approval_id = result.get("approval_id")
-                if not approval_id:
-                    raise Unavailable("a pending result without an approval id", body=result)
-                approval = await self.wait_for_approval(approval_id)
-                if approval.get("status") != "approved":
-                    decision = result.get("decision") or cast(Decision, {})
-                    raise ApprovalDenied(decision, approval)
-                continue
-            return _exec_outcome(result, response.status_code)
+        return await self._drive(_run_flow(self.settings, tool, args, conv_id))
 
 
 __all__ = ["AsyncClient", "Client", "Outcome", "Settings", "ToolgateError"]
