@@ -499,7 +499,40 @@ def _run_flow(s: Settings, tool: str, args: dict[str, Any] | None, conv_id: str 
 
 
 class _Base:
-    settings: Settings
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = 10.0,
+        approval_timeout: float = 300.0,
+        max_retries: int = 2,
+        max_retry_wait: float = 30.0,
+        conv_id: str | None = None,
+        execute_timeout: float = 3700.0,
+        transport: Any = None,
+    ):
+        self.settings = Settings.make(
+            url,
+            token,
+            timeout,
+            approval_timeout,
+            max_retries,
+            max_retry_wait,
+            conv_id,
+            execute_timeout,
+        )
+        self._open(transport)
+
+    def _open(self, transport: Any) -> None:
+        raise NotImplementedError
+
+    def _http_options(self) -> dict[str, Any]:
+        return {
+            "base_url": self.settings.url,
+            "headers": self.settings.headers(),
+            "follow_redirects": False,
+        }
 
     @property
     def url(self) -> str:
@@ -554,35 +587,8 @@ class Client(_Base):
     be sent, code `unreachable`.
     """
 
-    def __init__(
-        self,
-        url: str | None = None,
-        token: str | None = None,
-        *,
-        timeout: float = 10.0,
-        approval_timeout: float = 300.0,
-        max_retries: int = 2,
-        max_retry_wait: float = 30.0,
-        conv_id: str | None = None,
-        execute_timeout: float = 3700.0,
-        transport: httpx.BaseTransport | None = None,
-    ):
-        self.settings = Settings.make(
-            url,
-            token,
-            timeout,
-            approval_timeout,
-            max_retries,
-            max_retry_wait,
-            conv_id,
-            execute_timeout,
-        )
-        self._http = httpx.Client(
-            base_url=self.settings.url,
-            headers=self.settings.headers(),
-            transport=transport,
-            follow_redirects=False,
-        )
+    def _open(self, transport: httpx.BaseTransport | None) -> None:
+        self._http = httpx.Client(transport=transport, **self._http_options())
 
     def __enter__(self) -> Client:
         return self
@@ -741,35 +747,8 @@ class AsyncClient(_Base):
     """The asyncio client: the same constructor and methods as `Client` (see each there), as
     coroutines; `call` also takes a coroutine function as the tool."""
 
-    def __init__(
-        self,
-        url: str | None = None,
-        token: str | None = None,
-        *,
-        timeout: float = 10.0,
-        approval_timeout: float = 300.0,
-        max_retries: int = 2,
-        max_retry_wait: float = 30.0,
-        conv_id: str | None = None,
-        execute_timeout: float = 3700.0,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ):
-        self.settings = Settings.make(
-            url,
-            token,
-            timeout,
-            approval_timeout,
-            max_retries,
-            max_retry_wait,
-            conv_id,
-            execute_timeout,
-        )
-        self._http = httpx.AsyncClient(
-            base_url=self.settings.url,
-            headers=self.settings.headers(),
-            transport=transport,
-            follow_redirects=False,
-        )
+    def _open(self, transport: httpx.AsyncBaseTransport | None) -> None:
+        self._http = httpx.AsyncClient(transport=transport, **self._http_options())
 
     async def __aenter__(self) -> AsyncClient:
         return self
