@@ -346,9 +346,11 @@ impl App {
             let state = state.clone();
             tokio::spawn(async move {
                 let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
+                let mut seen = crate::gateway::Seen::default();
                 loop {
                     every.tick().await;
                     expire_due(&state).await;
+                    crate::gateway::look_for_notices(&state, &mut seen, now_ms());
                 }
             })
         };
@@ -528,5 +530,7 @@ fn start_webhook(hook: &WebhookSettings, section: &str) -> anyhow::Result<Webhoo
         timeout: hook.timeout,
         attempts: hook.attempts,
         backoff: std::time::Duration::from_millis(250),
+        format: hook.format,
+        console_url: hook.console_url.clone(),
     })?)
 }

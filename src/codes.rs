@@ -195,6 +195,9 @@ codes! {
     MethodNotAllowed = "method_not_allowed", 405, "error body",
         "the route does not take this method",
         "see docs/openapi.json for the routes";
+    CsrfRejected = "csrf_rejected", 403, "error body (console session)",
+        "a state change sent with the console's session cookie lacked its CSRF token, or came from another origin",
+        "send the session's token (GET /ui/session `csrf`) as `X-Toolgate-CSRF`, from the console's own origin";
     NotReady = "not_ready", 503, "error body",
         "no valid policy set is loaded",
         "operators: fix the policies (`toolgate validate` names each problem) or see /readyz";

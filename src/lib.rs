@@ -5,8 +5,9 @@
 //! above, and no two top-level modules use each other, directly or around a loop
 //! (`tests/it/layers.rs` reads every `crate::` path and checks both):
 //! - front ends: [`cli`] (the `toolgate` subcommands) → [`app`] (startup: `App::build`,
-//!   `App::serve`) → [`api`] (HTTP: routes, the status table, connections) → [`mcp`] (the MCP
-//!   server side, stdio and `/mcp`).
+//!   `App::serve`) → [`api`] (HTTP: routes, the status table, connections) → [`console`] (the
+//!   approver console at `/ui`: sign-in, sessions, CSRF) → [`mcp`] (the MCP server side,
+//!   stdio and `/mcp`).
 //! - pipeline: [`gateway`] (deciding a call, settling approvals, screening, running tools, the
 //!   background jobs; no HTTP).
 //! - domain: [`auth`] (credentials → principal), [`authz`] (call + snapshot → verdict),
@@ -34,6 +35,7 @@ pub mod cli;
 pub mod clock;
 pub mod codes;
 pub mod config;
+pub mod console;
 pub mod digest;
 pub mod exec;
 pub mod files;

@@ -5,6 +5,7 @@
 
 mod audit;
 mod error;
+mod events;
 mod handlers;
 mod metrics;
 mod routes;
@@ -32,11 +33,14 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/readyz"),
     ("GET", "/metrics"),
     ("GET", "/v1/approvals"),
+    ("GET", "/v1/approvals/events"),
     ("GET", "/v1/approvals/{id}"),
     ("POST", "/v1/approvals/{id}/approve"),
     ("POST", "/v1/approvals/{id}/deny"),
     ("GET", "/v1/audit"),
     ("GET", "/v1/audit/head"),
+    ("GET", "/v1/audit/verify"),
+    ("GET", "/v1/audit/export"),
     ("GET", "/v1/admin/kill-switch"),
     ("POST", "/v1/admin/kill-switch"),
     ("GET", "/v1/admin/quarantine"),
@@ -60,6 +64,7 @@ pub fn router(state: Gateway) -> Router {
 pub fn router_at(state: Gateway, listen: Option<std::net::SocketAddr>) -> Router {
     let limit = state.max_body_bytes;
     let mcp = crate::mcp::service(state.clone(), listen);
+    let sessions = crate::console::sessions();
     Router::new()
         .route(
             "/mcp",
@@ -84,11 +89,14 @@ pub fn router_at(state: Gateway, listen: Option<std::net::SocketAddr>) -> Router
         .route("/readyz", get(handlers::readyz))
         .route("/metrics", get(metrics::render))
         .route("/v1/approvals", get(routes::list_approvals))
+        .route("/v1/approvals/events", get(events::approval_events))
         .route("/v1/approvals/{id}", get(routes::show_approval))
         .route("/v1/approvals/{id}/approve", post(routes::approve))
         .route("/v1/approvals/{id}/deny", post(routes::deny))
         .route("/v1/audit", get(audit::query))
         .route("/v1/audit/head", get(audit::head))
+        .route("/v1/audit/verify", get(audit::verify))
+        .route("/v1/audit/export", get(audit::export))
         .route(
             "/v1/admin/kill-switch",
             get(routes::show_kill_switch).post(routes::set_kill_switch),
@@ -103,8 +111,11 @@ pub fn router_at(state: Gateway, listen: Option<std::net::SocketAddr>) -> Router
             post(routes::report).layer(DefaultBodyLimit::max(limit.max(RESULTS_MAX_BODY))),
         )
         .route("/v1/execute", post(routes::execute))
+        .merge(crate::console::routes(sessions.clone()))
         .fallback(handlers::not_found)
         .method_not_allowed_fallback(handlers::method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn(crate::console::session_layer))
+        .layer(axum::Extension(sessions))
         .with_state(state)
 }

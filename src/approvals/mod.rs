@@ -24,7 +24,7 @@ mod webhook;
 pub use pending::{Bounds, Full, Scope};
 pub(crate) use store::SledApprovals;
 pub use store::{ApprovalStore, ApprovalStoreError};
-pub use webhook::{Webhook, WebhookConfig, WebhookStats, sign, webhook_origin};
+pub use webhook::{Format, Webhook, WebhookConfig, WebhookStats, sign, webhook_origin};
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -410,6 +410,8 @@ pub struct Approvals {
     /// The arguments of recent approvals as eligible approvers see them (secrets masked),
     /// in memory only: the stored record keeps the redacted preview.
     arguments: Mutex<Arguments>,
+    /// Pending approvals already reminded of (half their time to live passed).
+    reminded: Mutex<std::collections::HashSet<String>>,
 }
 
 /// Most approvals whose arguments are kept for approvers (oldest forgotten first).
@@ -463,6 +465,7 @@ impl Approvals {
                 .collect(),
             webhook: None,
             arguments: Mutex::default(),
+            reminded: Mutex::default(),
         })
     }
 
@@ -533,7 +536,7 @@ impl Approvals {
         l.lock_owned().await
     }
 
-    /// Announces every new pending approval to `webhook`.
+    /// Announces approval events (and the gateway's other notices) to `webhook`.
     #[must_use]
     pub fn with_webhook(mut self, webhook: Webhook) -> Self {
         self.webhook = Some(webhook);
@@ -691,16 +694,59 @@ impl Approvals {
             t.put(None, a);
         }
         self.notify();
-        if planned.opened
-            && let Some(hook) = &self.webhook
-        {
-            hook.send(serde_json::json!({
+        if planned.opened {
+            self.announce(serde_json::json!({
                 "event": "approval.pending",
                 "approval": a,
                 "approve": format!("/v1/approvals/{}/approve", a.id),
                 "deny": format!("/v1/approvals/{}/deny", a.id),
             }));
+        } else if matches!(a.status, Status::Approved | Status::Denied) {
+            self.announce(serde_json::json!({"event": "approval.decided", "approval": a}));
         }
+    }
+
+    /// Sends `event` to the approver webhook, when one is configured (never blocks).
+    pub fn announce(&self, event: serde_json::Value) {
+        if let Some(hook) = &self.webhook {
+            hook.send(event);
+        }
+    }
+
+    /// Whether an approver webhook is configured.
+    pub fn announces(&self) -> bool {
+        self.webhook.is_some()
+    }
+
+    /// Pending approvals past half their time to live that have not been reminded of yet:
+    /// each is marked reminded and returned once.
+    pub fn due_reminders(&self, now_ms: u64) -> Result<Vec<Approval>, ApprovalStoreError> {
+        let live: std::collections::HashSet<String> = self
+            .timeline()
+            .live
+            .iter()
+            .map(|(_, id)| id.clone())
+            .collect();
+        let mut reminded = self
+            .reminded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        reminded.retain(|id| live.contains(id));
+        let mut due = Vec::new();
+        for id in live {
+            if reminded.contains(&id) {
+                continue;
+            }
+            let Some(a) = self.store.get(&id)? else {
+                continue;
+            };
+            let half = a.created_ms + a.expires_ms.saturating_sub(a.created_ms) / 2;
+            if a.status_at(now_ms) == Status::Pending && now_ms >= half {
+                reminded.insert(id);
+                due.push(a);
+            }
+        }
+        Ok(due)
     }
 
     /// The plan's commit failed: nothing changed. A new approval's place is given back.
@@ -821,6 +867,11 @@ impl Approvals {
                 if pass.removed {
                     t.forget(a);
                 } else {
+                    if a.status == Status::Expired {
+                        self.announce(
+                            serde_json::json!({"event": "approval.expired", "approval": a}),
+                        );
+                    }
                     t.live.remove(&(a.expires_ms, a.id.clone()));
                     t.put(None, a);
                 }

@@ -1,5 +1,7 @@
-//! Approver notifications: a new pending approval is POSTed as JSON to a configured URL by
-//! one background thread. Never on the decision path: events wait in a bounded queue (a full
+//! Approver notifications: events a human should act on or know of (`approval.pending`,
+//! `approval.reminder`, `approval.decided`, `approval.expired`, `descriptor.changed`,
+//! `policy.held`, `quarantine`, `kill_switch`) are POSTed as JSON, or as a Slack-compatible
+//! message, to a configured URL by one background thread. Never on the decision path: events wait in a bounded queue (a full
 //! queue drops the event and counts it), each delivery is bounded in time and retried a few
 //! times with backoff, and the outcome is counted for `/metrics`.
 //!
@@ -30,6 +32,21 @@ pub struct WebhookConfig {
     pub attempts: u32,
     /// Wait before the second attempt; doubled for each one after.
     pub backoff: Duration,
+    /// The body's shape.
+    pub format: Format,
+    /// The console's address (`https://…/ui`), linked from each notice.
+    pub console_url: Option<String>,
+}
+
+/// The shape of a notice's body.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// The event as JSON (`{"event": "approval.pending", …}`).
+    #[default]
+    Json,
+    /// `{"text": "…"}` for Slack's (and compatible) incoming webhooks.
+    Slack,
 }
 
 /// Delivery counters.
@@ -43,8 +60,8 @@ pub struct WebhookStats {
     pub dropped: AtomicU64,
 }
 
-/// The sending side: cheap, never blocks.
-#[derive(Debug)]
+/// The sending side: cheap, never blocks; clones share one queue.
+#[derive(Debug, Clone)]
 pub struct Webhook {
     tx: SyncSender<Value>,
     /// Delivery counters.
@@ -87,7 +104,7 @@ fn deliver_all(config: &WebhookConfig, rx: &Receiver<Value>, stats: &WebhookStat
         .build()
         .into();
     while let Ok(event) = rx.recv() {
-        let body = event.to_string();
+        let body = render(config, event);
         let mut wait = config.backoff;
         let mut delivered = false;
         for attempt in 1..=config.attempts.max(1) {
@@ -139,6 +156,128 @@ fn post(agent: &ureq::Agent, config: &WebhookConfig, body: &str) -> Result<(), S
         Ok(())
     } else {
         Err(format!("answered {}", resp.status()))
+    }
+}
+
+/// The body for `event`: JSON with a `console` link, or a Slack message.
+fn render(config: &WebhookConfig, mut event: Value) -> String {
+    let link = config.console_url.as_deref().map(|base| {
+        let base = base.trim_end_matches('/');
+        match event.pointer("/approval/id").and_then(Value::as_str) {
+            Some(id) => format!("{base}#queue/{id}"),
+            None => format!("{base}#operations"),
+        }
+    });
+    match config.format {
+        Format::Json => {
+            if let (Some(link), Some(obj)) = (&link, event.as_object_mut()) {
+                obj.insert("console".to_owned(), Value::String(link.clone()));
+            }
+            event.to_string()
+        }
+        Format::Slack => {
+            let mut text = slack_text(&event);
+            if let Some(link) = link {
+                text.push_str(&format!(" <{}|Open the console>", slack_escape(&link)));
+            }
+            serde_json::json!({ "text": text }).to_string()
+        }
+    }
+}
+
+/// Slack's three control characters, escaped (values here come from agents and humans).
+fn slack_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// One line saying what happened. Never an argument value: only names, ids and reasons.
+fn slack_text(event: &Value) -> String {
+    let s = |v: &Value| slack_escape(v.as_str().unwrap_or("?"));
+    let a = &event["approval"];
+    let mins = |ms: &Value| {
+        let left = ms
+            .as_u64()
+            .unwrap_or(0)
+            .saturating_sub(crate::clock::now_ms());
+        format!("{} min", left.div_ceil(60_000))
+    };
+    let waiting = |a: &Value| {
+        a["waiting_on"]
+            .as_array()
+            .map(|w| w.iter().map(s).collect::<Vec<_>>().join(", "))
+            .filter(|w| !w.is_empty())
+            .map(|w| format!(" Waiting on: {w}."))
+            .unwrap_or_default()
+    };
+    match event["event"].as_str().unwrap_or("") {
+        "approval.pending" => format!(
+            ":hourglass: toolgate: {} wants to run `{}` (risk {}) and needs an approval.{} Expires in {}.",
+            s(&a["principal"]),
+            s(&a["tool"]),
+            s(&a["risk"]),
+            waiting(a),
+            mins(&a["expires_ms"])
+        ),
+        "approval.reminder" => format!(
+            ":alarm_clock: toolgate reminder: {}'s call of `{}` is still waiting for an approval.{} Expires in {}.",
+            s(&a["principal"]),
+            s(&a["tool"]),
+            waiting(a),
+            mins(&a["expires_ms"])
+        ),
+        "approval.decided" => format!(
+            ":white_check_mark: toolgate: {}'s call of `{}` was {} by {}{}.",
+            s(&a["principal"]),
+            s(&a["tool"]),
+            s(&a["status"]),
+            s(&a["decided_by"]),
+            a["reason"]
+                .as_str()
+                .map(|r| format!(": {}", slack_escape(r)))
+                .unwrap_or_default()
+        ),
+        "approval.expired" => format!(
+            ":x: toolgate: {}'s call of `{}` expired without a decision.",
+            s(&a["principal"]),
+            s(&a["tool"])
+        ),
+        "descriptor.changed" => format!(
+            ":warning: toolgate: the MCP tool `{}` changed its descriptor; it is hidden and refused until a human approves the new one.",
+            s(&event["tool"])
+        ),
+        "policy.held" => format!(
+            ":lock: toolgate: a policy change (revision {}) is held for approval; revision {} stays in force.",
+            s(&event["revision"]),
+            s(&event["from"])
+        ),
+        "quarantine" => format!(
+            ":rotating_light: toolgate: {} was {}{}.",
+            s(&event["agent"]),
+            if event["on"].as_bool() == Some(true) {
+                "quarantined"
+            } else {
+                "released from quarantine"
+            },
+            event["reason"]
+                .as_str()
+                .map(|r| format!(": {}", slack_escape(r)))
+                .unwrap_or_default()
+        ),
+        "kill_switch" => format!(
+            ":octagonal_sign: toolgate: the kill switch is {}{}.",
+            if event["on"].as_bool() == Some(true) {
+                "ON: every tool call is denied"
+            } else {
+                "off"
+            },
+            event["reason"]
+                .as_str()
+                .map(|r| format!(": {}", slack_escape(r)))
+                .unwrap_or_default()
+        ),
+        other => format!("toolgate: {}", slack_escape(other)),
     }
 }
 

@@ -346,6 +346,12 @@ impl Audit {
         self.store.as_ref()
     }
 
+    /// Walks the whole chain as it is now (online; blocks on the store: call it from a
+    /// blocking thread).
+    pub fn verify(&self) -> Result<ChainVerdict, StoreError> {
+        super::verify::verify(self.store.as_ref(), &self.chain, None)
+    }
+
     /// Applies `rule`: records first, durably, a retention entry attesting the checkpoint, then
     /// removes the records up to it. Blocks on the store: call it from a blocking thread.
     pub fn prune(&self, rule: &Retention) -> Result<Option<Pruned>, StoreError> {

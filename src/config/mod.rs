@@ -184,6 +184,8 @@ struct RawApprovals {
     webhook_secret_file: Option<PathBuf>,
     webhook_timeout_ms: Option<u64>,
     webhook_attempts: Option<u32>,
+    webhook_format: Option<crate::approvals::Format>,
+    console_url: Option<String>,
     max_pending_per_agent: Option<u64>,
     max_pending: Option<u64>,
     retain_secs: Option<u64>,
@@ -309,6 +311,10 @@ pub struct WebhookSettings {
     pub timeout: std::time::Duration,
     /// Attempts per notification.
     pub attempts: u32,
+    /// `webhook_format`: JSON events, or Slack-compatible messages.
+    pub format: crate::approvals::Format,
+    /// `console_url`: the console's address, linked from each notice.
+    pub console_url: Option<String>,
 }
 
 /// How callers authenticate. At least one method is needed to serve.
@@ -667,17 +673,24 @@ impl Config {
             per_principal: limits.per_principal,
             per_principal_tool: limits.per_principal_tool,
         };
-        let approval_webhook = problems.take(
-            webhook(
-                "approvals",
-                raw.approvals.webhook_url.as_deref(),
-                raw.approvals.webhook_secret_file.as_deref(),
-                raw.approvals.webhook_timeout_ms,
-                raw.approvals.webhook_attempts,
-                base,
-            ),
-            || None,
-        );
+        let approval_webhook = problems
+            .take(
+                webhook(
+                    "approvals",
+                    raw.approvals.webhook_url.as_deref(),
+                    raw.approvals.webhook_secret_file.as_deref(),
+                    raw.approvals.webhook_timeout_ms,
+                    raw.approvals.webhook_attempts,
+                    base,
+                ),
+                || None,
+            )
+            .map(|w| WebhookSettings {
+                format: raw.approvals.webhook_format.unwrap_or_default(),
+                ..w
+            });
+        let console_url = problems.take(console_url(raw.approvals.console_url.as_deref()), || None);
+        let approval_webhook = approval_webhook.map(|w| WebhookSettings { console_url, ..w });
         let anomaly_webhook = problems.take(
             webhook(
                 "anomaly",
@@ -891,7 +904,29 @@ fn webhook(
         secret_file: secret_file.map(|p| base.join(p)),
         timeout: std::time::Duration::from_millis(timeout_ms.unwrap_or(2000).clamp(100, 30_000)),
         attempts,
+        format: crate::approvals::Format::Json,
+        console_url: None,
     }))
+}
+
+/// `[approvals] console_url`: an http(s) URL, linked from notices.
+fn console_url(url: Option<&str>) -> Result<Option<String>, (String, &'static str)> {
+    let Some(url) = url else { return Ok(None) };
+    let host = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+        .and_then(|rest| rest.split(['/', '?', '#']).next());
+    if host.is_none_or(str::is_empty)
+        || url
+            .chars()
+            .any(|c| c.is_whitespace() || c == '<' || c == '>' || c == '|')
+    {
+        return Err((
+            format!("`approvals.console_url` = {url:?} is not an http(s) URL with a host"),
+            "use the address approvers open the console at, e.g. `https://toolgate.example.com/ui`",
+        ));
+    }
+    Ok(Some(url.to_owned()))
 }
 
 /// What decisions refuse as `context.paths.<arg>.denied`: the deny list, and the protected

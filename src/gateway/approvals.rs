@@ -224,6 +224,16 @@ pub struct ListQuery {
     limit: Option<usize>,
 }
 
+impl ListQuery {
+    /// The pending ones, up to the default limit.
+    pub fn pending() -> ListQuery {
+        ListQuery {
+            status: Some("pending".to_owned()),
+            limit: None,
+        }
+    }
+}
+
 /// The approvals `who` may see (`GET /v1/approvals?status=pending`).
 pub fn list_approvals(state: &Gateway, who: &Principal, q: ListQuery) -> Result<Value, Error> {
     let status = match q.status.as_deref() {

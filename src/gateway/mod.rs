@@ -15,6 +15,7 @@ mod explain;
 mod gates;
 mod grants;
 mod mcp;
+mod notices;
 mod policies;
 mod results;
 
@@ -41,6 +42,7 @@ pub use grants::{
     grant_expired_entry, list_grants, revoke_grant,
 };
 pub use mcp::{ApproveDescriptorBody, Exposure, approve_descriptor, descriptors_view, exposure};
+pub use notices::{Seen, look as look_for_notices};
 pub use policies::{ApproveBody, approve_held};
 pub use results::{RESULTS_MAX_BODY, ResultAnswer, ResultBody, report_result};
 

@@ -19,6 +19,7 @@ mod callgate;
 mod cedar_warnings;
 mod cli;
 mod connections;
+mod console;
 mod container;
 mod corpus;
 mod crash;

@@ -587,6 +587,24 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 /// them, or documenting a new status, fails the test until this list says so.
 const NOT_EXERCISED: &[(&str, &str, u16, &str)] = &[
     (
+        "GET",
+        "/v1/approvals/events",
+        200,
+        "an event stream never ends: tests/it/console.rs reads its events",
+    ),
+    (
+        "GET",
+        "/v1/audit/verify",
+        503,
+        "a store that fails to read; the route shares GET /v1/audit's read path",
+    ),
+    (
+        "GET",
+        "/v1/audit/export",
+        503,
+        "a store that fails to read; the route shares GET /v1/audit's read path",
+    ),
+    (
         "POST",
         "/v1/grants",
         409,
@@ -1191,6 +1209,19 @@ fn every_documented_operation_answers_as_the_document_says() {
     s.ask(400, "GET", "/v1/audit?limit=abc", Some(ALICE), None);
     s.ask(200, "GET", "/v1/audit/head", Some(ALICE), None);
     s.ask(403, "GET", "/v1/audit/head", Some(DEV), None);
+    let verdict = s.ask(200, "GET", "/v1/audit/verify", Some(ALICE), None);
+    assert_eq!(verdict["result"], "intact", "{verdict}");
+    s.ask(403, "GET", "/v1/audit/verify", Some(DEV), None);
+    s.ask(
+        200,
+        "GET",
+        "/v1/audit/export?decision=allow",
+        Some(ALICE),
+        None,
+    );
+    s.ask(400, "GET", "/v1/audit/export?nope=1", Some(ALICE), None);
+    s.ask(403, "GET", "/v1/audit/export", Some(DEV), None);
+    s.ask(403, "GET", "/v1/approvals/events", Some(DEV), None);
     s.ask(200, "GET", "/metrics", None, None);
 
     // Left for the next server: a pending approval and a live grant.
