@@ -172,6 +172,14 @@ impl App {
             Audit::start(stores.audit, chain, cfg.audit_durability)
                 .map_err(|e| anyhow::anyhow!("{e}"))?,
         );
+        if let Some(ship) = &cfg.audit_ship {
+            audit.ship(ship.clone()).with_context(|| {
+                format!(
+                    "cannot ship the audit log to {} (`[audit] ship_file`)",
+                    ship.path.display()
+                )
+            })?;
+        }
         let mut approvals = Approvals::new(
             stores.approvals,
             cfg.approval_ttl.clone(),

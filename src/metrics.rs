@@ -30,6 +30,14 @@ pub const TOOL_SECONDS: &str = "toolgate_tool_decision_duration_seconds";
 pub const AUDIT_WRITE_SECONDS: &str = "toolgate_audit_write_duration_seconds";
 /// Gate verdicts.
 pub const GATES: &str = "toolgate_gate_decisions_total";
+/// Tool runs, by tool and how they ended.
+pub const RUNS: &str = "toolgate_tool_runs_total";
+/// Tool run wall-clock time, by tool.
+pub const RUN_SECONDS: &str = "toolgate_tool_run_duration_seconds";
+/// Tool runs whose output was cut, by tool.
+pub const RUN_TRUNCATIONS: &str = "toolgate_tool_run_truncations_total";
+/// Runs the sandbox or the runner refused, by tool and code.
+pub const RUN_REFUSALS: &str = "toolgate_tool_run_refusals_total";
 /// The label value for calls naming no registered tool.
 pub const UNREGISTERED: &str = "unregistered";
 
@@ -40,6 +48,10 @@ const BUCKETS: [f64; 14] = [
 ];
 /// Quantiles of the per-tool summary.
 const QUANTILES: [f64; 3] = [0.5, 0.95, 0.99];
+/// Tool runs take from milliseconds (a file read) to an hour (`limits.timeout_ms`).
+const RUN_BUCKETS: [f64; 14] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 60.0, 300.0, 3600.0,
+];
 
 const OUTCOMES: [Outcome; 3] = [Outcome::Allow, Outcome::Deny, Outcome::PendingApproval];
 
@@ -89,6 +101,9 @@ impl Metrics {
             })
             .and_then(|b| {
                 b.set_buckets_for_metric(Matcher::Full(AUDIT_WRITE_SECONDS.to_owned()), &BUCKETS)
+            })
+            .and_then(|b| {
+                b.set_buckets_for_metric(Matcher::Full(RUN_SECONDS.to_owned()), &RUN_BUCKETS)
             });
         let recorder = match built {
             Ok(builder) => builder.build_recorder(),
@@ -163,6 +178,45 @@ impl Metrics {
             vec![
                 Label::from_static_parts("gate", gate),
                 Label::from_static_parts("decision", decision),
+            ],
+        )
+        .increment(1);
+    }
+
+    /// Records a tool run (`/v1/execute`, MCP `tools/call`): how it ended (`success`,
+    /// `exit_nonzero`, `timeout`, `signal`, `error`), how long it took, and whether its output
+    /// was cut.
+    pub fn tool_run(
+        &self,
+        tool: &str,
+        result: &'static str,
+        took: Option<Duration>,
+        truncated: bool,
+    ) {
+        let name = || Label::new("tool", tool.to_owned());
+        self.counter(
+            RUNS,
+            vec![name(), Label::from_static_parts("result", result)],
+        )
+        .increment(1);
+        if let Some(took) = took {
+            self.recorder
+                .register_histogram(&Key::from_parts(RUN_SECONDS, vec![name()]), &NO_METADATA)
+                .record(took.as_secs_f64());
+        }
+        if truncated {
+            self.counter(RUN_TRUNCATIONS, vec![name()]).increment(1);
+        }
+    }
+
+    /// Records a run refused before or while starting it (a jailed path, an option-like
+    /// value, the sandbox or the program unavailable, too many runs), by its error code.
+    pub fn tool_refused(&self, tool: &str, code: &'static str) {
+        self.counter(
+            RUN_REFUSALS,
+            vec![
+                Label::new("tool", tool.to_owned()),
+                Label::from_static_parts("code", code),
             ],
         )
         .increment(1);
@@ -245,10 +299,23 @@ fn static_labels(labels: &[(&'static str, &'static str)]) -> Vec<Label> {
 }
 
 /// Help text of every family the recorder renders.
-const HELP: [(&str, &str); 21] = [
+const HELP: [(&str, &str); 31] = [
     (
         GATES,
         "Gate verdicts, by gate and decision (allow, warn, mask, block).",
+    ),
+    (
+        RUNS,
+        "Tool runs (/v1/execute, MCP), by tool and result: success, exit_nonzero, timeout, signal, error.",
+    ),
+    (RUN_SECONDS, "Wall-clock time of each tool run, by tool."),
+    (
+        RUN_TRUNCATIONS,
+        "Tool runs whose output was cut to the tool's limit.",
+    ),
+    (
+        RUN_REFUSALS,
+        "Runs refused by the sandbox or the runner (jailed path, option-like value, unavailable, busy), by tool and code.",
     ),
     (
         DECISIONS,
@@ -285,6 +352,30 @@ const HELP: [(&str, &str); 21] = [
     (
         "toolgate_approval_webhook_total",
         "Approver notifications, by result.",
+    ),
+    (
+        "toolgate_audit_ship_lag_records",
+        "Committed audit records not yet in the ship file ([audit] ship_file).",
+    ),
+    (
+        "toolgate_audit_shipped_seq",
+        "The last audit record written to the ship file.",
+    ),
+    (
+        "toolgate_audit_ship_lines_total",
+        "Audit records written to the ship file.",
+    ),
+    (
+        "toolgate_audit_ship_rotations_total",
+        "Ship file rotations.",
+    ),
+    (
+        "toolgate_audit_ship_failures_total",
+        "Failed shipping passes (each retried; a torn batch is dropped first).",
+    ),
+    (
+        "toolgate_audit_ship_skipped_total",
+        "Audit records removed by retention before they were shipped.",
     ),
     (
         "toolgate_policy_reloads_total",

@@ -53,6 +53,27 @@ pub async fn render(State(state): State<Gateway>) -> impl IntoResponse {
         "toolgate_approval_webhook_total",
         state.approvals.webhook_stats(),
     );
+    if let Some(ship) = state.audit.ship_stats() {
+        let shipped = get(&ship.shipped_seq);
+        m.set_gauge(
+            "toolgate_audit_ship_lag_records",
+            &[],
+            state.audit.head().seq.saturating_sub(shipped) as f64,
+        );
+        m.set_gauge("toolgate_audit_shipped_seq", &[], shipped as f64);
+        m.set_counter("toolgate_audit_ship_lines_total", &[], get(&ship.lines));
+        m.set_counter(
+            "toolgate_audit_ship_rotations_total",
+            &[],
+            get(&ship.rotations),
+        );
+        m.set_counter(
+            "toolgate_audit_ship_failures_total",
+            &[],
+            get(&ship.failures),
+        );
+        m.set_counter("toolgate_audit_ship_skipped_total", &[], get(&ship.skipped));
+    }
     let r = &state.policy.stats;
     let reloads = "toolgate_policy_reloads_total";
     m.set_counter(reloads, &[("result", "applied")], get(&r.applied));

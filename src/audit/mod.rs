@@ -9,6 +9,7 @@ mod event;
 pub mod keys;
 mod ledger;
 mod record;
+mod ship;
 mod store;
 mod verify;
 mod writer;
@@ -23,6 +24,7 @@ pub use record::{
     Chain, Checkpoint, Entry, EntryKind, GENESIS, Link, LinkFault, Record, RingKey, args_digest,
     args_preview, canonical_json, key_id, redacted_preview,
 };
+pub use ship::{ShipSettings, ShipStats};
 pub(crate) use store::SledAudit;
 pub use store::{AuditStore, Query, StoreError, Stored};
 pub use verify::{Verdict as ChainVerdict, verify, verify_through};

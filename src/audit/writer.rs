@@ -134,6 +134,8 @@ pub struct Audit {
     chain: Chain,
     pruning: Mutex<()>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The shipper's counters, once shipping is started.
+    shipping: std::sync::OnceLock<Arc<super::ship::ShipStats>>,
 }
 
 impl std::fmt::Debug for Audit {
@@ -179,6 +181,7 @@ impl Audit {
             )
         };
         Ok(Audit {
+            shipping: std::sync::OnceLock::new(),
             tx: Mutex::new(Some(tx)),
             durability,
             gauges,
@@ -339,6 +342,18 @@ impl Audit {
             .unwrap_or_else(PoisonError::into_inner)
             .failure
             .clone()
+    }
+
+    /// Starts shipping committed records to a JSON Lines file (`[audit] ship_file`).
+    pub fn ship(self: &Arc<Self>, settings: super::ship::ShipSettings) -> std::io::Result<()> {
+        let stats = super::ship::start(self.clone(), settings)?;
+        let _ = self.shipping.set(stats);
+        Ok(())
+    }
+
+    /// The shipper's counters, when shipping is on.
+    pub fn ship_stats(&self) -> Option<&super::ship::ShipStats> {
+        self.shipping.get().map(Arc::as_ref)
     }
 
     /// The store, for queries.

@@ -72,7 +72,9 @@ enum AuditCommand {
         #[arg(long, short)]
         out: Option<PathBuf>,
     },
-    /// Write the records of a data directory as JSON lines, oldest first.
+    /// Write the records of a data directory as JSON lines, oldest first; with `--online`,
+    /// those of a running sidecar, through its API (`GET /v1/audit/export`, the newest
+    /// 100,000 at most).
     Export {
         #[command(flatten)]
         data: DataDir,
@@ -82,6 +84,12 @@ enum AuditCommand {
         /// Output file (default: standard output).
         #[arg(long, short)]
         out: Option<PathBuf>,
+        /// Export from a running sidecar (`--url`, `TOOLGATE_TOKEN` of a human) instead of
+        /// reading its data directory.
+        #[arg(long)]
+        online: bool,
+        #[command(flatten)]
+        remote: Remote,
     },
     /// Records matching filters, newest first, as JSON lines (from a running sidecar).
     Query {
@@ -281,7 +289,20 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitCode> {
             head,
             out,
         } => checkpoint_cmd(data, signing_key, head.as_ref(), out.as_ref()),
-        AuditCommand::Export { data, from, out } => export(data, *from, out.as_ref()),
+        AuditCommand::Export {
+            online: true,
+            from,
+            out,
+            remote,
+            ..
+        } => export_online(
+            &Client::new(remote, Duration::from_secs(600)),
+            *from,
+            out.as_ref(),
+        ),
+        AuditCommand::Export {
+            data, from, out, ..
+        } => export(data, *from, out.as_ref()),
         AuditCommand::Query {
             filters,
             limit,
@@ -505,15 +526,40 @@ fn checkpoint_cmd(
     Ok(ExitCode::SUCCESS)
 }
 
-fn export(data: &DataDir, from: u64, out: Option<&PathBuf>) -> anyhow::Result<ExitCode> {
-    let Opened { stores, .. } = data.open()?;
-    let mut sink: Box<dyn Write> = match out {
+/// Where exported lines go: the file, or standard output.
+fn sink_for(out: Option<&PathBuf>) -> anyhow::Result<Box<dyn Write>> {
+    Ok(match out {
         Some(path) => Box::new(std::io::BufWriter::new(
             std::fs::File::create(path)
                 .with_context(|| format!("cannot create {}", path.display()))?,
         )),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
-    };
+    })
+}
+
+fn export_online(client: &Client, from: u64, out: Option<&PathBuf>) -> anyhow::Result<ExitCode> {
+    let text = client.get_text("/v1/audit/export")?;
+    let mut sink = sink_for(out)?;
+    let mut written = 0u64;
+    for line in text.lines() {
+        let seq = serde_json::from_str::<serde_json::Value>(line)
+            .ok()
+            .and_then(|v| v.get("seq").and_then(serde_json::Value::as_u64))
+            .with_context(|| "the sidecar's export holds a line that is not a record")?;
+        if seq >= from {
+            sink.write_all(line.as_bytes())?;
+            sink.write_all(b"\n")?;
+            written += 1;
+        }
+    }
+    sink.flush()?;
+    eprintln!("exported {written} records");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn export(data: &DataDir, from: u64, out: Option<&PathBuf>) -> anyhow::Result<ExitCode> {
+    let Opened { stores, .. } = data.open()?;
+    let mut sink = sink_for(out)?;
     let from = from.max(1);
     let mut next_unit = 0;
     let mut written = 0u64;

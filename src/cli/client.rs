@@ -61,6 +61,30 @@ impl Client {
         answer(&url, req.call())
     }
 
+    /// `GET path` whose 2xx answer is text (JSON Lines); an error answer is reported as
+    /// [`Client::get`] reports it.
+    pub fn get_text(&self, path_and_query: &str) -> anyhow::Result<String> {
+        let url = format!("{}{path_and_query}", self.base);
+        let mut req = self.agent.get(&url);
+        if let Some(t) = &self.token {
+            req = req.header("Authorization", &format!("Bearer {t}"));
+        }
+        let mut resp = req
+            .call()
+            .with_context(|| format!("cannot reach {url}; is the sidecar running?"))?;
+        let status = resp.status();
+        let text = resp
+            .body_mut()
+            .with_config()
+            .limit(1 << 30)
+            .read_to_string()
+            .with_context(|| format!("cannot read the answer from {url}"))?;
+        if status.is_success() {
+            return Ok(text);
+        }
+        failure(&url, status, &text)
+    }
+
     /// `POST path` with a JSON body, returning the JSON body of a 2xx answer.
     pub fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
         let url = format!("{}{path}", self.base);
@@ -86,9 +110,18 @@ fn answer(
         .body_mut()
         .read_to_string()
         .with_context(|| format!("cannot read the answer from {url}"))?;
-    let body: Value = serde_json::from_str(&text)
-        .with_context(|| format!("{url} answered {status} with something that is not JSON"))?;
     if !status.is_success() {
+        return failure(url, status, &text);
+    }
+    serde_json::from_str(&text)
+        .with_context(|| format!("{url} answered {status} with something that is not JSON"))
+}
+
+/// The error of a non-2xx answer, quoting the sidecar's own code and message.
+fn failure<T>(url: &str, status: ureq::http::StatusCode, text: &str) -> anyhow::Result<T> {
+    let body: Value = serde_json::from_str(text)
+        .with_context(|| format!("{url} answered {status} with something that is not JSON"))?;
+    {
         // Errors are `{error, message, suggestion}`; a refused credential is a deny decision.
         let first = field(field(&body, "errors"), 0);
         let code = field(&body, "error")
@@ -108,7 +141,6 @@ fn answer(
             message.unwrap_or("")
         );
     }
-    Ok(body)
 }
 
 /// Percent-encodes a query value or path segment.

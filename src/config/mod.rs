@@ -172,6 +172,9 @@ struct RawAudit {
     retain_days: Option<u64>,
     cache_mb: Option<u64>,
     reserve_mb: Option<u64>,
+    ship_file: Option<PathBuf>,
+    ship_rotate_kb: Option<u64>,
+    ship_keep: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -267,6 +270,8 @@ pub struct Config {
     pub store_cache_bytes: u64,
     /// `[audit] reserve_mb`: free space left on the data directory's disk, in bytes.
     pub store_reserve_bytes: u64,
+    /// `[audit] ship_file`: committed records streamed to a JSON Lines file.
+    pub audit_ship: Option<crate::audit::ShipSettings>,
     /// How long approvals stay open.
     pub approval_ttl: Ttl,
     /// How many approvals may be pending at once, per agent and in total.
@@ -439,6 +444,7 @@ impl Config {
             audit_retention: None,
             store_cache_bytes: crate::storage::DEFAULT_CACHE_BYTES,
             store_reserve_bytes: crate::storage::DEFAULT_RESERVE_BYTES,
+            audit_ship: None,
             approval_ttl: Ttl::default(),
             approval_bounds: Bounds::default(),
             approval_retain_secs: crate::approvals::RETAIN_SECS,
@@ -627,6 +633,7 @@ impl Config {
                 "set `approvals.ttl_secs` (and `ttl_secs_by_risk`) to 1 or more",
             );
         }
+        let audit_ship = problems.take(ship_settings(&raw.audit, base), || None);
         let store_reserve_bytes = match raw.audit.reserve_mb {
             None => crate::storage::DEFAULT_RESERVE_BYTES,
             Some(mb) if mb <= MAX_RESERVE_MB => mb * 1024 * 1024,
@@ -786,6 +793,7 @@ impl Config {
             audit_retention,
             store_cache_bytes,
             store_reserve_bytes,
+            audit_ship,
             approval_bounds,
             approval_retain_secs,
             data_dir,
@@ -906,6 +914,41 @@ fn webhook(
         attempts,
         format: crate::approvals::Format::Json,
         console_url: None,
+    }))
+}
+
+/// `[audit] ship_file`, `ship_rotate_kb` (default 65536: 64 MiB) and `ship_keep` (default 5).
+fn ship_settings(
+    raw: &RawAudit,
+    base: &Path,
+) -> Result<Option<crate::audit::ShipSettings>, (String, &'static str)> {
+    let Some(file) = &raw.ship_file else {
+        if raw.ship_rotate_kb.is_some() || raw.ship_keep.is_some() {
+            return Err((
+                "`audit.ship_rotate_kb` and `audit.ship_keep` need `audit.ship_file`".to_owned(),
+                "set `ship_file = \"audit.jsonl\"` (relative to the config file) to ship records",
+            ));
+        }
+        return Ok(None);
+    };
+    let kb = raw.ship_rotate_kb.unwrap_or(64 * 1024);
+    if !(1..=16 * 1024 * 1024).contains(&kb) {
+        return Err((
+            format!("`audit.ship_rotate_kb` = {kb} is out of range"),
+            "use 1 to 16777216 (KiB a file reaches before it is rotated; default 65536)",
+        ));
+    }
+    let keep = raw.ship_keep.unwrap_or(5);
+    if !(1..=1000).contains(&keep) {
+        return Err((
+            format!("`audit.ship_keep` = {keep} is out of range"),
+            "use 1 to 1000 rotated files",
+        ));
+    }
+    Ok(Some(crate::audit::ShipSettings {
+        path: base.join(file),
+        rotate_bytes: kb * 1024,
+        keep,
     }))
 }
 

@@ -153,6 +153,57 @@ pub async fn execute_for(
     body: Result<RawCall, Error>,
     hooks: crate::upstream::CallHooks,
 ) -> Result<(Progress, ExecAnswer), Error> {
+    // The metrics label: a registered tool's name, never a caller's free text.
+    let tool = body.as_ref().ok().map_or_else(
+        || crate::metrics::UNREGISTERED.to_owned(),
+        |raw| {
+            let name = raw.tool_name();
+            if state.policy.current().tools.contains_key(name) {
+                name.to_owned()
+            } else {
+                crate::metrics::UNREGISTERED.to_owned()
+            }
+        },
+    );
+    let result = run_call(state, known, body, hooks).await;
+    count_run(state, &tool, &result);
+    result
+}
+
+/// Counts what became of a run for `/metrics` (decisions that stopped it are counted as
+/// decisions, not here).
+fn count_run(state: &Gateway, tool: &str, result: &Result<(Progress, ExecAnswer), Error>) {
+    match result {
+        Ok((_, answer)) if answer.status != "pending" => {
+            let m = &answer.metadata;
+            let ended = if m.timed_out {
+                "timeout"
+            } else if m.signal.is_some() {
+                "signal"
+            } else if answer.status == "success" {
+                "success"
+            } else if m.exit_code.is_some_and(|c| c != 0) {
+                "exit_nonzero"
+            } else {
+                "error"
+            };
+            let took = m.duration_ms.map(std::time::Duration::from_millis);
+            state.metrics.tool_run(tool, ended, took, m.truncated);
+        }
+        Err(Error::Execution(refusal, answer)) if *refusal != Refusal::Denied => {
+            let code = answer.error.as_ref().map_or(refusal.code(), |e| e.code);
+            state.metrics.tool_refused(tool, code.as_str());
+        }
+        _ => {}
+    }
+}
+
+async fn run_call(
+    state: &Gateway,
+    known: super::decide::Caller,
+    body: Result<RawCall, Error>,
+    hooks: crate::upstream::CallHooks,
+) -> Result<(Progress, ExecAnswer), Error> {
     let raw = body?;
     // Refused before deciding (nothing to record): a tool toolgate cannot run here. An
     // unknown tool goes on to the registry deny.

@@ -385,3 +385,50 @@ async fn execution_needs_an_allow_and_an_executor() {
     assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{v}");
     assert_eq!(v["error"]["code"], "execution_off");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_are_counted_per_tool_by_how_they_ended() {
+    let r = rig(&[
+        sh("ok", "echo fine", json!({})),
+        sh("fails", "echo broken; exit 3", json!({})),
+        sh(
+            "slow",
+            "sleep 5",
+            json!({"limits": {"timeout_ms": 300, "max_output_bytes": 1024}}),
+        ),
+        sh(
+            "chatty",
+            "yes | head -c 100000",
+            json!({"limits": {"timeout_ms": 5000, "max_output_bytes": 1024}}),
+        ),
+        tool(
+            "fetch_ref",
+            json!({"target": {"type": "string"}}),
+            json!({"program": "printf", "argv": ["[%s]", "{target}"]}),
+            json!({}),
+        ),
+    ])
+    .await;
+    for (t, args) in [
+        ("ok", json!({})),
+        ("ok", json!({})),
+        ("fails", json!({})),
+        ("slow", json!({})),
+        ("chatty", json!({})),
+        ("fetch_ref", json!({"target": "--exec=id"})),
+    ] {
+        run(&r.app, t, args).await;
+    }
+    let (_, text) = crate::helpers::send_text(&r.app, "/metrics").await;
+    for line in [
+        r#"toolgate_tool_runs_total{tool="ok",result="success"} 2"#,
+        r#"toolgate_tool_runs_total{tool="fails",result="exit_nonzero"} 1"#,
+        r#"toolgate_tool_runs_total{tool="slow",result="timeout"} 1"#,
+        r#"toolgate_tool_run_truncations_total{tool="chatty"} 1"#,
+        r#"toolgate_tool_run_refusals_total{tool="fetch_ref",code="option_injection"} 1"#,
+        r#"toolgate_tool_run_duration_seconds_count{tool="ok"} 2"#,
+    ] {
+        assert!(text.contains(line), "{line} not in:\n{text}");
+    }
+    assert!(!text.contains("--exec"), "no argument values in labels");
+}

@@ -63,6 +63,7 @@ mod reload_once;
 mod results;
 mod review;
 mod server;
+mod shipping;
 mod slicing;
 mod stream;
 mod typing;
