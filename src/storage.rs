@@ -98,7 +98,7 @@ impl Stores {
             )
         })?;
         let config = sled_config(dir, cache_bytes);
-        let db = config.open().map_err(|e| open_failed(dir, &e))?;
+        let db = open_waiting(&config, dir)?;
         let cell = SledCell::new(db, Some((dir.to_path_buf(), config.cache_capacity)));
         let audit = SledAudit::with_ledger(cell.clone(), dir, reserve_bytes)?;
         Self::from_parts(&cell, audit, config.cache_capacity)
@@ -152,6 +152,24 @@ impl Stores {
 
 /// Why sled could not open the data directory `dir`. Only a held lock suggests another
 /// toolgate; a permission problem names the path that refused and what to change.
+/// How long an open waits for another holder of the data directory's lock to let go: a
+/// process that is stopping (a restart), or a store just dropped whose threads are ending.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Opens the database, waiting up to [`LOCK_WAIT`] while its lock is held.
+fn open_waiting(config: &sled::Config, dir: &Path) -> Result<sled::Db, StorageError> {
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match config.open() {
+            Ok(db) => return Ok(db),
+            Err(e) if lock_held(&e) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => return Err(open_failed(dir, &e)),
+        }
+    }
+}
+
 fn open_failed(dir: &Path, e: &sled::Error) -> StorageError {
     if lock_held(e) {
         return StorageError(format!(
