@@ -354,11 +354,34 @@ impl App {
             let state = state.clone();
             tokio::spawn(async move {
                 let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
-                let mut seen = crate::gateway::Seen::default();
                 loop {
                     every.tick().await;
                     expire_due(&state).await;
-                    crate::gateway::look_for_notices(&state, &mut seen, now_ms());
+                }
+            })
+        };
+        // Its own job: the looks read the store (blocking), and nothing there may hold up
+        // expiry.
+        let notices = {
+            let state = state.clone();
+            tokio::spawn(async move {
+                let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
+                let mut seen = crate::gateway::Seen::default();
+                loop {
+                    every.tick().await;
+                    let job_state = state.clone();
+                    match tokio::task::spawn_blocking(move || {
+                        crate::gateway::look_for_notices(&job_state, &mut seen, now_ms());
+                        seen
+                    })
+                    .await
+                    {
+                        Ok(s) => seen = s,
+                        Err(e) => {
+                            tracing::error!(error = %e, "notices look failed; starting afresh");
+                            seen = crate::gateway::Seen::default();
+                        }
+                    }
                 }
             })
         };
@@ -411,6 +434,7 @@ impl App {
         let jobs = [
             Some(sighup),
             Some(expiry),
+            Some(notices),
             Some(grant_expiry),
             Some(upkeep),
             retention,

@@ -85,12 +85,17 @@ async fn run<T: Send + 'static>(
 /// Most records one export answers with (narrow the filter, or page `/v1/audit`, for more).
 const EXPORT_MAX: usize = 100_000;
 
+/// Whole-log walks and exports at once; more wait their turn (each holds up to a whole log
+/// walk or 100,000 records).
+static HEAVY: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+
 /// `GET /v1/audit/verify`: `{"result": "intact", …}` or `{"result": "broken", "seq", "why"}`.
 pub async fn verify(
     State(state): State<Gateway>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, Error> {
     human(&state, credential(&headers), HUMANS_ONLY)?;
+    let _turn = HEAVY.acquire().await.map_err(|_| Error::StoreUnavailable)?;
     let verdict = run(&state, |audit| audit.verify()).await?;
     Ok(Json(json!(verdict)))
 }
@@ -105,6 +110,7 @@ pub async fn export(
     human(&state, credential(&headers), HUMANS_ONLY)?;
     let Query(q) = query?;
     let max = q.limit.unwrap_or(EXPORT_MAX).clamp(1, EXPORT_MAX);
+    let _turn = HEAVY.acquire().await.map_err(|_| Error::StoreUnavailable)?;
     let mut query = to_query(q, 1000);
     let records = run(&state, move |audit| {
         let mut out = Vec::new();

@@ -2,7 +2,9 @@
 //! for any approver's tool. Each `queue` event carries the same body as
 //! `GET /v1/approvals?status=pending` for this caller (so only what Cedar lets them decide),
 //! sent at once, then whenever the queue changes. The credential is checked again before each
-//! event: a revoked token or an ended session ends the stream.
+//! event: a revoked token or an ended console session ends the stream, and a stream ends
+//! after [`LIFETIME`] in any case (clients reconnect), so none outlives what it was opened
+//! with for long.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -18,9 +20,13 @@ use crate::gateway::{self, Credential, Error, Gateway, ListQuery};
 /// A queue is looked at again this often even without a change (policies may have changed
 /// who sees what).
 const RECHECK: Duration = Duration::from_secs(5);
+/// Longest a stream stays open.
+pub const LIFETIME: Duration = Duration::from_secs(600);
 
 struct Feed {
     state: Gateway,
+    session: Option<crate::console::ConsoleSession>,
+    until: tokio::time::Instant,
     credential: Option<Vec<u8>>,
     changes: tokio::sync::watch::Receiver<u64>,
     last: Option<Value>,
@@ -29,6 +35,11 @@ struct Feed {
 
 /// The queue `credential` may see now; `None` when it no longer authenticates as a human.
 fn queue(feed: &Feed) -> Option<Result<Value, Error>> {
+    if feed.session.as_ref().is_some_and(|s| !s.alive())
+        || tokio::time::Instant::now() >= feed.until
+    {
+        return None;
+    }
     let who = gateway::human(
         &feed.state,
         Credential(feed.credential.as_deref()),
@@ -45,6 +56,7 @@ fn queue(feed: &Feed) -> Option<Result<Value, Error>> {
 /// `GET /v1/approvals/events`.
 pub async fn approval_events(
     State(state): State<Gateway>,
+    session: Option<axum::Extension<crate::console::ConsoleSession>>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, Error> {
     let credential = headers
@@ -59,6 +71,8 @@ pub async fn approval_events(
     let changes = state.approvals.subscribe();
     let feed = Feed {
         state,
+        session: session.map(|axum::Extension(s)| s),
+        until: tokio::time::Instant::now() + LIFETIME,
         credential,
         changes,
         last: None,
@@ -81,7 +95,7 @@ pub async fn approval_events(
                     feed.last = Some(body);
                     event
                 }
-                Err(e) => Event::default().event("error").data(e.to_string()),
+                Err(e) => Event::default().event("queue-error").data(e.to_string()),
             };
             return Some((Ok(event), feed));
         }

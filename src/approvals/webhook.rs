@@ -185,11 +185,16 @@ fn render(config: &WebhookConfig, mut event: Value) -> String {
     }
 }
 
-/// Slack's three control characters, escaped (values here come from agents and humans).
+/// Slack's three control characters escaped, and what would format or notify defused
+/// (values here come from agents and humans): a zero-width space after `@` keeps
+/// `@channel`, `@here` and `@all` from pinging (Mattermost and Rocket.Chat act on them as
+/// plain text), and backticks become quotes.
 fn slack_escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+        .replace('@', "@\u{200b}")
+        .replace('`', "'")
 }
 
 /// One line saying what happened. Never an argument value: only names, ids and reasons.
@@ -237,6 +242,12 @@ fn slack_text(event: &Value) -> String {
                 .as_str()
                 .map(|r| format!(": {}", slack_escape(r)))
                 .unwrap_or_default()
+        ),
+        "approval.expired" if a["decided_by"].is_string() => format!(
+            ":x: toolgate: {}'s call of `{}` was approved by {} but not made before the approval expired.",
+            s(&a["principal"]),
+            s(&a["tool"]),
+            s(&a["decided_by"])
         ),
         "approval.expired" => format!(
             ":x: toolgate: {}'s call of `{}` expired without a decision.",
@@ -299,6 +310,17 @@ pub fn webhook_origin(url: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slack_text_cannot_ping_or_format() {
+        let escaped = slack_escape("<!channel> @here `x` & <https://e.example|click>");
+        assert!(
+            !escaped.contains('<') && !escaped.contains('`'),
+            "{escaped}"
+        );
+        assert!(!escaped.contains("@here"), "{escaped}");
+        assert!(escaped.contains("&lt;!channel&gt;"), "{escaped}");
+    }
 
     #[test]
     fn logs_show_only_the_origin_of_a_webhook() {

@@ -1,13 +1,16 @@
 //! The approver console at `/ui`: a page and a script embedded in the binary (no CDN), a
-//! sign-in that trades a human's token for an HttpOnly, SameSite=Strict session cookie, and a
-//! layer that lets that cookie stand for the token on `/v1/` routes. The console holds no
-//! logic of its own: every view and action is the HTTP API's, so Cedar checks each one as it
-//! checks a `curl` with the same token.
+//! sign-in that trades a human's token for an HttpOnly, SameSite=Strict session cookie plus a
+//! per-session token, and a layer that lets the two together stand for the human's token on
+//! `/v1/` routes. The console holds no logic of its own: every view and action is the HTTP
+//! API's, so Cedar checks each one as it checks a `curl` with the same token.
 //!
-//! CSRF: a state change (any method but GET and HEAD) made with the cookie must carry the
-//! session's token in `X-Toolgate-CSRF` and must not come from another origin (`Origin`,
-//! `Sec-Fetch-Site`). Pages are served with a strict CSP: scripts and styles from `/ui` only,
-//! nothing inline, no framing.
+//! The cookie alone is worth nothing: cookies are shared by every port of a host, so a
+//! server on another local port that the approver's browser visits (a dev server an agent
+//! started) receives it. Every request it stands for must also carry the session's token in
+//! `X-Toolgate-CSRF`, which the sign-in answer hands to the page once and the page keeps in
+//! `sessionStorage` (per origin, port included). Browser requests must also come from the
+//! console's own origin (`Origin`, `Sec-Fetch-Site`). Pages are served with a strict CSP:
+//! scripts and styles from `/ui` only, nothing inline, no framing.
 
 mod sessions;
 
@@ -17,7 +20,7 @@ use std::sync::Arc;
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -137,14 +140,12 @@ fn csrf_refused(message: &str) -> Error {
     }
 }
 
-/// Checks a cookie-borne state change: same origin, and the session's CSRF token.
-fn guard_change(session: &Session, method: &Method, headers: &HeaderMap) -> Result<(), Error> {
-    if matches!(*method, Method::GET | Method::HEAD) {
-        return Ok(());
-    }
+/// Checks a request the session cookie came with: from the console's own origin, and with
+/// the session's token (every method: a cookie reaches other ports of the host too).
+fn guard(session: &Session, headers: &HeaderMap) -> Result<(), Error> {
     if !same_origin(headers) {
         return Err(csrf_refused(
-            "a state change from another origin is refused; nothing was changed",
+            "a request from another origin is refused; nothing was changed",
         ));
     }
     match headers.get(CSRF_HEADER) {
@@ -153,13 +154,30 @@ fn guard_change(session: &Session, method: &Method, headers: &HeaderMap) -> Resu
             "the CSRF token does not match this session; nothing was changed",
         )),
         None => Err(csrf_refused(
-            "a state change made with the console's session cookie needs its CSRF token in `X-Toolgate-CSRF`; nothing was changed",
+            "a request made with the console's session cookie needs the session's token in `X-Toolgate-CSRF`; nothing was changed",
         )),
     }
 }
 
+/// The console session a `/v1/` request was let through with (the event stream ends with
+/// it).
+#[derive(Debug, Clone)]
+pub struct ConsoleSession {
+    /// The session id (the cookie's value).
+    pub id: String,
+    /// The sessions it belongs to.
+    pub sessions: Arc<Sessions>,
+}
+
+impl ConsoleSession {
+    /// Whether the session is still open.
+    pub fn alive(&self) -> bool {
+        self.sessions.get(&self.id, now_ms()).is_some()
+    }
+}
+
 /// Lets a console session stand for its human's token on `/v1/` routes (a request with its
-/// own `Authorization` header is left alone), after the CSRF checks for state changes.
+/// own `Authorization` header is left alone), after the origin and token checks.
 pub async fn session_layer(
     Extension(sessions): Extension<Arc<Sessions>>,
     mut req: Request,
@@ -169,10 +187,12 @@ pub async fn session_layer(
     if !path.starts_with("/v1/") || req.headers().contains_key(header::AUTHORIZATION) {
         return next.run(req).await;
     }
-    let Some(session) = session_id(req.headers()).and_then(|id| sessions.get(id, now_ms())) else {
+    let Some((id, session)) =
+        session_id(req.headers()).and_then(|id| Some((id.to_owned(), sessions.get(id, now_ms())?)))
+    else {
         return next.run(req).await;
     };
-    if let Err(e) = guard_change(&session, req.method(), req.headers()) {
+    if let Err(e) = guard(&session, req.headers()) {
         tracing::warn!(principal = %session.principal, path, "console request refused: {e}");
         return e.into_response();
     }
@@ -183,6 +203,7 @@ pub async fn session_layer(
         }
         Err(_) => return Error::StoreUnavailable.into_response(),
     }
+    req.extensions_mut().insert(ConsoleSession { id, sessions });
     next.run(req).await
 }
 
@@ -195,7 +216,6 @@ struct SignIn {
 fn session_body(session: &Session) -> serde_json::Value {
     json!({
         "principal": session.principal,
-        "csrf": session.csrf,
         "expires_at_unix_ms": session.expires_ms,
     })
 }
@@ -226,11 +246,20 @@ async fn sign_in(
         Credential(Some(credential.as_bytes())),
         "only humans sign in to the console; agents call tools with their token",
     )?;
+    // A sign-in replaces the session this browser had.
+    if let Some(old) = session_id(&headers) {
+        sessions.close(old);
+    }
     let (id, session) = sessions
         .open(credential, who.uid.to_string(), now_ms())
         .ok_or(Error::StoreUnavailable)?;
     tracing::info!(principal = %who.uid, "console sign-in");
-    let mut resp = Json(session_body(&session)).into_response();
+    // The session's token is handed out here only: the page keeps it in sessionStorage.
+    let mut body = session_body(&session);
+    if let Some(obj) = body.as_object_mut() {
+        obj.insert("csrf".to_owned(), json!(session.csrf));
+    }
+    let mut resp = Json(body).into_response();
     resp.headers_mut()
         .insert(header::SET_COOKIE, cookie(&id, sessions.ttl_secs())?);
     hardened(resp.headers_mut());
@@ -245,33 +274,51 @@ fn signed_out() -> Error {
     }
 }
 
-/// `GET /ui/session`: who is signed in, and the session's CSRF token (same origin only: no
-/// CORS header is ever sent, so another site cannot read it).
+/// The request's open session, once its origin and token are checked.
+fn checked_session<'h>(
+    sessions: &Sessions,
+    headers: &'h HeaderMap,
+) -> Result<(&'h str, Session), Error> {
+    let id = session_id(headers).ok_or_else(signed_out)?;
+    let session = sessions.get(id, now_ms()).ok_or_else(signed_out)?;
+    guard(&session, headers)?;
+    Ok((id, session))
+}
+
+/// `GET /ui/session` (with the session's token): who is signed in. The human's token is
+/// checked again: one that no longer authenticates ends the session.
 async fn show_session(
+    State(state): State<Gateway>,
     Extension(sessions): Extension<Arc<Sessions>>,
     headers: HeaderMap,
 ) -> Result<Response, Error> {
-    let session = session_id(&headers)
-        .and_then(|id| sessions.get(id, now_ms()))
-        .ok_or_else(signed_out)?;
+    let (id, session) = checked_session(&sessions, &headers)?;
+    if gateway::human(
+        &state,
+        Credential(Some(session.credential.as_bytes())),
+        "only humans sign in to the console",
+    )
+    .is_err()
+    {
+        sessions.close(id);
+        return Err(signed_out());
+    }
     let mut resp = Json(session_body(&session)).into_response();
     hardened(resp.headers_mut());
     Ok(resp)
 }
 
-/// `DELETE /ui/session`: signs out (CSRF-checked like any change).
+/// `DELETE /ui/session` (with the session's token): signs out.
 async fn sign_out(
     Extension(sessions): Extension<Arc<Sessions>>,
-    method: Method,
     headers: HeaderMap,
 ) -> Result<Response, Error> {
-    let id = session_id(&headers).ok_or_else(signed_out)?;
-    let session = sessions.get(id, now_ms()).ok_or_else(signed_out)?;
-    guard_change(&session, &method, &headers)?;
+    let (id, session) = checked_session(&sessions, &headers)?;
     sessions.close(id);
     tracing::info!(principal = %session.principal, "console sign-out");
     let mut resp = Json(json!({"signed_out": true})).into_response();
     resp.headers_mut()
         .insert(header::SET_COOKIE, cookie("", 0)?);
+    hardened(resp.headers_mut());
     Ok(resp)
 }

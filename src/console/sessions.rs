@@ -8,6 +8,9 @@ use subtle::ConstantTimeEq;
 
 /// Most sessions held at once; the oldest is dropped to make room.
 const MAX_SESSIONS: usize = 4096;
+/// Most sessions of one human (browser tabs); their oldest is dropped to make room, so no
+/// human can push others out by signing in over and over.
+const MAX_PER_PRINCIPAL: usize = 16;
 
 /// A signed-in human.
 #[derive(Clone)]
@@ -16,7 +19,8 @@ pub struct Session {
     pub credential: String,
     /// `Human::"…"`, for the console to show.
     pub principal: String,
-    /// Sent back in `X-Toolgate-CSRF` with every state change.
+    /// Sent back in `X-Toolgate-CSRF` with every request the cookie stands for: the page
+    /// keeps it in `sessionStorage`, which, unlike a cookie, no other port of the host sees.
     pub csrf: String,
     /// Unix ms after which the session is gone.
     pub expires_ms: u64,
@@ -33,7 +37,7 @@ impl std::fmt::Debug for Session {
 }
 
 impl Session {
-    /// Whether `sent` is this session's CSRF token (constant time).
+    /// Whether `sent` is this session's token (constant time).
     pub fn csrf_matches(&self, sent: &[u8]) -> bool {
         sent.len() == self.csrf.len() && bool::from(sent.ct_eq(self.csrf.as_bytes()))
     }
@@ -89,6 +93,16 @@ impl Sessions {
         };
         let mut map = self.map();
         map.retain(|_, s| s.expires_ms > now_ms);
+        let theirs: Vec<(u64, String)> = map
+            .iter()
+            .filter(|(_, s)| s.principal == session.principal)
+            .map(|(k, s)| (s.expires_ms, k.clone()))
+            .collect();
+        if theirs.len() >= MAX_PER_PRINCIPAL
+            && let Some((_, oldest)) = theirs.iter().min()
+        {
+            map.remove(oldest);
+        }
         if map.len() >= MAX_SESSIONS
             && let Some(oldest) = map
                 .iter()

@@ -5,7 +5,7 @@
 
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdirSync } from "node:fs";
+import { mkdirSync, readFileSync } from "node:fs";
 import { createServer } from "node:http";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
@@ -117,9 +117,34 @@ test("signing in: a human's token gives an HttpOnly SameSite=Strict cookie; an a
   assert.equal(cookie.name, "toolgate_session");
   assert.equal(cookie.httpOnly, true);
   assert.equal(cookie.sameSite, "Strict");
-  // The token is not readable from the page: not in a cookie it can see, not in storage.
+  // The human's token is kept nowhere the page can read; the page holds only the session's
+  // own token, in sessionStorage (which no other port of this host sees).
   assert.equal(await page.evaluate(() => document.cookie), "");
-  assert.equal(await page.evaluate(() => JSON.stringify(localStorage) + JSON.stringify(sessionStorage)), "{}{}");
+  const stored = await page.evaluate(() => JSON.stringify(localStorage) + JSON.stringify(sessionStorage));
+  assert.ok(!stored.includes(BOB), stored);
+  assert.deepEqual(await page.evaluate(() => Object.keys(sessionStorage)), ["toolgate.session-token"]);
+  assert.equal(await page.evaluate(() => localStorage.length), 0);
+
+  // The cookie alone is worth nothing: a server on another port of this host receives it
+  // (cookies ignore ports), but without the session's token it opens nothing, reads included.
+  const jar = `toolgate_session=${cookie.value}`;
+  for (const [method, path] of [
+    ["GET", "/ui/session"],
+    ["GET", "/v1/approvals"],
+    ["GET", "/v1/audit/export"],
+    ["GET", "/v1/approvals/events"],
+  ]) {
+    const r = await fetch(sidecar.url + path, { method, headers: { Cookie: jar } });
+    assert.ok([401, 403].includes(r.status), `${method} ${path} with the cookie alone: ${r.status}`);
+    await r.arrayBuffer();
+  }
+  const replay = await fetch(sidecar.url + "/v1/admin/kill-switch", {
+    method: "POST",
+    headers: { Cookie: jar, "Content-Type": "application/json" },
+    body: JSON.stringify({ on: true }),
+  });
+  assert.equal(replay.status, 403);
+  assert.equal((await replay.json()).error, "csrf_rejected");
   // The page survives a reload signed in; signing out ends the session on the server.
   await page.reload();
   await page.locator("#principal").filter({ hasText: 'Human::"bob"' }).waitFor({ timeout: WAIT });
@@ -211,8 +236,13 @@ test("explain and the audit log, as an auditor", async () => {
   await page.locator("#chain-state").filter({ hasText: /^intact: \d+ records/ }).waitFor({ timeout: WAIT });
   await shot(page, "04-audit");
   // The export is the filtered log as JSON Lines, downloaded with the session.
-  const href = await page.locator("#audit-export").getAttribute("href");
-  const lines = await page.evaluate(async (h) => (await (await fetch(h)).text()).trim().split("\n"), href);
+  const [download] = await Promise.all([
+    page.waitForEvent("download", { timeout: WAIT }),
+    page.getByRole("button", { name: "Export (JSON Lines)" }).click(),
+  ]);
+  const saved = join(SHOTS, "export.jsonl");
+  await download.saveAs(saved);
+  const lines = readFileSync(saved, "utf8").trim().split("\n");
   assert.ok(lines.length >= 2);
   for (const line of lines) assert.equal(JSON.parse(line).entry.decision, "pending_approval");
   // Grace (an auditor) may not flip the kill switch: Cedar refuses, the page says so.

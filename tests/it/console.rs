@@ -8,9 +8,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode};
-use http_body_util::BodyExt as _;
 use serde_json::{Value, json};
-use tower::ServiceExt as _;
 
 use crate::helpers::*;
 use crate::process::{exchange, start_configured, start_with};
@@ -20,15 +18,7 @@ const BOB: &str = "demo-bob-token";
 const GRACE: &str = "demo-grace-token";
 
 async fn raw(app: &Router, req: Request<Body>) -> (StatusCode, HeaderMap, Value) {
-    let resp = app.clone().oneshot(req).await.unwrap();
-    let status = resp.status();
-    let headers = resp.headers().clone();
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    (
-        status,
-        headers,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
+    oneshot(app, req).await
 }
 
 /// Signs `token` in; the cookie (`toolgate_session=…`) and the CSRF token.
@@ -95,15 +85,31 @@ async fn a_console_session_stands_for_its_human_and_every_change_needs_its_csrf_
     assert_eq!(raw(&app, cross).await.2["error"], "csrf_rejected");
 
     let (cookie, csrf) = sign_in(&app, ALICE).await;
-    // Reads work with the cookie alone.
-    let read = Request::get("/v1/admin/kill-switch")
+    let read = |with_token: bool| {
+        let mut r = Request::get("/v1/admin/kill-switch").header("cookie", &cookie);
+        if with_token {
+            r = r.header("x-toolgate-csrf", &csrf);
+        }
+        r.body(Body::empty()).unwrap()
+    };
+    // The cookie alone opens nothing, reads included (other ports of the host receive it).
+    let (status, _, body) = raw(&app, read(false)).await;
+    assert_eq!(
+        (status.as_u16(), body["error"].as_str()),
+        (403, Some("csrf_rejected"))
+    );
+    let alone = Request::get("/ui/session")
         .header("cookie", &cookie)
         .body(Body::empty())
         .unwrap();
-    assert_eq!(raw(&app, read).await.2["on"], false);
+    let (status, _, body) = raw(&app, alone).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.get("csrf").is_none());
+    // With the session's token, it stands for alice.
+    assert_eq!(raw(&app, read(true)).await.2["on"], false);
     // Changes need the token, from this origin.
     for (extra, why) in [
-        (vec![], "needs its CSRF token"),
+        (vec![], "needs the session's token"),
         (vec![("x-toolgate-csrf", "0000")], "does not match"),
         (
             vec![
@@ -125,11 +131,11 @@ async fn a_console_session_stands_for_its_human_and_every_change_needs_its_csrf_
         assert_eq!(body["error"], "csrf_rejected");
         assert!(body["message"].as_str().unwrap().contains(why), "{body}");
     }
-    let read = Request::get("/v1/admin/kill-switch")
-        .header("cookie", &cookie)
-        .body(Body::empty())
-        .unwrap();
-    assert_eq!(raw(&app, read).await.2["on"], false, "nothing changed");
+    assert_eq!(
+        raw(&app, read(true)).await.2["on"],
+        false,
+        "nothing changed"
+    );
     let ok = kill_switch(
         &cookie,
         &[
@@ -162,6 +168,7 @@ async fn a_console_session_stands_for_its_human_and_every_change_needs_its_csrf_
     assert_eq!(raw(&app, out).await.0, 200);
     let after = Request::get("/v1/audit/head")
         .header("cookie", &grace)
+        .header("x-toolgate-csrf", &grace_csrf)
         .body(Body::empty())
         .unwrap();
     assert_eq!(raw(&app, after).await.0, 401);
@@ -267,17 +274,9 @@ async fn the_audit_log_is_verified_and_exported_online() {
         .header("authorization", format!("Bearer {GRACE}"))
         .body(Body::empty())
         .unwrap();
-    let resp = app.clone().oneshot(req).await.unwrap();
-    assert_eq!(resp.headers()["content-type"], "application/x-ndjson");
-    let text = String::from_utf8(
-        resp.into_body()
-            .collect()
-            .await
-            .unwrap()
-            .to_bytes()
-            .to_vec(),
-    )
-    .unwrap();
+    let (_, headers, bytes) = oneshot_bytes(&app, req).await;
+    assert_eq!(headers["content-type"], "application/x-ndjson");
+    let text = String::from_utf8(bytes).unwrap();
     let seqs: Vec<u64> = text
         .lines()
         .map(|l| {

@@ -198,15 +198,32 @@ pub async fn send_full(
     let req = req
         .body(body.map_or_else(Body::empty, |b| Body::from(b.to_owned())))
         .unwrap();
-    let resp = app.clone().oneshot(req).await.unwrap();
-    let status = resp.status();
-    let headers = resp.headers().clone();
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    oneshot(app, req).await
+}
+
+/// Sends `req` as it is: status, headers and JSON body (Null if none).
+pub async fn oneshot(
+    app: &Router,
+    req: Request<Body>,
+) -> (StatusCode, axum::http::HeaderMap, Value) {
+    let (status, headers, bytes) = oneshot_bytes(app, req).await;
     (
         status,
         headers,
         serde_json::from_slice(&bytes).unwrap_or(Value::Null),
     )
+}
+
+/// Sends `req` as it is: status, headers and the body's bytes.
+pub async fn oneshot_bytes(
+    app: &Router,
+    req: Request<Body>,
+) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
+    let resp = app.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, headers, bytes.to_vec())
 }
 
 /// `POST path` with a JSON body as `token`: status and body.

@@ -1,10 +1,12 @@
 // The toolgate console. Every view and action is a call to the sidecar's HTTP API, made with
-// the session cookie; state changes carry the session's CSRF token. Text from the sidecar
-// (arguments, reasons, names) is only ever set as text, never parsed as HTML.
+// the session cookie and the session's token (X-Toolgate-CSRF), which this page keeps in
+// sessionStorage: unlike the cookie, no other port of this host ever sees it. Text from the
+// sidecar (arguments, reasons, names) is only ever set as text, never parsed as HTML.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-let csrf = null;
+const KEY = "toolgate.session-token";
+let csrf = sessionStorage.getItem(KEY);
 let events = null;
 let queue = [];
 const VIEWS = ["queue", "explain", "audit", "operations"];
@@ -22,7 +24,7 @@ class ApiError extends Error {
 
 async function api(method, path, body) {
   const headers = { Accept: "application/json" };
-  if (method !== "GET") headers["X-Toolgate-CSRF"] = csrf || "";
+  if (csrf) headers["X-Toolgate-CSRF"] = csrf;
   if (body !== undefined) headers["Content-Type"] = "application/json";
   const resp = await fetch(path, {
     method,
@@ -36,7 +38,7 @@ async function api(method, path, body) {
   } catch (_) {
     data = null;
   }
-  if (resp.status === 401 && path !== "/ui/session") signedOut();
+  if (resp.status === 401 && !(method === "POST" && path === "/ui/session")) signedOut();
   if (!resp.ok) throw new ApiError(resp.status, data);
   return data;
 }
@@ -87,7 +89,8 @@ function left(ms) {
 
 function signedOut() {
   csrf = null;
-  if (events) events.close();
+  sessionStorage.removeItem(KEY);
+  if (events) events.abort();
   events = null;
   $("nav").hidden = true;
   $("who").hidden = true;
@@ -95,16 +98,19 @@ function signedOut() {
 }
 
 async function start() {
+  if (!csrf) return signedOut();
   try {
-    const s = await api("GET", "/ui/session");
-    signedIn(s);
+    signedIn(await api("GET", "/ui/session"));
   } catch (_) {
     signedOut();
   }
 }
 
 function signedIn(s) {
-  csrf = s.csrf;
+  if (s.csrf) {
+    csrf = s.csrf;
+    sessionStorage.setItem(KEY, csrf);
+  }
   $("principal").textContent = s.principal;
   $("nav").hidden = false;
   $("who").hidden = false;
@@ -118,8 +124,7 @@ $("sign-in-form").addEventListener("submit", async (ev) => {
   const token = $("token").value;
   $("token").value = "";
   try {
-    const s = await api("POST", "/ui/session", { token });
-    signedIn(s);
+    signedIn(await api("POST", "/ui/session", { token }));
   } catch (e) {
     $("sign-in-error").textContent = errorText(e);
   }
@@ -156,20 +161,65 @@ window.addEventListener("hashchange", route);
 
 // ---- queue ----
 
+// The queue's event stream, read with fetch (EventSource cannot send the session's token).
+// It reconnects with a growing pause; a refusal (signed out, token revoked) signs out.
 function openQueue() {
-  if (events) events.close();
-  events = new EventSource("/v1/approvals/events");
-  events.addEventListener("open", () => setLive("live", "ok"));
-  events.addEventListener("queue", (ev) => {
-    queue = JSON.parse(ev.data).approvals || [];
-    renderQueue();
-    setLive("live", "ok");
-  });
-  events.addEventListener("error", () => {
+  if (events) events.abort();
+  const ctl = new AbortController();
+  events = ctl;
+  let pause = 1000;
+  const reconnect = () => {
+    if (events !== ctl) return;
     setLive("reconnecting…", "warn");
-    // A stream refused for good (signed out, token revoked): check the session.
-    if (events && events.readyState === EventSource.CLOSED) start();
-  });
+    setTimeout(() => events === ctl && read(), pause);
+    pause = Math.min(pause * 2, 30000);
+  };
+  const read = async () => {
+    let resp;
+    try {
+      resp = await fetch("/v1/approvals/events", {
+        headers: { Accept: "text/event-stream", "X-Toolgate-CSRF": csrf || "" },
+        credentials: "same-origin",
+        signal: ctl.signal,
+      });
+    } catch (_) {
+      return reconnect();
+    }
+    if (resp.status === 401 || resp.status === 403) return start();
+    if (!resp.ok || !resp.body) return reconnect();
+    setLive("live", "ok");
+    pause = 1000;
+    const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = "";
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += value;
+        let end;
+        while ((end = buffer.indexOf("\n\n")) >= 0) {
+          const block = buffer.slice(0, end);
+          buffer = buffer.slice(end + 2);
+          let name = "message";
+          let data = "";
+          for (const line of block.split("\n")) {
+            if (line.startsWith("event:")) name = line.slice(6).trim();
+            else if (line.startsWith("data:")) data += line.slice(5).trimStart();
+          }
+          if (name === "queue") {
+            queue = JSON.parse(data).approvals || [];
+            renderQueue();
+          } else if (name === "queue-error") {
+            setLive(data, "bad");
+          }
+        }
+      }
+    } catch (_) {
+      // Aborted or cut: reconnect below, unless this stream was replaced.
+    }
+    reconnect();
+  };
+  read();
 }
 
 function setLive(text, kind) {
@@ -306,6 +356,27 @@ $("explain-form").addEventListener("submit", async (ev) => {
 // ---- audit ----
 
 let cursor = null;
+let exportQuery = "";
+
+// The export is fetched with the session's token, then saved from memory.
+$("audit-export").addEventListener("click", async () => {
+  $("audit-error").textContent = "";
+  try {
+    const resp = await fetch(`/v1/audit/export?${exportQuery}`, {
+      headers: { "X-Toolgate-CSRF": csrf || "" },
+      credentials: "same-origin",
+    });
+    if (!resp.ok) throw new ApiError(resp.status, await resp.json().catch(() => null));
+    const url = URL.createObjectURL(await resp.blob());
+    const a = el("a", { href: url, download: "toolgate-audit.jsonl" });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10000);
+  } catch (e) {
+    $("audit-error").textContent = errorText(e);
+  }
+});
 
 function auditParams() {
   const p = new URLSearchParams();
@@ -323,7 +394,7 @@ function auditParams() {
 async function searchAudit(more) {
   $("audit-error").textContent = "";
   const p = auditParams();
-  $("audit-export").href = `/v1/audit/export?${p}`;
+  exportQuery = p.toString();
   p.set("limit", "50");
   if (more && cursor) p.set("cursor", String(cursor));
   try {
