@@ -70,6 +70,8 @@ struct Setup {
     workspace: PathBuf,
     port: u16,
     web: Child,
+    /// What the approver webhook received.
+    notices: std::sync::mpsc::Receiver<super::webhook::Seen>,
 }
 
 impl Drop for Setup {
@@ -147,6 +149,7 @@ fn setup(d: &Deps) -> Setup {
     // server-everything over streamable HTTP: an upstream reached by URL.
     let (web, web_port) = web_upstream(d);
     let port = free_port();
+    let (hook, notices) = super::webhook::receiver(vec![200; 1024]);
     let config = root.join("toolgate.toml");
     std::fs::write(
         &config,
@@ -154,6 +157,8 @@ fn setup(d: &Deps) -> Setup {
             r#"listen = "127.0.0.1:{port}"
 policies_dir = "policies"
 schemas_dir = "schemas"
+[approvals]
+webhook_url = "http://127.0.0.1:{hook}/hook"
 [auth]
 tokens_file = "tokens.json"
 [exec]
@@ -228,6 +233,7 @@ url = "http://127.0.0.1:{web_port}/mcp"
         workspace: ws,
         port,
         web,
+        notices,
     }
 }
 
@@ -755,6 +761,24 @@ fn every_case(front: &Front, d: &Deps, s: &Setup) {
     assert_eq!(
         r["structuredContent"]["toolgate"]["stage"], "descriptor",
         "{r}"
+    );
+    // Approvers are told (the notices job looks once a second).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let changed = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let seen = s
+            .notices
+            .recv_timeout(left)
+            .expect("a descriptor.changed notice");
+        let v: Value = serde_json::from_str(&seen.body).unwrap();
+        if v["event"] == "descriptor.changed" {
+            break v;
+        }
+    };
+    assert_eq!(changed["tool"], "mutable.greet", "{changed}");
+    assert!(
+        changed["offered"].as_str().unwrap().starts_with("sha256:"),
+        "{changed}"
     );
     let view = api(
         front.api_port,
