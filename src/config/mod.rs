@@ -6,8 +6,11 @@ mod anomaly;
 mod exec;
 mod gates;
 mod mcp;
+mod outputs;
 mod problems;
 mod server;
+
+use outputs::{console_url, ship_settings, webhook};
 
 use anomaly::{RawAnomaly, detector_config, quarantine_kinds};
 use problems::Problems;
@@ -877,99 +880,6 @@ fn approval_bounds(raw: &RawApprovals) -> Result<Bounds, (String, String)> {
         ));
     }
     Ok(bounds)
-}
-
-/// A webhook section's settings (`[section] webhook_url`, ...); `None` without a URL.
-fn webhook(
-    section: &str,
-    url: Option<&str>,
-    secret_file: Option<&Path>,
-    timeout_ms: Option<u64>,
-    attempts: Option<u32>,
-    base: &Path,
-) -> Result<Option<WebhookSettings>, (String, &'static str)> {
-    let Some(url) = url else { return Ok(None) };
-    let host = url
-        .strip_prefix("https://")
-        .or_else(|| url.strip_prefix("http://"))
-        .and_then(|rest| rest.split(['/', '?', '#']).next());
-    if host.is_none_or(str::is_empty) {
-        // The URL is not echoed: webhook URLs often carry a secret.
-        return Err((
-            format!("`{section}.webhook_url` is not an http(s) URL with a host"),
-            "use a URL such as `https://hooks.example.com/toolgate`",
-        ));
-    }
-    let attempts = attempts.unwrap_or(3);
-    if !(1..=10).contains(&attempts) {
-        return Err((
-            format!("`{section}.webhook_attempts` = {attempts} is out of range"),
-            "use 1 to 10 attempts",
-        ));
-    }
-    Ok(Some(WebhookSettings {
-        url: url.to_owned(),
-        secret_file: secret_file.map(|p| base.join(p)),
-        timeout: std::time::Duration::from_millis(timeout_ms.unwrap_or(2000).clamp(100, 30_000)),
-        attempts,
-        format: crate::approvals::Format::Json,
-        console_url: None,
-    }))
-}
-
-/// `[audit] ship_file`, `ship_rotate_kb` (default 65536: 64 MiB) and `ship_keep` (default 5).
-fn ship_settings(
-    raw: &RawAudit,
-    base: &Path,
-) -> Result<Option<crate::audit::ShipSettings>, (String, &'static str)> {
-    let Some(file) = &raw.ship_file else {
-        if raw.ship_rotate_kb.is_some() || raw.ship_keep.is_some() {
-            return Err((
-                "`audit.ship_rotate_kb` and `audit.ship_keep` need `audit.ship_file`".to_owned(),
-                "set `ship_file = \"audit.jsonl\"` (relative to the config file) to ship records",
-            ));
-        }
-        return Ok(None);
-    };
-    let kb = raw.ship_rotate_kb.unwrap_or(64 * 1024);
-    if !(1..=16 * 1024 * 1024).contains(&kb) {
-        return Err((
-            format!("`audit.ship_rotate_kb` = {kb} is out of range"),
-            "use 1 to 16777216 (KiB a file reaches before it is rotated; default 65536)",
-        ));
-    }
-    let keep = raw.ship_keep.unwrap_or(5);
-    if !(1..=1000).contains(&keep) {
-        return Err((
-            format!("`audit.ship_keep` = {keep} is out of range"),
-            "use 1 to 1000 rotated files",
-        ));
-    }
-    Ok(Some(crate::audit::ShipSettings {
-        path: base.join(file),
-        rotate_bytes: kb * 1024,
-        keep,
-    }))
-}
-
-/// `[approvals] console_url`: an http(s) URL, linked from notices.
-fn console_url(url: Option<&str>) -> Result<Option<String>, (String, &'static str)> {
-    let Some(url) = url else { return Ok(None) };
-    let host = url
-        .strip_prefix("https://")
-        .or_else(|| url.strip_prefix("http://"))
-        .and_then(|rest| rest.split(['/', '?', '#']).next());
-    if host.is_none_or(str::is_empty)
-        || url
-            .chars()
-            .any(|c| c.is_whitespace() || c == '<' || c == '>' || c == '|')
-    {
-        return Err((
-            format!("`approvals.console_url` = {url:?} is not an http(s) URL with a host"),
-            "use the address approvers open the console at, e.g. `https://toolgate.example.com/ui`",
-        ));
-    }
-    Ok(Some(url.to_owned()))
 }
 
 /// What decisions refuse as `context.paths.<arg>.denied`: the deny list, and the protected

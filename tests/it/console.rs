@@ -320,7 +320,7 @@ fn every_notice_reaches_the_webhook_with_a_console_link() {
     let server = start_configured(
         &set,
         &format!(
-            "[approvals]\nwebhook_url = \"http://127.0.0.1:{hook}/hook\"\nconsole_url = \"https://toolgate.example/ui/\"\nttl_secs = 4\n"
+            "[approvals]\nwebhook_url = \"http://127.0.0.1:{hook}/hook\"\nconsole_url = \"https://toolgate.example/ui/\"\nttl_secs = 6\n"
         ),
         "widening = \"hold\"",
         &[],
@@ -333,7 +333,7 @@ fn every_notice_reaches_the_webhook_with_a_console_link() {
         d["approval_id"].as_str().unwrap().to_owned()
     };
     let id = ask("a.txt");
-    let pending = notice(&seen, "approval.pending", Duration::from_secs(5));
+    let pending = notice(&seen, "approval.pending", Duration::from_secs(15));
     assert_eq!(pending["approval"]["id"], id.as_str());
     assert_eq!(
         pending["console"],
@@ -348,22 +348,22 @@ fn every_notice_reaches_the_webhook_with_a_console_link() {
         Some(&json!({"reason": "no"})),
     )
     .unwrap();
-    let decided = notice(&seen, "approval.decided", Duration::from_secs(5));
+    let decided = notice(&seen, "approval.decided", Duration::from_secs(15));
     assert_eq!(decided["approval"]["status"], "denied");
     assert_eq!(decided["approval"]["decided_by"], "Human::\"bob\"");
     assert_eq!(decided["approval"]["reason"], "no");
 
-    // One left alone: reminded at half its 4 s, then expired.
+    // One left alone: reminded at half its 6 s, then expired.
     let started = Instant::now();
     let id = ask("b.txt");
-    let reminder = notice(&seen, "approval.reminder", Duration::from_secs(6));
+    let reminder = notice(&seen, "approval.reminder", Duration::from_secs(15));
     assert_eq!(reminder["approval"]["id"], id.as_str());
     assert!(
-        started.elapsed() >= Duration::from_millis(1500),
+        started.elapsed() >= Duration::from_millis(2500),
         "{:?}",
         started.elapsed()
     );
-    let expired = notice(&seen, "approval.expired", Duration::from_secs(6));
+    let expired = notice(&seen, "approval.expired", Duration::from_secs(15));
     assert_eq!(expired["approval"]["id"], id.as_str());
 
     // Operators' changes.
@@ -377,7 +377,7 @@ fn every_notice_reaches_the_webhook_with_a_console_link() {
     )
     .unwrap();
     assert_eq!(s, 200);
-    let q = notice(&seen, "quarantine", Duration::from_secs(5));
+    let q = notice(&seen, "quarantine", Duration::from_secs(15));
     assert_eq!(
         (q["agent"].as_str(), q["on"].as_bool()),
         (Some("Agent::\"dev-agent\""), Some(true))
@@ -392,7 +392,7 @@ fn every_notice_reaches_the_webhook_with_a_console_link() {
         Some(&body),
     )
     .unwrap();
-    let k = notice(&seen, "kill_switch", Duration::from_secs(5));
+    let k = notice(&seen, "kill_switch", Duration::from_secs(15));
     assert_eq!(
         (k["on"].as_bool(), k["reason"].as_str()),
         (Some(true), Some("drill"))
@@ -405,7 +405,8 @@ fn every_notice_reaches_the_webhook_with_a_console_link() {
         .args(["-HUP", &pid.to_string()])
         .status()
         .unwrap();
-    let held = notice(&seen, "policy.held", Duration::from_secs(10));
+    // The reload proves the change with cvc5 first, which takes a while on a loaded machine.
+    let held = notice(&seen, "policy.held", Duration::from_secs(60));
     assert!(
         held["revision"].as_str().unwrap().starts_with("sha256:"),
         "{held}"
@@ -426,7 +427,7 @@ fn slack_notices_are_one_line_of_text_with_a_link_and_no_argument_values() {
     let call = json!({"tool": "write_file", "args": {"path": "secret-plan.txt", "content": "<!channel> x"}});
     let (_, d) = exchange(server.port, "POST", "/v1/authorize", Some(DEV), Some(&call)).unwrap();
     let id = d["approval_id"].as_str().unwrap();
-    let msg = notice(&seen, "slack", Duration::from_secs(5));
+    let msg = notice(&seen, "slack", Duration::from_secs(15));
     let text = msg["text"].as_str().unwrap();
     assert_eq!(msg.as_object().unwrap().len(), 1, "{msg}");
     assert!(

@@ -87,8 +87,16 @@ fn shipping_survives_kill_9_and_torn_lines_without_gap_or_duplicate() {
     complete_through(set.dir.path(), first);
     let rotated = set.dir.path().join("ship/audit.jsonl.1");
     assert!(rotated.exists(), "8 KiB files rotate");
-    let text = metrics(server.port);
-    assert!(text.contains("toolgate_audit_ship_lag_records 0"), "{text}");
+    // The counters follow the file: lag 0 once it holds everything.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = metrics(server.port);
+        if text.contains("toolgate_audit_ship_lag_records 0") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     drop(server); // SIGKILL
 
     // A crash in the middle of a line: the torn part is dropped at start, not shipped.
