@@ -7,7 +7,10 @@
 //! it never delays a decision. It keeps no state of its own: on start it reads the last
 //! complete line of the file (or of the newest rotated one), drops a torn line a crash left,
 //! and goes on from the next record. So a `kill -9` at any point leaves no gap and no
-//! duplicate. Lines are flushed with `fdatasync` after each batch.
+//! duplicate. The file is flushed with `fdatasync` at most once a second (and before each
+//! rotation): after a power loss the lines not yet flushed are written again from the log,
+//! which is durable, so nothing is lost; a receiver that already read them sees their `seq`
+//! again.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
@@ -25,6 +28,8 @@ const PAGE: usize = 1024;
 const POLL: Duration = Duration::from_millis(200);
 /// Wait after a failure (a full disk, a store error) before trying again.
 const BACKOFF: Duration = Duration::from_secs(1);
+/// Longest time written lines wait for `fdatasync`.
+const SYNC_EVERY: Duration = Duration::from_secs(1);
 
 /// `[audit] ship_file` and its rotation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,6 +95,9 @@ struct Sink {
     shipped: u64,
     /// Where the next scan starts (a storage unit at or before the next record).
     next_unit: u64,
+    /// Written since the last `fdatasync`, and when that was.
+    unsynced: bool,
+    synced_at: std::time::Instant,
 }
 
 /// The `seq` of the last complete line of `path`, and the length up to the end of that line
@@ -175,6 +183,8 @@ impl Sink {
             file.sync_data()?;
         }
         Ok(Sink {
+            unsynced: false,
+            synced_at: std::time::Instant::now(),
             next_unit: shipped.saturating_sub(MAX_BLOCK as u64),
             settings,
             file,
@@ -190,10 +200,22 @@ impl Sink {
         }
     }
 
-    /// Ships what is durable and not shipped yet; whether there may be more right away.
+    /// Flushes written lines when they have waited [`SYNC_EVERY`] (or `now` is set).
+    fn sync(&mut self, now: bool) -> std::io::Result<()> {
+        if self.unsynced && (now || self.synced_at.elapsed() >= SYNC_EVERY) {
+            self.file.sync_data()?;
+            self.unsynced = false;
+            self.synced_at = std::time::Instant::now();
+        }
+        Ok(())
+    }
+
+    /// Ships what is durable and not shipped yet; whether a full page was read (more may be
+    /// waiting: go on at once; otherwise the caller waits and lets a batch build up).
     fn pass(&mut self, audit: &Audit, stats: &ShipStats) -> std::io::Result<bool> {
         let head = audit.head().seq;
         if head <= self.shipped {
+            self.sync(false)?;
             stats.failing.store(false, Ordering::Relaxed);
             return Ok(false);
         }
@@ -201,6 +223,7 @@ impl Sink {
             .store()
             .scan(self.next_unit, PAGE)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let full = page.len() >= PAGE;
         let Some(last_unit) = page.last().map(|s| s.unit) else {
             return Ok(false);
         };
@@ -238,7 +261,8 @@ impl Sink {
         if !out.is_empty() {
             self.file.seek(SeekFrom::Start(self.len))?;
             self.file.write_all(&out)?;
-            self.file.sync_data()?;
+            self.unsynced = true;
+            self.sync(false)?;
             stats
                 .lines
                 .fetch_add(shipped - self.shipped, Ordering::Relaxed);
@@ -254,11 +278,12 @@ impl Sink {
             self.rotate()?;
             stats.rotations.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(shipped < head)
+        Ok(full && shipped < head)
     }
 
     /// `<file>` → `<file>.1` → … → `<file>.<keep>` (the oldest is removed), then a new file.
     fn rotate(&mut self) -> std::io::Result<()> {
+        self.sync(true)?;
         let path = self.settings.path.clone();
         let keep = self.settings.keep.max(1);
         match std::fs::remove_file(rotated(&path, keep)) {
