@@ -17,13 +17,13 @@ cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5}
 P_TG=18191 P_OFF=18192 P_FLOOR=18193
-command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
 cargo build --release --quiet --bin toolgate --example echo_floor --example fdatasync_floor
 bin=target/release
 work=$(mktemp -d "${1:-${TMPDIR:-/tmp}}/toolgate-durable.XXXXXX")
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
+. benches/support/wrk.sh
 
 config() { # port data sync
   cat <<TOML
@@ -40,13 +40,7 @@ TOML
 config $P_TG tg group > "$work/tg.toml"
 config $P_OFF off off > "$work/off.toml"
 body='{"tool":"read_file","args":{"path":"src/main.rs","max_bytes":4096},"context":{"conv_id":"c-1","iter":1}}'
-cat > "$work/post.lua" <<LUA
-wrk.method = "POST"
-wrk.path = "/v1/authorize"
-wrk.body = [[$body]]
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Bearer demo-dev-token"
-LUA
+post_lua "$body"
 RUST_LOG=warn "$bin/toolgate" serve --config "$work/tg.toml" 2>"$work/tg.log" & pids+=($!)
 RUST_LOG=warn "$bin/toolgate" serve --config "$work/off.toml" 2>"$work/off.log" & pids+=($!)
 "$bin/examples/echo_floor" "127.0.0.1:$P_FLOOR" & pids+=($!)
@@ -58,9 +52,6 @@ for port in $P_TG $P_OFF; do
     -H 'Content-Type: application/json' -d "$body" | grep -q '"decision":"allow"'
 done
 
-to_us() { awk '{v=$1; if (v ~ /us$/) {sub(/us/,"",v); print v} else if (v ~ /ms$/) {sub(/ms/,"",v); print v*1000} else if (v ~ /s$/) {sub(/s/,"",v); print v*1000000} else print v}'; }
-p50() { wrk -t1 -c1 -d"${DURATION}s" --latency -s "$work/post.lua" "http://127.0.0.1:$1" 2>&1 | awk '$1=="50%"{print $2}' | to_us; }
-median() { sort -g | awk '{a[NR]=$1} END{print (NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2}'; }
 declare -A R
 for _ in $(seq "$ROUNDS"); do
   read -r sync _ <<<"$("$bin/examples/fdatasync_floor" "$work/floor" 2000 640)"

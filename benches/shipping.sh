@@ -12,13 +12,13 @@ cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5}
 P_PLAIN=18194 P_SHIP=18195
-command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
 cargo build --release --quiet --bin toolgate
 bin=target/release
 work=$(mktemp -d "${TMPDIR:-/tmp}/toolgate-shipping.XXXXXX")
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
+. benches/support/wrk.sh
 
 config() { # port data extra
   cat <<TOML
@@ -36,23 +36,14 @@ TOML
 config $P_PLAIN plain "" > "$work/plain.toml"
 config $P_SHIP ship "ship_file = \"$work/ship/audit.jsonl\"" > "$work/ship.toml"
 body='{"tool":"read_file","args":{"path":"src/main.rs","max_bytes":4096},"context":{"conv_id":"c-1","iter":1}}'
-cat > "$work/post.lua" <<LUA
-wrk.method = "POST"
-wrk.path = "/v1/authorize"
-wrk.body = [[$body]]
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Bearer demo-dev-token"
-LUA
+post_lua "$body"
 RUST_LOG=warn "$bin/toolgate" serve --config "$work/plain.toml" 2>"$work/plain.log" & pids+=($!)
 RUST_LOG=warn "$bin/toolgate" serve --config "$work/ship.toml" 2>"$work/ship.log" & pids+=($!)
 for port in $P_PLAIN $P_SHIP; do
   for _ in $(seq 100); do curl -s -o /dev/null "127.0.0.1:$port/healthz" && break; sleep 0.1; done
 done
 
-to_us() { awk '{v=$1; if (v ~ /us$/) {sub(/us/,"",v); print v} else if (v ~ /ms$/) {sub(/ms/,"",v); print v*1000} else if (v ~ /s$/) {sub(/s/,"",v); print v*1000000} else print v}'; }
-p50() { wrk -t1 -c1 -d"${DURATION}s" --latency -s "$work/post.lua" "http://127.0.0.1:$1" 2>&1 | awk '$1=="50%"{print $2}' | to_us; }
 rps() { wrk -t2 -c32 -d"${DURATION}s" -s "$work/post.lua" "http://127.0.0.1:$1" 2>&1 | awk '$1=="Requests/sec:"{print $2}'; }
-median() { sort -g | awk '{a[NR]=$1} END{print (NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2}'; }
 declare -A R
 for _ in $(seq "$ROUNDS"); do
   R[plain_p50]+="$(p50 $P_PLAIN) "

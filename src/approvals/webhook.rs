@@ -200,6 +200,12 @@ fn slack_escape(s: &str) -> String {
 /// One line saying what happened. Never an argument value: only names, ids and reasons.
 fn slack_text(event: &Value) -> String {
     let s = |v: &Value| slack_escape(v.as_str().unwrap_or("?"));
+    // `: <reason>` when one was given.
+    let reason = |v: &Value| {
+        v.as_str()
+            .map(|r| format!(": {}", slack_escape(r)))
+            .unwrap_or_default()
+    };
     let a = &event["approval"];
     let mins = |ms: &Value| {
         let left = ms
@@ -238,10 +244,7 @@ fn slack_text(event: &Value) -> String {
             s(&a["tool"]),
             s(&a["status"]),
             s(&a["decided_by"]),
-            a["reason"]
-                .as_str()
-                .map(|r| format!(": {}", slack_escape(r)))
-                .unwrap_or_default()
+            reason(&a["reason"])
         ),
         "approval.expired" if a["decided_by"].is_string() => format!(
             ":x: toolgate: {}'s call of `{}` was approved by {} but not made before the approval expired.",
@@ -271,10 +274,7 @@ fn slack_text(event: &Value) -> String {
             } else {
                 "released from quarantine"
             },
-            event["reason"]
-                .as_str()
-                .map(|r| format!(": {}", slack_escape(r)))
-                .unwrap_or_default()
+            reason(&event["reason"])
         ),
         "kill_switch" => format!(
             ":octagonal_sign: toolgate: the kill switch is {}{}.",
@@ -283,10 +283,7 @@ fn slack_text(event: &Value) -> String {
             } else {
                 "off"
             },
-            event["reason"]
-                .as_str()
-                .map(|r| format!(": {}", slack_escape(r)))
-                .unwrap_or_default()
+            reason(&event["reason"])
         ),
         other => format!("toolgate: {}", slack_escape(other)),
     }

@@ -5,6 +5,14 @@ use std::path::Path;
 
 use super::{RawAudit, WebhookSettings};
 
+/// Whether `url` is `http://` or `https://` followed by a host.
+fn has_http_host(url: &str) -> bool {
+    url.strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+        .and_then(|rest| rest.split(['/', '?', '#']).next())
+        .is_some_and(|host| !host.is_empty())
+}
+
 /// A webhook section's settings (`[section] webhook_url`, ...); `None` without a URL.
 pub(super) fn webhook(
     section: &str,
@@ -15,11 +23,7 @@ pub(super) fn webhook(
     base: &Path,
 ) -> Result<Option<WebhookSettings>, (String, &'static str)> {
     let Some(url) = url else { return Ok(None) };
-    let host = url
-        .strip_prefix("https://")
-        .or_else(|| url.strip_prefix("http://"))
-        .and_then(|rest| rest.split(['/', '?', '#']).next());
-    if host.is_none_or(str::is_empty) {
+    if !has_http_host(url) {
         // The URL is not echoed: webhook URLs often carry a secret.
         return Err((
             format!("`{section}.webhook_url` is not an http(s) URL with a host"),
@@ -81,11 +85,7 @@ pub(super) fn ship_settings(
 /// `[approvals] console_url`: an http(s) URL, linked from notices.
 pub(super) fn console_url(url: Option<&str>) -> Result<Option<String>, (String, &'static str)> {
     let Some(url) = url else { return Ok(None) };
-    let host = url
-        .strip_prefix("https://")
-        .or_else(|| url.strip_prefix("http://"))
-        .and_then(|rest| rest.split(['/', '?', '#']).next());
-    if host.is_none_or(str::is_empty)
+    if !has_http_host(url)
         || url
             .chars()
             .any(|c| c.is_whitespace() || c == '<' || c == '>' || c == '|')
