@@ -52,6 +52,7 @@ pub struct App {
     mcp: crate::upstream::McpSettings,
     reload: WatchOptions,
     audit_retention: Option<Retention>,
+    fleet: Option<crate::fleet::FleetSettings>,
 }
 
 /// What an MCP client speaks to besides HTTP: the process's stdio (`toolgate mcp`), as the
@@ -242,6 +243,7 @@ impl App {
             mcp: cfg.mcp,
             reload: cfg.reload,
             audit_retention: cfg.audit_retention,
+            fleet: cfg.fleet,
         })
     }
 
@@ -280,6 +282,7 @@ impl App {
             mcp,
             reload,
             audit_retention,
+            fleet,
         } = self;
         if let Some(started) = key_started {
             let entry = Operator::by(EntryKind::Admin, "audit_key", "toolgate", &revision).entry(
@@ -338,6 +341,32 @@ impl App {
             }
         }
         let state = state.with_upstreams(hub.clone(), mcp);
+        let (state, fleet_job) = match fleet {
+            None => (state, None),
+            Some(settings) => {
+                let fleet = Arc::new(
+                    crate::fleet::Fleet::connect(settings)
+                        .map_err(|e| anyhow::anyhow!("cannot use `[fleet]`: {e}"))?,
+                );
+                let state = state.with_fleet(fleet.clone());
+                // One read before serving, so a reachable Redis decides the first call.
+                match fleet.poll(&state.admin, state.grants.as_deref()).await {
+                    Ok(()) => tracing::info!(
+                        prefix = fleet.settings().prefix,
+                        "fleet state shared through Redis"
+                    ),
+                    Err(e) => {
+                        tracing::error!(error = %e, "shared state unreachable at start; every call is denied until it is read")
+                    }
+                }
+                let job = tokio::spawn(crate::fleet::run(
+                    fleet,
+                    state.admin.clone(),
+                    state.grants.clone(),
+                ));
+                (state, Some(job))
+            }
+        };
         let addr = listener.local_addr()?;
         tracing::info!(
             addr = %addr,
@@ -438,6 +467,7 @@ impl App {
             Some(grant_expiry),
             Some(upkeep),
             retention,
+            fleet_job,
         ];
         for job in jobs.iter().flatten() {
             job.abort();

@@ -75,6 +75,9 @@ codes! {
     KillSwitch = "kill_switch", 200, "decision (`kill_switch`)",
         "the kill switch is on",
         "do not retry; wait until an operator turns the kill switch off";
+    SharedStateUnavailable = "shared_state_unavailable", 200, "decision (`shared_state`)",
+        "the fleet's shared state (Redis) could not be read: denied (fail closed)",
+        "retry later; operators: check that Redis (`[fleet] redis_url`) is up and reachable (see /readyz `shared_state`)";
     Quarantined = "quarantined", 200, "decision (`quarantine`)",
         "the agent is quarantined",
         "do not retry; an operator reviews the audit log and releases it (POST /v1/admin/quarantine)";
@@ -210,6 +213,9 @@ codes! {
     KillSwitchForced = "kill_switch_forced", 409, "error body",
         "the kill switch is forced on by the config or `TOOLGATE_KILL_SWITCH`",
         "remove `kill_switch = true` from the config or TOOLGATE_KILL_SWITCH from the environment, then restart";
+    NotShared = "not_shared", 503, "error body",
+        "the change is recorded and in force on this sidecar, but the fleet's Redis did not take it",
+        "send the change again once Redis is back (see /readyz `shared_state`); until then the other sidecars deny every call";
     NotQuarantined = "not_quarantined", 404, "error body",
         "a release named an agent that is not quarantined",
         "see GET /v1/admin/quarantine for the quarantined agents";

@@ -19,7 +19,8 @@
 //!   (opening files below the root), [`audit`] (the hash-chained log and its ledger),
 //!   [`storage`] (the data directory), [`metrics`], [`config`] (the TOML file → settings),
 //!   [`upstream`] (MCP upstreams: connections, descriptors, sync), [`provenance`] (what each
-//!   conversation's user said and tools returned).
+//!   conversation's user said and tools returned), [`fleet`] (limits, kill switch, quarantines
+//!   and grants shared through Redis).
 //! - leaves: [`canon`] (canonical e-mail addresses, URLs, IBANs, tokens), [`clock`], [`codes`] (the error-code vocabulary), [`digest`] (HMAC), [`globs`], [`paths`] (normalization), [`sched`].
 
 pub mod admin;
@@ -39,6 +40,7 @@ pub mod console;
 pub mod digest;
 pub mod exec;
 pub mod files;
+pub mod fleet;
 pub mod gateway;
 pub mod globs;
 pub mod grants;

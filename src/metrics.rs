@@ -299,7 +299,7 @@ fn static_labels(labels: &[(&'static str, &'static str)]) -> Vec<Label> {
 }
 
 /// Help text of every family the recorder renders.
-const HELP: [(&str, &str); 31] = [
+const HELP: [(&str, &str); 33] = [
     (
         GATES,
         "Gate verdicts, by gate and decision (allow, warn, mask, block).",
@@ -416,6 +416,14 @@ const HELP: [(&str, &str); 31] = [
     (
         "toolgate_kill_switch_on",
         "1 while the kill switch denies every call.",
+    ),
+    (
+        "toolgate_shared_state_fresh",
+        "1 while the fleet's Redis was read within `stale_ms`; 0 means every call is denied at stage shared_state (only with [fleet]).",
+    ),
+    (
+        "toolgate_shared_state_failures_total",
+        "Redis calls (limit scripts, reads, shared changes) that failed (only with [fleet]).",
     ),
     (
         "toolgate_audit_store_failing",

@@ -251,6 +251,24 @@ impl Admin {
         self.changing.clone().lock_owned().await
     }
 
+    /// Puts the fleet's switch `next` in force here (a forced switch stays on).
+    pub fn adopt_kill_switch(&self, next: KillSwitch) {
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        if *current == next {
+            return;
+        }
+        self.on
+            .store(next.on || self.forced.is_some(), Ordering::Release);
+        if next.on != current.on {
+            tracing::warn!(
+                on = next.on,
+                by = next.by,
+                "kill switch changed by the fleet"
+            );
+        }
+        *current = next;
+    }
+
     /// Puts `next` in force (stored already, with its record).
     pub fn set_kill_switch(&self, next: KillSwitch) -> Result<(), SwitchError> {
         if let (false, Some(by)) = (next.on, &self.forced) {

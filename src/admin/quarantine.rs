@@ -9,6 +9,7 @@
 //! The decision path reads an immutable map through one `ArcSwap` load: no lock.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
@@ -40,6 +41,11 @@ pub struct Quarantine {
     live: ArcSwap<Map>,
     /// Serializes changes: store, then swap.
     write: Mutex<()>,
+    /// Whether a fleet shares the list ([`Quarantine::share`]).
+    shared: AtomicBool,
+    /// Entries this sidecar entered that the fleet has not been told of yet: kept through
+    /// [`Quarantine::adopt`] until they are.
+    unshared: Mutex<Vec<Quarantined>>,
 }
 
 impl std::fmt::Debug for Quarantine {
@@ -61,6 +67,8 @@ impl Quarantine {
         Ok(Quarantine {
             live: ArcSwap::from_pointee(map),
             write: Mutex::new(()),
+            shared: AtomicBool::new(false),
+            unshared: Mutex::new(Vec::new()),
         })
     }
 
@@ -69,6 +77,8 @@ impl Quarantine {
         Quarantine {
             live: ArcSwap::from_pointee(Map::new()),
             write: Mutex::new(()),
+            shared: AtomicBool::new(false),
+            unshared: Mutex::new(Vec::new()),
         }
     }
 
@@ -107,9 +117,62 @@ impl Quarantine {
             return false;
         }
         let mut next = (*current).clone();
+        if self.shared.load(Ordering::Acquire) {
+            self.unshare(entry.clone());
+        }
         next.insert(entry.principal.clone(), Arc::new(entry));
         self.live.store(Arc::new(next));
         true
+    }
+
+    /// From now on a fleet holds the list: entries entered here wait in
+    /// [`Quarantine::unshared`] until the fleet has them.
+    pub fn share(&self) {
+        self.shared.store(true, Ordering::Release);
+    }
+
+    /// Takes the entries the fleet has not been told of.
+    pub fn unshared(&self) -> Vec<Quarantined> {
+        std::mem::take(&mut *self.unshared.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The fleet has been told of `principal`'s entry (or release) by other means: a later
+    /// round must not send the entry again (it would undo a release made elsewhere).
+    pub fn shared_now(&self, principal: &str) {
+        self.unshared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|q| q.principal != principal);
+    }
+
+    /// Puts `entry` (back) among those the fleet has not been told of.
+    pub fn unshare(&self, entry: Quarantined) {
+        self.unshared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(entry);
+    }
+
+    /// Makes the list the fleet's `shared` list, plus the entries still on their way to it.
+    pub fn adopt(&self, shared: Vec<Quarantined>) {
+        let _guard = self.write.lock().unwrap_or_else(PoisonError::into_inner);
+        let pending = self
+            .unshared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let mut next: Map = shared
+            .into_iter()
+            .map(|q| (q.principal.clone(), Arc::new(q)))
+            .collect();
+        for q in pending {
+            next.entry(q.principal.clone())
+                .or_insert_with(|| Arc::new(q));
+        }
+        let current = self.live.load();
+        if **current != next {
+            self.live.store(Arc::new(next));
+        }
     }
 
     /// Releases `principal` (stored already, with its record). `None` when it was not
@@ -118,6 +181,7 @@ impl Quarantine {
         let _guard = self.write.lock().unwrap_or_else(PoisonError::into_inner);
         let current = self.live.load_full();
         let entry = current.get(principal).cloned()?;
+        self.shared_now(principal);
         let mut next = (*current).clone();
         next.remove(principal);
         self.live.store(Arc::new(next));

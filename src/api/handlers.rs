@@ -245,7 +245,11 @@ pub async fn readyz(State(state): State<Gateway>) -> (StatusCode, Json<Value>) {
     let audit_failure = state.audit.failure();
     // No policy set ever loaded: every call is denied.
     let origin = state.policy.origin();
-    let ready = audit_failure.is_none() && origin != crate::reload::Origin::Nothing;
+    // The fleet's state unread for too long: every call is denied.
+    let fleet = state.fleet.as_ref().map(|f| f.status());
+    let ready = audit_failure.is_none()
+        && origin != crate::reload::Origin::Nothing
+        && fleet.is_none_or(|f| f.fresh);
     (
         if ready {
             StatusCode::OK
@@ -266,6 +270,7 @@ pub async fn readyz(State(state): State<Gateway>) -> (StatusCode, Json<Value>) {
             "quarantined": state.admin.quarantine().len(),
             "execution": state.exec.as_ref().map(|r| r.protections()),
             "solver": SolverBody::now(&state, false),
+            "shared_state": fleet,
         })),
     )
 }

@@ -74,6 +74,15 @@ pub async fn render(State(state): State<Gateway>) -> impl IntoResponse {
         );
         m.set_counter("toolgate_audit_ship_skipped_total", &[], get(&ship.skipped));
     }
+    if let Some(fleet) = &state.fleet {
+        let status = fleet.status();
+        m.set_gauge(
+            "toolgate_shared_state_fresh",
+            &[],
+            f64::from(u8::from(status.fresh)),
+        );
+        m.set_counter("toolgate_shared_state_failures_total", &[], status.failures);
+    }
     let r = &state.policy.stats;
     let reloads = "toolgate_policy_reloads_total";
     m.set_counter(reloads, &[("result", "applied")], get(&r.applied));

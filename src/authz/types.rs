@@ -297,6 +297,8 @@ pub enum Stage {
     ApprovalLimit,
     /// A rate limit (checked before Cedar).
     RateLimit,
+    /// The fleet's shared state (Redis, `[fleet]`) could not be read: every call is denied.
+    SharedState,
     /// The kill switch is on: every call is denied.
     KillSwitch,
     /// The principal is quarantined: its calls are denied until a human releases it.
@@ -312,10 +314,11 @@ pub enum Stage {
 
 impl Stage {
     /// Every stage, in request-path order.
-    pub const ALL: [Stage; 12] = [
+    pub const ALL: [Stage; 13] = [
         Stage::Auth,
         Stage::Registry,
         Stage::Validation,
+        Stage::SharedState,
         Stage::KillSwitch,
         Stage::Quarantine,
         Stage::Descriptor,
@@ -333,6 +336,7 @@ impl Stage {
             Stage::Auth => "auth",
             Stage::Registry => "registry",
             Stage::Validation => "validation",
+            Stage::SharedState => "shared_state",
             Stage::KillSwitch => "kill_switch",
             Stage::Quarantine => "quarantine",
             Stage::RateLimit => "rate_limit",

@@ -4,6 +4,7 @@
 
 mod anomaly;
 mod exec;
+mod fleet;
 mod gates;
 mod mcp;
 mod outputs;
@@ -91,6 +92,8 @@ struct RawConfig {
     mcp: mcp::RawMcp,
     #[serde(default)]
     provenance: RawProvenance,
+    #[serde(default)]
+    fleet: fleet::RawFleet,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -306,6 +309,8 @@ pub struct Config {
     pub mcp: crate::upstream::McpSettings,
     /// `[provenance]`: the bounds of the per-conversation memory.
     pub provenance: crate::provenance::Settings,
+    /// `[fleet]`: the Redis shared by a fleet of sidecars (`None`: state per sidecar).
+    pub fleet: Option<crate::fleet::FleetSettings>,
 }
 
 /// The approver webhook, as configured (the secret is read when serving starts).
@@ -466,6 +471,7 @@ impl Config {
             server: ServerSettings::default(),
             mcp: crate::upstream::McpSettings::default(),
             provenance: crate::provenance::Settings::default(),
+            fleet: None,
         })
     }
 
@@ -714,6 +720,7 @@ impl Config {
         );
         let quarantine_on = problems.take(quarantine_kinds(&raw.anomaly), Default::default);
         let provenance = problems.take_all(provenance(&raw.provenance), Default::default);
+        let fleet = problems.take_all(fleet::fleet(&raw.fleet, base), || None);
         let known_secret_files: Vec<PathBuf> = raw
             .redaction
             .known_secrets_files
@@ -815,6 +822,7 @@ impl Config {
             server,
             mcp,
             provenance,
+            fleet,
             listen,
             sources,
             max_body_bytes,

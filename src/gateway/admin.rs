@@ -120,11 +120,12 @@ pub async fn set_kill_switch(
         at_ms: now_ms(),
     };
     let effect = crate::admin::kill_switch_effect(&next);
+    let share = Share::KillSwitch(next.clone());
     change_in_order(
         state,
         "kill switch",
-        entry(word, allowed),
-        effect,
+        (entry(word, allowed), effect),
+        Some(share),
         move |state| {
             state.admin.set_kill_switch(next).map_err(|e| match e {
                 SwitchError::Forced(by) => Error::KillSwitchForced(by),
@@ -151,15 +152,28 @@ pub struct QuarantineBody {
     reason: Option<String>,
 }
 
-/// Stores `effect` with `record`, then puts the change in force (`in_force`), in a task of its
-/// own (a client hanging up cannot leave it stored but not in force) and in turn with other
-/// human admin changes, so they take force in the order recorded. If the record cannot be
-/// written, nothing changes (503).
+/// What a human's admin change tells the fleet, when there is one.
+pub enum Share {
+    /// The switch as set.
+    KillSwitch(KillSwitch),
+    /// An agent (uid) quarantined (`Some`) or released.
+    Quarantine(String, Option<Quarantined>),
+}
+
+/// Stores `effect` with `record`, then puts the change in force (`in_force`), then tells the
+/// fleet (`share`, when there is one); in a task of its own (a client hanging up cannot leave
+/// it stored but not in force) and in turn with other human admin changes and the fleet's
+/// reads, so they take force in the order recorded. If the record cannot be written, nothing
+/// changes (503); if the fleet's Redis does not take it, it is in force here only (503
+/// `not_shared`, and the other sidecars deny every call until Redis is back).
 pub async fn change_in_order(
     state: &Gateway,
     what: &'static str,
-    record: crate::audit::Entry,
-    effect: Result<crate::audit::Effect, crate::admin::AdminStoreError>,
+    (record, effect): (
+        crate::audit::Entry,
+        Result<crate::audit::Effect, crate::admin::AdminStoreError>,
+    ),
+    share: Option<Share>,
     in_force: impl FnOnce(&Gateway) -> Result<(), Error> + Send + 'static,
 ) -> Result<(), Error> {
     let effect = effect.map_err(|e| {
@@ -174,7 +188,29 @@ pub async fn change_in_order(
             .commit(vec![record], vec![effect])
             .await
             .map_err(not_recorded(what))?;
-        in_force(&state)
+        in_force(&state)?;
+        let (Some(fleet), Some(share)) = (&state.fleet, share) else {
+            return Ok(());
+        };
+        let shared = match &share {
+            Share::KillSwitch(switch) => fleet.publish_kill_switch(switch).await,
+            Share::Quarantine(agent, entry) => {
+                let shared = fleet.publish_quarantine(agent, entry.as_ref()).await;
+                if shared.is_ok() {
+                    state.admin.quarantine().shared_now(agent);
+                }
+                shared
+            }
+        };
+        shared.map_err(|e| {
+            tracing::error!(error = %e, "{what} change in force here but not shared");
+            Error::Coded {
+                code: Code::NotShared,
+                message: format!(
+                    "the {what} change is recorded and in force on this sidecar, but the fleet's Redis did not take it: {e}"
+                ),
+            }
+        })
     })
     .await
     .map_err(|_| Error::StoreUnavailable)?
@@ -270,11 +306,12 @@ pub async fn set_quarantine(
     });
     let effect = crate::admin::quarantine_effect(&target_id, entered.as_ref());
     let target = target_id.clone();
+    let share = Share::Quarantine(target_id.clone(), entered.clone());
     change_in_order(
         state,
         "quarantine",
-        entry(word, allowed),
-        effect,
+        (entry(word, allowed), effect),
+        Some(share),
         move |state| {
             let quarantine = state.admin.quarantine();
             match entered {

@@ -149,16 +149,48 @@ pub async fn decide_for(
         });
     }
     // Limits come before Cedar: a flood costs a map lookup per call, not an evaluation.
-    let quota = match state.limiter.check(
-        &principal_id,
-        &call.tool,
-        tool.is_some(),
-        tool.and_then(|t| t.limits.rate),
-    ) {
+    let (registered, tool_rate) = (tool.is_some(), tool.and_then(|t| t.limits.rate));
+    let quota = match state
+        .limiter
+        .check(&principal_id, &call.tool, registered, tool_rate)
+    {
         Ok(quota) => quota,
         Err(limited) => {
             let caller = (&who, principal_id.as_str());
             return Err(rate_limited(state, &snap, caller, &call, limited, started).await);
+        }
+    };
+    // Then the fleet's shared limits, when there is a fleet: the local ones stopped a flood
+    // before it reached Redis. A refusal there returns the local units.
+    let quota = match &state.fleet {
+        None => quota,
+        Some(fleet) => {
+            let slots = state
+                .limiter
+                .slots(&principal_id, &call.tool, registered, tool_rate);
+            let caller = (&who, principal_id.as_str());
+            match fleet.take(&slots).await {
+                Ok(None) => quota,
+                Ok(Some(crate::fleet::Taken::Passed(shared))) => Some(shared),
+                Ok(Some(crate::fleet::Taken::Refused(limited))) => {
+                    state.limiter.refund(&slots);
+                    return Err(rate_limited(state, &snap, caller, &call, limited, started).await);
+                }
+                Err(e) => {
+                    state.limiter.refund(&slots);
+                    tracing::error!(error = %e, "shared limits unavailable; call denied");
+                    let verdict =
+                        Verdict::deny(Stage::SharedState, tool, shared_state_advice(&e.0));
+                    let body = record_early(state, &snap, caller, &call, verdict, started).await?;
+                    return Ok(Decided {
+                        quota: None,
+                        body,
+                        snap,
+                        principal: principal_id,
+                        call: None,
+                    });
+                }
+            }
         }
     };
     let mut signals = state
@@ -325,6 +357,14 @@ fn counted(
 /// Whether an operator has stopped this principal's calls: the kill switch (everyone), or a
 /// quarantine (this agent). The stage and advice of the deny.
 fn stopped(state: &Gateway, principal_id: &str) -> Option<(Stage, Advice)> {
+    // Without a fresh read of the fleet's state, this sidecar cannot know the switch.
+    if let Some(Err(age)) = state.fleet.as_ref().map(|f| f.fresh()) {
+        let why = match age {
+            None => "not read since this sidecar started".to_owned(),
+            Some(ms) => format!("last read {ms} ms ago"),
+        };
+        return Some((Stage::SharedState, shared_state_advice(&why)));
+    }
     if state.admin.kill_switch_on() {
         return Some((
             Stage::KillSwitch,
@@ -347,6 +387,15 @@ fn stopped(state: &Gateway, principal_id: &str) -> Option<(Stage, Advice)> {
             "do not retry; an operator reviews the audit log and releases it (POST /v1/admin/quarantine)",
         ),
     ))
+}
+
+/// The advice of a deny at stage `shared_state`: the fleet's Redis is out of reach (`why`).
+fn shared_state_advice(why: &str) -> Advice {
+    Advice::new(
+        Code::SharedStateUnavailable,
+        format!("the fleet's shared state (Redis) could not be read ({why}): denied (fail closed)"),
+        "retry later; operators: check that Redis (`[fleet] redis_url`) is up and reachable (see /readyz `shared_state`)",
+    )
 }
 
 /// The answer to a call a rate limit refused: recorded like any deny, then a 429.

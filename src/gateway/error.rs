@@ -167,6 +167,7 @@ impl Error {
                 crate::grants::GrantError::TooMany => Code::TooManyGrants,
                 crate::grants::GrantError::NotFound(_) => Code::GrantNotFound,
                 crate::grants::GrantError::Store(_) => Code::StoreUnavailable,
+                crate::grants::GrantError::NotShared(_) => Code::NotShared,
             },
             Error::UnknownGate => Code::UnknownGate,
             Error::Coded { code, .. } => *code,

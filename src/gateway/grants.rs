@@ -195,6 +195,7 @@ pub async fn create_grant(
     body: Result<GrantBody, Error>,
 ) -> Result<Listed, Error> {
     let grants = service(state)?.clone();
+    let fleet = state.fleet.clone();
     let body = body?;
     let snap = state.policy.current();
     let ttl_s = i64::try_from(body.ttl_s).unwrap_or(i64::MAX);
@@ -228,9 +229,27 @@ pub async fn create_grant(
         decided,
         // A grant that cannot link is refused before anything is recorded as granted.
         grants.check(&grant).map_err(Error::Grant),
-        move |record| async move { grants.create(grant, record).await },
+        move |record| async move {
+            let _sharing = grants.sharing();
+            let listed = grants.create(grant, record).await?;
+            share(fleet.as_deref(), &listed.grant.id, Some(&listed.grant)).await?;
+            Ok(listed)
+        },
     )
     .await
+}
+
+/// Tells the fleet (if any) of grant `id` (`Some`) or of its end.
+async fn share(
+    fleet: Option<&crate::fleet::Fleet>,
+    id: &str,
+    grant: Option<&Grant>,
+) -> Result<(), GrantError> {
+    let Some(fleet) = fleet else { return Ok(()) };
+    fleet.publish_grant(id, grant).await.map_err(|e| {
+        tracing::error!(error = %e, grant = id, "grant change in force here but not shared");
+        GrantError::NotShared(e.to_string())
+    })
 }
 
 /// One grant change: who asks, under which revision, about which grant (`id`, `detail`), and
@@ -296,6 +315,8 @@ where
             }
             // The record and the change go together: neither is stored.
             Err(GrantError::Store(e)) => Err(not_recorded(e)),
+            // Recorded and in force here; only the fleet lacks it.
+            Err(e @ GrantError::NotShared(_)) => Err(Error::Grant(e)),
             Err(err) => {
                 let detail = format!("{id} {not}: {err}");
                 let e = entry(&who, &revision, failed, Vec::new(), detail);
@@ -322,6 +343,7 @@ pub async fn revoke_grant(
     body: Result<Option<RevokeBody>, Error>,
 ) -> Result<Value, Error> {
     let grants = service(state)?.clone();
+    let fleet = state.fleet.clone();
     let reason = match body? {
         Some(b) => checked_reason(b.reason)?,
         None => None,
@@ -365,7 +387,12 @@ pub async fn revoke_grant(
         },
         decided,
         Ok(()),
-        move |record| async move { grants.revoke(&id, record).await },
+        move |record| async move {
+            let _sharing = grants.sharing();
+            let gone = grants.revoke(&id, record).await?;
+            share(fleet.as_deref(), &gone.id, None).await?;
+            Ok(gone)
+        },
     )
     .await?;
     Ok(json!({ "revoked": gone.id, "grant": gone }))
@@ -378,8 +405,14 @@ pub async fn expire_grants(state: &Gateway) {
         return;
     };
     let now = now_ms();
+    let _sharing = grants.sharing();
     let gone = grants.expire_due(now).await;
     forget_ended(state, grants, &gone, now).await;
+    // Every sidecar ends a grant when it expires; the fleet forgets it too (a read meanwhile
+    // leaves expired grants out).
+    for g in &gone {
+        let _ = share(state.fleet.as_deref(), &g.id, None).await;
+    }
 }
 
 /// Records each of `ended` as expired, then removes them from the store. A grant whose record

@@ -103,6 +103,8 @@ pub struct Gateway {
     pub mcp: Arc<crate::upstream::McpSettings>,
     /// What each conversation's user said and tools returned (`context.provenance`).
     pub provenance: Arc<crate::provenance::Memory>,
+    /// The fleet's shared state (`[fleet]`; `None`: this sidecar keeps its own).
+    pub fleet: Option<Arc<crate::fleet::Fleet>>,
 }
 
 impl Gateway {
@@ -179,6 +181,7 @@ impl Gateway {
             )),
             exec: None,
             grants: None,
+            fleet: None,
             upstreams: None,
             mcp: Arc::default(),
             provenance: Arc::new(crate::provenance::Memory::new(
@@ -212,6 +215,15 @@ impl Gateway {
     #[must_use]
     pub fn with_grants(mut self, grants: Arc<crate::grants::Grants>) -> Self {
         self.grants = Some(grants);
+        self
+    }
+
+    /// The same state sharing limits, the kill switch, quarantines and grants through
+    /// `fleet`.
+    #[must_use]
+    pub fn with_fleet(mut self, fleet: Arc<crate::fleet::Fleet>) -> Self {
+        self.admin.quarantine().share();
+        self.fleet = Some(fleet);
         self
     }
 

@@ -120,6 +120,9 @@ pub enum GrantError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] GrantStoreError),
+    /// Recorded and in force on this sidecar, but the fleet's Redis did not take it.
+    #[error("recorded and in force on this sidecar, but the fleet's Redis did not take it: {0}")]
+    NotShared(String),
 }
 
 impl From<crate::audit::StoreError> for GrantError {
@@ -139,6 +142,22 @@ pub struct Grants {
     alive: tokio::sync::Mutex<BTreeMap<String, Grant>>,
     /// Woken on every change, so the expiry timer re-plans.
     changed: tokio::sync::Notify,
+    /// Changes begun here that the fleet may not have yet ([`Grants::sharing`]), and a count
+    /// of those ended: a fleet read that overlaps one is not adopted.
+    in_flight: std::sync::atomic::AtomicU64,
+    ended: std::sync::atomic::AtomicU64,
+}
+
+/// A change of this sidecar's grants on its way to the fleet; ends when dropped.
+#[derive(Debug)]
+pub struct Sharing<'a>(&'a Grants);
+
+impl Drop for Sharing<'_> {
+    fn drop(&mut self) {
+        use std::sync::atomic::Ordering;
+        self.0.ended.fetch_add(1, Ordering::AcqRel);
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Grants {
@@ -166,6 +185,8 @@ impl Grants {
             policy,
             alive: tokio::sync::Mutex::new(alive),
             changed: tokio::sync::Notify::new(),
+            in_flight: Default::default(),
+            ended: Default::default(),
         };
         Ok((grants, expired))
     }
@@ -258,6 +279,48 @@ impl Grants {
         let effects = ended.iter().map(|g| store::remove(&g.id)).collect();
         self.audit.commit(records, effects).await?;
         Ok(())
+    }
+
+    /// Marks a change (create, revoke, expiry) as on its way to the fleet until the guard is
+    /// dropped, after the fleet has it: fleet reads that overlap it are not adopted, so a read
+    /// taken before the change cannot undo it here.
+    pub fn sharing(&self) -> Sharing<'_> {
+        self.in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Sharing(self)
+    }
+
+    /// A mark for [`Grants::adopt`]: take it before reading the fleet's grants.
+    pub fn mark(&self) -> u64 {
+        self.ended.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Makes the live grants the fleet's `shared` ones (expired ones left out), unless a
+    /// change of this sidecar overlapped the read (`mark`, from [`Grants::mark`]): the next
+    /// read brings it. Whether anything changed.
+    pub async fn adopt(
+        &self,
+        shared: Vec<Grant>,
+        now_ms: u64,
+        mark: u64,
+    ) -> Result<bool, GrantStoreError> {
+        use std::sync::atomic::Ordering;
+        let mut alive = self.alive.lock().await;
+        if self.in_flight.load(Ordering::Acquire) > 0 || self.ended.load(Ordering::Acquire) != mark
+        {
+            return Ok(false);
+        }
+        let next: BTreeMap<String, Grant> = shared
+            .into_iter()
+            .filter(|g| g.expires_ms > now_ms)
+            .map(|g| (g.id.clone(), g))
+            .collect();
+        if *alive == next {
+            return Ok(false);
+        }
+        *alive = next;
+        self.relink(&alive).await?;
+        Ok(true)
     }
 
     /// When the next grant expires (ms since the epoch).

@@ -193,13 +193,17 @@ pub struct Limited {
     pub retry_after_secs: u64,
 }
 
-/// One entry a call draws from: its scope, map key and rate.
-struct Slot {
-    scope: Scope,
-    /// Tagged by scope, so no principal name can collide with a (principal, tool) key. Unused
+/// One entry a call draws from: its scope, key and rate. The key is also the key of the
+/// shared entry when a fleet shares its limits (`[fleet]`).
+#[derive(Debug, Clone)]
+pub struct Slot {
+    /// The level.
+    pub scope: Scope,
+    /// Tagged by scope, so no principal name can collide with a (principal, tool) key. Empty
     /// for the global entry.
-    key: String,
-    rate: Rate,
+    pub key: String,
+    /// The limit.
+    pub rate: Rate,
 }
 
 impl Slot {
@@ -269,47 +273,72 @@ impl Limiter {
         registered: bool,
         tool_rate: Option<Rate>,
     ) -> Result<Option<Quota>, Limited> {
-        let per_tool = if registered {
-            tool_rate.or(self.config.per_principal_tool)
-        } else {
-            None
-        };
-        let steps = [
-            (Scope::PrincipalTool, per_tool),
-            (Scope::Principal, self.config.per_principal),
-            (Scope::Global, self.config.global),
-        ];
-        if steps.iter().all(|(_, r)| r.is_none()) {
+        let slots = self.slots(principal, tool, registered, tool_rate);
+        if slots.is_empty() {
             return Ok(None);
         }
         // Wall time is read even when this call's limits have no windows: a sweep it
         // triggers must judge other entries' windows by the real time.
-        let now = Now {
-            ns: self.clock.now_ns(),
-            unix_ms: self.clock.unix_ms(),
-        };
-        let mut taken: Vec<Slot> = Vec::with_capacity(3);
+        let now = self.now();
         let mut tightest: Option<Quota> = None;
-        for (scope, rate) in steps {
-            let Some(rate) = rate else { continue };
-            let slot = Slot::new(scope, principal, tool, rate);
-            match self.take(&slot, now) {
+        for (i, slot) in slots.iter().enumerate() {
+            match self.take(slot, now) {
                 Ok(q) => {
-                    taken.push(slot);
                     if tightest.is_none_or(|t| q.remaining < t.remaining) {
                         tightest = Some(q);
                     }
                 }
                 Err(limited) => {
                     self.rejections.fetch_add(1, Ordering::Relaxed);
-                    for slot in &taken {
-                        self.give_back(slot, now);
+                    for taken in slots.iter().take(i) {
+                        self.give_back(taken, now);
                     }
                     return Err(limited);
                 }
             }
         }
         Ok(tightest)
+    }
+
+    /// The limits a call by `principal` to `tool` draws from, in order: (principal, tool),
+    /// principal, global; each when configured. Arguments as for [`Limiter::check`].
+    pub fn slots(
+        &self,
+        principal: &str,
+        tool: &str,
+        registered: bool,
+        tool_rate: Option<Rate>,
+    ) -> Vec<Slot> {
+        let per_tool = if registered {
+            tool_rate.or(self.config.per_principal_tool)
+        } else {
+            None
+        };
+        [
+            (Scope::PrincipalTool, per_tool),
+            (Scope::Principal, self.config.per_principal),
+            (Scope::Global, self.config.global),
+        ]
+        .into_iter()
+        .filter_map(|(scope, rate)| rate.map(|r| Slot::new(scope, principal, tool, r)))
+        .collect()
+    }
+
+    /// Returns the units a [`Limiter::check`] that passed took (a shared limit refused the
+    /// call after it), and counts the refusal.
+    pub fn refund(&self, slots: &[Slot]) {
+        self.rejections.fetch_add(1, Ordering::Relaxed);
+        let now = self.now();
+        for slot in slots {
+            self.give_back(slot, now);
+        }
+    }
+
+    fn now(&self) -> Now {
+        Now {
+            ns: self.clock.now_ns(),
+            unix_ms: self.clock.unix_ms(),
+        }
     }
 
     /// Runs `f` on the entry for `slot`, created unused when absent.

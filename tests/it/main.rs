@@ -32,6 +32,7 @@ mod explain;
 mod files;
 mod files_jail;
 mod first_run;
+mod fleet;
 mod footprint;
 mod gates;
 mod grants;

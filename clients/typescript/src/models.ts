@@ -52,7 +52,7 @@ export interface Decision {
   policy_revision: string;
   tool: string | null;
   risk: Risk | null;
-  stage: "auth" | "registry" | "validation" | "kill_switch" | "quarantine" | "rate_limit" | "gate" | "policy" | "approval" | "approval_limit" | "audit";
+  stage: "auth" | "registry" | "validation" | "shared_state" | "kill_switch" | "quarantine" | "descriptor" | "rate_limit" | "gate" | "policy" | "approval" | "approval_limit" | "audit";
   /** Ids of the determining policies. */
   reasons: Array<string>;
   errors: Array<Advice>;

@@ -63,7 +63,7 @@ class Decision(TypedDict):
     policy_revision: "str"
     tool: "str | None"
     risk: "Risk | None"
-    stage: "Literal['auth', 'registry', 'validation', 'kill_switch', 'quarantine', 'rate_limit', 'gate', 'policy', 'approval', 'approval_limit', 'audit']"
+    stage: "Literal['auth', 'registry', 'validation', 'shared_state', 'kill_switch', 'quarantine', 'descriptor', 'rate_limit', 'gate', 'policy', 'approval', 'approval_limit', 'audit']"
     # Ids of the determining policies.
     reasons: "list[str]"
     errors: "list[Advice]"

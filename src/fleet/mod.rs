@@ -1,0 +1,424 @@
+//! Shared state for a fleet of sidecars, in Redis: rate limits, the kill switch, quarantines
+//! and grants, so an agent spread over N pods gets one quota, and one switch stops them all.
+//!
+//! Owns: the connection ([`Fleet`]), the limit script (`take.lua`: every limit of a call taken
+//! atomically on Redis's clock, or none), and the poll that brings the switch, the quarantine
+//! list and the grants into this sidecar ([`Fleet::poll`]). It does not own what the state
+//! means: [`crate::admin`] and [`crate::grants`] keep the live copies the decision path reads,
+//! and the gateway decides when to ask and what to answer.
+//!
+//! Fail closed: a sidecar whose last good poll is older than `stale_ms`, or whose limit script
+//! fails, denies (stage `shared_state`); its local limits still apply first. Off by default:
+//! without `[fleet]` nothing here runs and every sidecar keeps its own state.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::admin::{Admin, KillSwitch, Quarantined};
+use crate::grants::{Grant, Grants};
+use crate::limits::{Limited, Per, Quota, Scope, Slot};
+
+/// `[fleet]`, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetSettings {
+    /// `redis://[user:password@]host:port[/db]`.
+    pub url: String,
+    /// A file holding the password (instead of one in the URL).
+    pub password_file: Option<std::path::PathBuf>,
+    /// Prefix of every key (`toolgate:`): one Redis can hold several fleets.
+    pub prefix: String,
+    /// Longest wait for one Redis answer.
+    pub timeout: Duration,
+    /// How often the switch, quarantines and grants are read.
+    pub poll: Duration,
+    /// How old the last good read may be before calls are denied.
+    pub stale: Duration,
+}
+
+/// Redis could not be reached or answered something else than expected; nothing was taken
+/// or changed by this call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("shared state (Redis): {0}")]
+pub struct FleetError(pub String);
+
+fn redis_err(e: redis::RedisError) -> FleetError {
+    FleetError(e.to_string())
+}
+
+/// The connection to the fleet's Redis, and how fresh this sidecar's copy of it is.
+pub struct Fleet {
+    conn: redis::aio::ConnectionManager,
+    settings: FleetSettings,
+    take: redis::Script,
+    started: Instant,
+    /// Ms after `started` of the last good poll; 0 before the first.
+    last_ok_ms: AtomicU64,
+    /// Redis calls that failed (`toolgate_shared_state_failures_total`).
+    failures: AtomicU64,
+}
+
+impl std::fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fleet")
+            .field("prefix", &self.settings.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How this sidecar stands with the fleet's Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct FleetStatus {
+    /// Read within `stale_ms`: calls are decided (otherwise denied at `shared_state`).
+    pub fresh: bool,
+    /// Since the last good read (`None`: none since start).
+    pub last_read_ms_ago: Option<u64>,
+    /// Redis calls that failed since start.
+    pub failures: u64,
+}
+
+/// What a shared limit said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taken {
+    /// Every limit gave one unit: the tightest, as it stands after this call.
+    Passed(Quota),
+    /// A limit refused; nothing was taken.
+    Refused(Limited),
+}
+
+impl Fleet {
+    /// A fleet on `settings`; connects on first use and reconnects by itself. Needs a Tokio
+    /// runtime.
+    pub fn connect(settings: FleetSettings) -> Result<Fleet, FleetError> {
+        use redis::IntoConnectionInfo as _;
+        let mut info = settings
+            .url
+            .as_str()
+            .into_connection_info()
+            .map_err(redis_err)?;
+        if let Some(file) = &settings.password_file {
+            let password = std::fs::read_to_string(file).map_err(|e| {
+                FleetError(format!(
+                    "cannot read `fleet.password_file` `{}`: {e}",
+                    file.display()
+                ))
+            })?;
+            let redis = info
+                .redis_settings()
+                .clone()
+                .set_password(password.trim_end());
+            info = info.set_redis_settings(redis);
+        }
+        let client = redis::Client::open(info).map_err(redis_err)?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(settings.timeout))
+            .set_response_timeout(Some(settings.timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(settings.poll);
+        let conn = redis::aio::ConnectionManager::new_lazy_with_config(client, config)
+            .map_err(redis_err)?;
+        Ok(Fleet {
+            conn,
+            settings,
+            take: redis::Script::new(include_str!("take.lua")),
+            started: Instant::now(),
+            last_ok_ms: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+        })
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &FleetSettings {
+        &self.settings
+    }
+
+    fn key(&self, name: &str) -> String {
+        format!("{}{name}", self.settings.prefix)
+    }
+
+    fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    }
+
+    /// `Ok` while the last good poll is at most `stale_ms` old; otherwise how old it is, in
+    /// ms (`None`: never read since start).
+    pub fn fresh(&self) -> Result<(), Option<u64>> {
+        let last = self.last_ok_ms.load(Ordering::Acquire);
+        if last == 0 {
+            return Err(None);
+        }
+        let age = self.elapsed_ms().saturating_sub(last);
+        if u128::from(age) > self.settings.stale.as_millis() {
+            return Err(Some(age));
+        }
+        Ok(())
+    }
+
+    /// For `/readyz` and `/metrics`.
+    pub fn status(&self) -> FleetStatus {
+        let last = self.last_ok_ms.load(Ordering::Acquire);
+        FleetStatus {
+            fresh: self.fresh().is_ok(),
+            last_read_ms_ago: (last > 0).then(|| self.elapsed_ms().saturating_sub(last)),
+            failures: self.failures(),
+        }
+    }
+
+    /// Redis calls that failed since start.
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+
+    /// Runs `op` on a connection with the configured timeout; counts failures.
+    async fn run<T, F>(
+        &self,
+        op: impl FnOnce(redis::aio::ConnectionManager) -> F,
+    ) -> Result<T, FleetError>
+    where
+        F: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let out = match tokio::time::timeout(self.settings.timeout, op(self.conn.clone())).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(redis_err(e)),
+            Err(_) => Err(FleetError(format!(
+                "no answer within {} ms",
+                self.settings.timeout.as_millis()
+            ))),
+        };
+        if out.is_err() {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+        }
+        out
+    }
+
+    /// Takes one unit from every shared limit in `slots`, or none (one script, atomic in
+    /// Redis). `Ok(None)` when `slots` is empty.
+    pub async fn take(&self, slots: &[Slot]) -> Result<Option<Taken>, FleetError> {
+        if slots.is_empty() {
+            return Ok(None);
+        }
+        let mut call = self.take.prepare_invoke();
+        for slot in slots {
+            let r = &slot.rate;
+            let key = match slot.scope {
+                Scope::Global => self.key("rl:g"),
+                _ => self.key(&format!("rl:{}", slot.key)),
+            };
+            call.key(key)
+                .arg(r.per_second.unwrap_or(0.0))
+                .arg(r.burst.unwrap_or(0))
+                .arg(r.per_minute.unwrap_or(0))
+                .arg(r.per_hour.unwrap_or(0))
+                .arg(r.per_day.unwrap_or(0));
+        }
+        let answer: Vec<i64> = self
+            .run(|mut c| async move { call.invoke_async(&mut c).await })
+            .await?;
+        let bad = || FleetError(format!("the limit script answered {answer:?}"));
+        let &[taken, index, per, limit, remaining, reset, wait] = answer.as_slice() else {
+            return Err(bad());
+        };
+        let slot = usize::try_from(index - 1)
+            .ok()
+            .and_then(|i| slots.get(i))
+            .ok_or_else(bad)?;
+        let per = match per {
+            0 => Per::Bucket,
+            1 => Per::Minute,
+            2 => Per::Hour,
+            3 => Per::Day,
+            _ => return Err(bad()),
+        };
+        let n32 = |v: i64| u32::try_from(v.max(0)).unwrap_or(u32::MAX);
+        let n64 = |v: i64| u64::try_from(v.max(0)).unwrap_or(0);
+        let quota = Quota {
+            scope: slot.scope,
+            per,
+            limit: n32(limit),
+            remaining: n32(remaining),
+            reset_secs: n64(reset),
+        };
+        Ok(Some(match taken {
+            1 => Taken::Passed(quota),
+            0 => Taken::Refused(Limited {
+                quota,
+                retry_after_secs: n64(wait).max(1),
+            }),
+            _ => return Err(bad()),
+        }))
+    }
+
+    /// Shares `switch` with the fleet.
+    pub async fn publish_kill_switch(&self, switch: &KillSwitch) -> Result<(), FleetError> {
+        let json = serde_json::to_string(switch).map_err(|e| FleetError(e.to_string()))?;
+        let key = self.key("kill_switch");
+        self.run(|mut c| async move {
+            redis::cmd("SET")
+                .arg(key)
+                .arg(json)
+                .query_async::<()>(&mut c)
+                .await
+        })
+        .await
+    }
+
+    /// Shares `principal`'s quarantine `entry`, or its release (`None`).
+    pub async fn publish_quarantine(
+        &self,
+        principal: &str,
+        entry: Option<&Quarantined>,
+    ) -> Result<(), FleetError> {
+        let key = self.key("quarantine");
+        let principal = principal.to_owned();
+        match entry {
+            Some(q) => {
+                let json = serde_json::to_string(q).map_err(|e| FleetError(e.to_string()))?;
+                self.run(|mut c| async move {
+                    // The first entry is kept, as on one sidecar.
+                    redis::cmd("HSETNX")
+                        .arg(key)
+                        .arg(principal)
+                        .arg(json)
+                        .query_async::<()>(&mut c)
+                        .await
+                })
+                .await
+            }
+            None => {
+                self.run(|mut c| async move {
+                    redis::cmd("HDEL")
+                        .arg(key)
+                        .arg(principal)
+                        .query_async::<()>(&mut c)
+                        .await
+                })
+                .await
+            }
+        }
+    }
+
+    /// Shares grant `id` (`Some`), or its end (`None`).
+    pub async fn publish_grant(&self, id: &str, grant: Option<&Grant>) -> Result<(), FleetError> {
+        let key = self.key("grants");
+        let id = id.to_owned();
+        let json = grant
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| FleetError(e.to_string()))?;
+        self.run(|mut c| async move {
+            match json {
+                Some(json) => {
+                    redis::cmd("HSET")
+                        .arg(key)
+                        .arg(id)
+                        .arg(json)
+                        .query_async::<()>(&mut c)
+                        .await
+                }
+                None => {
+                    redis::cmd("HDEL")
+                        .arg(key)
+                        .arg(id)
+                        .query_async::<()>(&mut c)
+                        .await
+                }
+            }
+        })
+        .await
+    }
+
+    /// One round: shares the quarantines this sidecar entered on its own (anomalies), then
+    /// reads the switch, the quarantine list and the grants and puts them in force here. Held
+    /// in turn with humans' changes (`Admin::changing`), so a read cannot undo a change made
+    /// while it was on its way. A good round makes this sidecar fresh.
+    pub async fn poll(&self, admin: &Admin, grants: Option<&Grants>) -> Result<(), FleetError> {
+        let _serial = admin.changing().await;
+        for q in admin.quarantine().unshared() {
+            if let Err(e) = self.publish_quarantine(&q.principal, Some(&q)).await {
+                admin.quarantine().unshare(q);
+                return Err(e);
+            }
+        }
+        let mark = grants.map(Grants::mark);
+        let (switch_key, quarantine_key, grants_key) = (
+            self.key("kill_switch"),
+            self.key("quarantine"),
+            self.key("grants"),
+        );
+        type Read = (
+            Option<String>,
+            HashMap<String, String>,
+            HashMap<String, String>,
+        );
+        let (switch, quarantined, granted): Read = self
+            .run(|mut c| async move {
+                redis::pipe()
+                    .cmd("GET")
+                    .arg(switch_key)
+                    .cmd("HGETALL")
+                    .arg(quarantine_key)
+                    .cmd("HGETALL")
+                    .arg(grants_key)
+                    .query_async(&mut c)
+                    .await
+            })
+            .await?;
+        let parse_err = |what: &str, e: serde_json::Error| {
+            FleetError(format!("the shared {what} does not parse: {e}"))
+        };
+        // No shared switch yet: this sidecar's own stands.
+        if let Some(json) = switch {
+            let switch: KillSwitch =
+                serde_json::from_str(&json).map_err(|e| parse_err("kill switch", e))?;
+            admin.adopt_kill_switch(switch);
+        }
+        let quarantined = quarantined
+            .values()
+            .map(|json| serde_json::from_str::<Quarantined>(json))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| parse_err("quarantine list", e))?;
+        admin.quarantine().adopt(quarantined);
+        if let (Some(grants), Some(mark)) = (grants, mark) {
+            let granted = granted
+                .values()
+                .map(|json| serde_json::from_str::<Grant>(json))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| parse_err("grants", e))?;
+            grants
+                .adopt(granted, crate::clock::now_ms(), mark)
+                .await
+                .map_err(|e| FleetError(e.to_string()))?;
+        }
+        self.last_ok_ms.store(self.elapsed_ms(), Ordering::Release);
+        Ok(())
+    }
+}
+
+/// Polls every `poll` until the task is dropped; logs the first failure of a run of them and
+/// the recovery.
+pub async fn run(
+    fleet: std::sync::Arc<Fleet>,
+    admin: std::sync::Arc<Admin>,
+    grants: Option<std::sync::Arc<Grants>>,
+) {
+    let mut every = tokio::time::interval(fleet.settings.poll);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = false;
+    loop {
+        every.tick().await;
+        match fleet.poll(&admin, grants.as_deref()).await {
+            Ok(()) if failing => {
+                failing = false;
+                tracing::warn!("shared state (Redis) read again; calls are decided again");
+            }
+            Ok(()) => {}
+            Err(e) if !failing => {
+                failing = true;
+                tracing::error!(error = %e, stale_ms = fleet.settings.stale.as_millis(), "shared state unreachable; calls are denied once it is stale");
+            }
+            Err(_) => {}
+        }
+    }
+}
