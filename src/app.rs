@@ -181,6 +181,14 @@ impl App {
                 )
             })?;
         }
+        if let Some(otlp) = &cfg.audit_otlp {
+            audit
+                .ship_otlp(
+                    otlp.clone(),
+                    crate::audit::otlp_position_file(&cfg.data_dir),
+                )
+                .context("cannot ship the audit log over OTLP (`[audit] ship_otlp_url`)")?;
+        }
         let mut approvals = Approvals::new(
             stores.approvals,
             cfg.approval_ttl.clone(),

@@ -299,7 +299,7 @@ fn static_labels(labels: &[(&'static str, &'static str)]) -> Vec<Label> {
 }
 
 /// Help text of every family the recorder renders.
-const HELP: [(&str, &str); 33] = [
+const HELP: [(&str, &str); 36] = [
     (
         GATES,
         "Gate verdicts, by gate and decision (allow, warn, mask, block).",
@@ -416,6 +416,18 @@ const HELP: [(&str, &str); 33] = [
     (
         "toolgate_kill_switch_on",
         "1 while the kill switch denies every call.",
+    ),
+    (
+        "toolgate_audit_otlp_lag_records",
+        "Committed audit records the OTLP logs endpoint has not accepted yet ([audit] ship_otlp_url).",
+    ),
+    (
+        "toolgate_audit_otlp_records_total",
+        "Audit records the OTLP logs endpoint accepted since start.",
+    ),
+    (
+        "toolgate_audit_otlp_failures_total",
+        "OTLP log exports that failed (each retried from the same record).",
     ),
     (
         "toolgate_shared_state_fresh",

@@ -74,6 +74,20 @@ pub async fn render(State(state): State<Gateway>) -> impl IntoResponse {
         );
         m.set_counter("toolgate_audit_ship_skipped_total", &[], get(&ship.skipped));
     }
+    if let Some(otlp) = state.audit.otlp_stats() {
+        let shipped = get(&otlp.shipped_seq);
+        m.set_gauge(
+            "toolgate_audit_otlp_lag_records",
+            &[],
+            state.audit.head().seq.saturating_sub(shipped) as f64,
+        );
+        m.set_counter("toolgate_audit_otlp_records_total", &[], get(&otlp.lines));
+        m.set_counter(
+            "toolgate_audit_otlp_failures_total",
+            &[],
+            get(&otlp.failures),
+        );
+    }
     if let Some(fleet) = &state.fleet {
         let status = fleet.status();
         m.set_gauge(

@@ -8,6 +8,7 @@ mod cell;
 mod event;
 pub mod keys;
 mod ledger;
+mod otlp;
 mod record;
 mod ship;
 mod store;
@@ -20,6 +21,7 @@ pub use event::{
     Execution as ExecutionEvent, Operator, Screened, Sidecar,
 };
 pub use ledger::Effect;
+pub use otlp::{OtlpSettings, position_file as otlp_position_file};
 pub use record::{
     Chain, Checkpoint, Entry, EntryKind, GENESIS, Link, LinkFault, Record, RingKey, args_digest,
     args_preview, canonical_json, key_id, redacted_preview,

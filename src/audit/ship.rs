@@ -63,8 +63,10 @@ pub struct ShipStats {
 pub fn start(audit: Arc<Audit>, settings: ShipSettings) -> std::io::Result<Arc<ShipStats>> {
     let stats = Arc::new(ShipStats::default());
     let mut sink = Sink::open(settings)?;
-    stats.shipped_seq.store(sink.shipped, Ordering::Relaxed);
-    tracing::info!(file = %sink.settings.path.display(), from = sink.shipped + 1, "audit shipping on");
+    stats
+        .shipped_seq
+        .store(sink.cursor.shipped, Ordering::Relaxed);
+    tracing::info!(file = %sink.settings.path.display(), from = sink.cursor.shipped + 1, "audit shipping on");
     let thread_stats = stats.clone();
     std::thread::Builder::new()
         .name("toolgate-audit-ship".to_owned())
@@ -91,10 +93,8 @@ struct Sink {
     file: File,
     /// Bytes of whole lines in the file.
     len: u64,
-    /// The last record shipped.
-    shipped: u64,
-    /// Where the next scan starts (a storage unit at or before the next record).
-    next_unit: u64,
+    /// What was shipped, and where to read next.
+    cursor: Cursor,
     /// Written since the last `fdatasync`, and when that was.
     unsynced: bool,
     synced_at: std::time::Instant,
@@ -148,6 +148,103 @@ fn last_line(path: &Path) -> std::io::Result<(u64, u64)> {
     }
 }
 
+/// Where a sink stands in the log: the last record it shipped, and where the next scan
+/// starts. Shared by the file and the OTLP sinks.
+pub(super) struct Cursor {
+    /// The last record shipped (0: none).
+    pub(super) shipped: u64,
+    /// A storage unit at or before the next record.
+    next_unit: u64,
+}
+
+/// Records read by one [`Cursor::read`]: durable, in order, past the cursor.
+pub(super) struct Batch {
+    /// The records (may be empty when only retention gaps or not-yet-durable records were
+    /// read).
+    pub(super) records: Vec<super::Record>,
+    /// Where the scan after this batch starts.
+    next_unit: u64,
+    /// A full page was read and more records are durable.
+    more: bool,
+}
+
+impl Cursor {
+    /// A cursor after record `shipped`.
+    pub(super) fn after(shipped: u64) -> Cursor {
+        Cursor {
+            shipped,
+            next_unit: shipped.saturating_sub(MAX_BLOCK as u64),
+        }
+    }
+
+    /// The next durable records past the cursor, up to a page; `None` when there are none.
+    /// Records retention removed before they were shipped are counted in `stats`.
+    pub(super) fn read(&self, audit: &Audit, stats: &ShipStats) -> std::io::Result<Option<Batch>> {
+        let head = audit.head().seq;
+        if head <= self.shipped {
+            return Ok(None);
+        }
+        let page = audit
+            .store()
+            .scan(self.next_unit, PAGE)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let full = page.len() >= PAGE;
+        let Some(last_unit) = page.last().map(|s| s.unit) else {
+            return Ok(None);
+        };
+        let mut records = Vec::new();
+        let mut shipped = self.shipped;
+        // The block holding the first record past the durable head is read again next time.
+        let mut again = None;
+        for stored in page {
+            if stored.key_seq <= shipped {
+                continue;
+            }
+            if stored.key_seq > head {
+                again = Some(stored.unit);
+                break;
+            }
+            let record = stored.record.map_err(|e| {
+                std::io::Error::other(format!(
+                    "record {} does not parse ({e}); run `toolgate audit verify`",
+                    stored.key_seq
+                ))
+            })?;
+            if record.seq != shipped + 1 && shipped > 0 {
+                let missing = record.seq.saturating_sub(shipped + 1);
+                stats.skipped.fetch_add(missing, Ordering::Relaxed);
+                tracing::error!(
+                    from = shipped + 1,
+                    to = record.seq - 1,
+                    "audit shipping: records were removed by retention before they were shipped"
+                );
+            }
+            shipped = record.seq;
+            records.push(record);
+        }
+        Ok(Some(Batch {
+            records,
+            // Blocks are written whole and never change: the next scan starts after the last
+            // one read, or at the one not finished.
+            next_unit: again.unwrap_or_else(|| last_unit.saturating_add(1)),
+            more: full && shipped < head,
+        }))
+    }
+
+    /// Moves past `batch` (shipped); whether more records wait.
+    pub(super) fn advance(&mut self, batch: &Batch, stats: &ShipStats) -> bool {
+        if let Some(last) = batch.records.last() {
+            stats
+                .lines
+                .fetch_add(last.seq.saturating_sub(self.shipped), Ordering::Relaxed);
+            self.shipped = last.seq;
+            stats.shipped_seq.store(last.seq, Ordering::Relaxed);
+        }
+        self.next_unit = batch.next_unit;
+        batch.more
+    }
+}
+
 fn rotated(path: &Path, n: usize) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(format!(".{n}"));
@@ -185,11 +282,10 @@ impl Sink {
         Ok(Sink {
             unsynced: false,
             synced_at: std::time::Instant::now(),
-            next_unit: shipped.saturating_sub(MAX_BLOCK as u64),
+            cursor: Cursor::after(shipped),
             settings,
             file,
             len,
-            shipped,
         })
     }
 
@@ -213,72 +309,30 @@ impl Sink {
     /// Ships what is durable and not shipped yet; whether a full page was read (more may be
     /// waiting: go on at once; otherwise the caller waits and lets a batch build up).
     fn pass(&mut self, audit: &Audit, stats: &ShipStats) -> std::io::Result<bool> {
-        let head = audit.head().seq;
-        if head <= self.shipped {
+        let Some(batch) = self.cursor.read(audit, stats)? else {
             self.sync(false)?;
             stats.failing.store(false, Ordering::Relaxed);
             return Ok(false);
-        }
-        let page = audit
-            .store()
-            .scan(self.next_unit, PAGE)
-            .map_err(|e| std::io::Error::other(e.to_string()))?;
-        let full = page.len() >= PAGE;
-        let Some(last_unit) = page.last().map(|s| s.unit) else {
-            return Ok(false);
         };
         let mut out = Vec::new();
-        let mut shipped = self.shipped;
-        // The block holding the first record past the durable head is read again next time.
-        let mut again = None;
-        for stored in page {
-            if stored.key_seq <= shipped {
-                continue;
-            }
-            if stored.key_seq > head {
-                again = Some(stored.unit);
-                break;
-            }
-            let record = stored.record.map_err(|e| {
-                std::io::Error::other(format!(
-                    "record {} does not parse ({e}); run `toolgate audit verify`",
-                    stored.key_seq
-                ))
-            })?;
-            if record.seq != shipped + 1 && shipped > 0 {
-                let missing = record.seq.saturating_sub(shipped + 1);
-                stats.skipped.fetch_add(missing, Ordering::Relaxed);
-                tracing::error!(
-                    from = shipped + 1,
-                    to = record.seq - 1,
-                    "audit shipping: records were removed by retention before they were shipped"
-                );
-            }
-            serde_json::to_writer(&mut out, &record)?;
+        for record in &batch.records {
+            serde_json::to_writer(&mut out, record)?;
             out.push(b'\n');
-            shipped = record.seq;
         }
         if !out.is_empty() {
             self.file.seek(SeekFrom::Start(self.len))?;
             self.file.write_all(&out)?;
             self.unsynced = true;
             self.sync(false)?;
-            stats
-                .lines
-                .fetch_add(shipped - self.shipped, Ordering::Relaxed);
             self.len += out.len() as u64;
-            self.shipped = shipped;
-            stats.shipped_seq.store(shipped, Ordering::Relaxed);
         }
-        // Blocks are written whole and never change: the next scan starts after the last one
-        // read, or at the one not finished.
-        self.next_unit = again.unwrap_or_else(|| last_unit.saturating_add(1));
+        let more = self.cursor.advance(&batch, stats);
         stats.failing.store(false, Ordering::Relaxed);
         if self.len >= self.settings.rotate_bytes {
             self.rotate()?;
             stats.rotations.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(full && shipped < head)
+        Ok(more)
     }
 
     /// `<file>` → `<file>.1` → … → `<file>.<keep>` (the oldest is removed), then a new file.

@@ -136,6 +136,8 @@ pub struct Audit {
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The shipper's counters, once shipping is started.
     shipping: std::sync::OnceLock<Arc<super::ship::ShipStats>>,
+    /// The OTLP shipper's counters, when it runs.
+    otlp: std::sync::OnceLock<Arc<super::ship::ShipStats>>,
 }
 
 impl std::fmt::Debug for Audit {
@@ -182,6 +184,7 @@ impl Audit {
         };
         Ok(Audit {
             shipping: std::sync::OnceLock::new(),
+            otlp: std::sync::OnceLock::new(),
             tx: Mutex::new(Some(tx)),
             durability,
             gauges,
@@ -349,6 +352,23 @@ impl Audit {
         let stats = super::ship::start(self.clone(), settings)?;
         let _ = self.shipping.set(stats);
         Ok(())
+    }
+
+    /// Starts shipping committed records over OTLP logs (`[audit] ship_otlp_url`), resuming
+    /// after the record in `position`.
+    pub fn ship_otlp(
+        self: &Arc<Self>,
+        settings: super::otlp::OtlpSettings,
+        position: std::path::PathBuf,
+    ) -> std::io::Result<()> {
+        let stats = super::otlp::start(self.clone(), settings, position)?;
+        let _ = self.otlp.set(stats);
+        Ok(())
+    }
+
+    /// The OTLP shipper's counters, when it runs.
+    pub fn otlp_stats(&self) -> Option<&super::ship::ShipStats> {
+        self.otlp.get().map(Arc::as_ref)
     }
 
     /// The shipper's counters, when shipping is on.

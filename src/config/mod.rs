@@ -11,7 +11,7 @@ mod outputs;
 mod problems;
 mod server;
 
-use outputs::{console_url, ship_settings, webhook};
+use outputs::{console_url, otlp_settings, ship_settings, webhook};
 
 use anomaly::{RawAnomaly, detector_config, quarantine_kinds};
 use problems::Problems;
@@ -181,6 +181,8 @@ struct RawAudit {
     ship_file: Option<PathBuf>,
     ship_rotate_kb: Option<u64>,
     ship_keep: Option<usize>,
+    ship_otlp_url: Option<String>,
+    ship_otlp_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -278,6 +280,8 @@ pub struct Config {
     pub store_reserve_bytes: u64,
     /// `[audit] ship_file`: committed records streamed to a JSON Lines file.
     pub audit_ship: Option<crate::audit::ShipSettings>,
+    /// `[audit] ship_otlp_url`: committed records sent to an OTLP/HTTP logs endpoint.
+    pub audit_otlp: Option<crate::audit::OtlpSettings>,
     /// How long approvals stay open.
     pub approval_ttl: Ttl,
     /// How many approvals may be pending at once, per agent and in total.
@@ -453,6 +457,7 @@ impl Config {
             store_cache_bytes: crate::storage::DEFAULT_CACHE_BYTES,
             store_reserve_bytes: crate::storage::DEFAULT_RESERVE_BYTES,
             audit_ship: None,
+            audit_otlp: None,
             approval_ttl: Ttl::default(),
             approval_bounds: Bounds::default(),
             approval_retain_secs: crate::approvals::RETAIN_SECS,
@@ -643,6 +648,7 @@ impl Config {
             );
         }
         let audit_ship = problems.take(ship_settings(&raw.audit, base), || None);
+        let audit_otlp = problems.take(otlp_settings(&raw.audit), || None);
         let store_reserve_bytes = match raw.audit.reserve_mb {
             None => crate::storage::DEFAULT_RESERVE_BYTES,
             Some(mb) if mb <= MAX_RESERVE_MB => mb * 1024 * 1024,
@@ -804,6 +810,7 @@ impl Config {
             store_cache_bytes,
             store_reserve_bytes,
             audit_ship,
+            audit_otlp,
             approval_bounds,
             approval_retain_secs,
             data_dir,

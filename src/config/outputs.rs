@@ -82,6 +82,44 @@ pub(super) fn ship_settings(
     }))
 }
 
+/// `[audit] ship_otlp_url` (an http(s) OTLP/HTTP logs endpoint) and its timeout.
+pub(super) fn otlp_settings(
+    raw: &RawAudit,
+) -> Result<Option<crate::audit::OtlpSettings>, (String, &'static str)> {
+    let Some(url) = &raw.ship_otlp_url else {
+        if raw.ship_otlp_timeout_ms.is_some() {
+            return Err((
+                "`audit.ship_otlp_timeout_ms` needs `audit.ship_otlp_url`".to_owned(),
+                "set `ship_otlp_url = \"http://127.0.0.1:4318/v1/logs\"` to ship records over OTLP",
+            ));
+        }
+        return Ok(None);
+    };
+    if !has_http_host(url) || url.chars().any(char::is_whitespace) {
+        return Err((
+            format!(
+                "`audit.ship_otlp_url` = `{}` is not an http(s) URL with a host",
+                url.chars()
+                    .filter(|c| !c.is_control())
+                    .take(100)
+                    .collect::<String>()
+            ),
+            "give the collector's OTLP/HTTP logs endpoint, e.g. `http://127.0.0.1:4318/v1/logs`",
+        ));
+    }
+    let ms = raw.ship_otlp_timeout_ms.unwrap_or(10_000);
+    if !(100..=120_000).contains(&ms) {
+        return Err((
+            format!("`audit.ship_otlp_timeout_ms` = {ms} is out of range"),
+            "use 100 to 120000 (ms one export may take; default 10000)",
+        ));
+    }
+    Ok(Some(crate::audit::OtlpSettings {
+        url: url.clone(),
+        timeout: std::time::Duration::from_millis(ms),
+    }))
+}
+
 /// `[approvals] console_url`: an http(s) URL, linked from notices.
 pub(super) fn console_url(url: Option<&str>) -> Result<Option<String>, (String, &'static str)> {
     let Some(url) = url else { return Ok(None) };
