@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::admin::{Admin, KillSwitch, Quarantined};
@@ -56,7 +57,42 @@ pub struct Fleet {
     last_ok_ms: AtomicU64,
     /// Redis calls that failed (`toolgate_shared_state_failures_total`).
     failures: AtomicU64,
+    /// The fleet's change count at the last complete read, and when that was.
+    seen: Mutex<(Option<i64>, Instant)>,
+    /// Changes made here that Redis did not take yet, oldest first.
+    pending: Mutex<Vec<Change>>,
 }
+
+/// A change made on this sidecar (recorded and in force here) for the fleet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// The switch as set.
+    KillSwitch(KillSwitch),
+    /// An agent (uid) quarantined (`Some`) or released.
+    Quarantine(String, Option<Quarantined>),
+    /// A grant made (`Some`) or ended.
+    Grant(String, Option<Grant>),
+}
+
+impl Change {
+    /// What it changes: a later change to the same thing replaces a pending one.
+    fn target(&self) -> (u8, &str) {
+        match self {
+            Change::KillSwitch(_) => (0, ""),
+            Change::Quarantine(p, _) => (1, p),
+            Change::Grant(id, _) => (2, id),
+        }
+    }
+}
+
+/// The JSON Redis keeps for `value`.
+fn to_json(value: &impl serde::Serialize) -> Result<String, FleetError> {
+    serde_json::to_string(value).map_err(|e| FleetError(e.to_string()))
+}
+
+/// The switch, quarantines and grants are read in full at least this often, even when the
+/// change count has not moved (a hand edit in Redis that did not count itself).
+const FULL_READ: Duration = Duration::from_secs(10);
 
 impl std::fmt::Debug for Fleet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -124,6 +160,8 @@ impl Fleet {
             started: Instant::now(),
             last_ok_ms: AtomicU64::new(0),
             failures: AtomicU64::new(0),
+            seen: Mutex::new((None, Instant::now())),
+            pending: Mutex::new(Vec::new()),
         })
     }
 
@@ -250,117 +288,143 @@ impl Fleet {
         }))
     }
 
-    /// Shares `switch` with the fleet.
-    pub async fn publish_kill_switch(&self, switch: &KillSwitch) -> Result<(), FleetError> {
-        let json = serde_json::to_string(switch).map_err(|e| FleetError(e.to_string()))?;
-        let key = self.key("kill_switch");
+    /// Runs `change` and counts it in `version`, atomically (`MULTI`/`EXEC`): every sidecar
+    /// reads the state again when the count moves.
+    async fn change(&self, change: redis::Cmd) -> Result<(), FleetError> {
+        let version = self.key("version");
         self.run(|mut c| async move {
-            redis::cmd("SET")
-                .arg(key)
-                .arg(json)
+            redis::pipe()
+                .atomic()
+                .add_command(change)
+                .ignore()
+                .cmd("INCR")
+                .arg(version)
+                .ignore()
                 .query_async::<()>(&mut c)
                 .await
         })
         .await
     }
 
-    /// Shares `principal`'s quarantine `entry`, or its release (`None`).
-    pub async fn publish_quarantine(
-        &self,
-        principal: &str,
-        entry: Option<&Quarantined>,
-    ) -> Result<(), FleetError> {
-        let key = self.key("quarantine");
-        let principal = principal.to_owned();
-        match entry {
-            Some(q) => {
-                let json = serde_json::to_string(q).map_err(|e| FleetError(e.to_string()))?;
-                self.run(|mut c| async move {
-                    // The first entry is kept, as on one sidecar.
-                    redis::cmd("HSETNX")
-                        .arg(key)
-                        .arg(principal)
-                        .arg(json)
-                        .query_async::<()>(&mut c)
-                        .await
-                })
-                .await
+    /// Shares `change` with the fleet. If Redis does not take it, it is kept and sent again
+    /// at each round until Redis does (a later change to the same thing replaces it), and
+    /// the error says so.
+    pub async fn publish(&self, change: Change) -> Result<(), FleetError> {
+        match self.send(&change).await {
+            Ok(()) => {
+                self.pending
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .retain(|p| p.target() != change.target());
+                Ok(())
             }
-            None => {
-                self.run(|mut c| async move {
-                    redis::cmd("HDEL")
-                        .arg(key)
-                        .arg(principal)
-                        .query_async::<()>(&mut c)
-                        .await
-                })
-                .await
+            Err(e) => {
+                let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+                pending.retain(|p| p.target() != change.target());
+                pending.push(change);
+                Err(e)
             }
         }
     }
 
-    /// Shares grant `id` (`Some`), or its end (`None`).
-    pub async fn publish_grant(&self, id: &str, grant: Option<&Grant>) -> Result<(), FleetError> {
-        let key = self.key("grants");
-        let id = id.to_owned();
-        let json = grant
-            .map(serde_json::to_string)
-            .transpose()
-            .map_err(|e| FleetError(e.to_string()))?;
-        self.run(|mut c| async move {
-            match json {
-                Some(json) => {
-                    redis::cmd("HSET")
-                        .arg(key)
-                        .arg(id)
-                        .arg(json)
-                        .query_async::<()>(&mut c)
-                        .await
-                }
-                None => {
-                    redis::cmd("HDEL")
-                        .arg(key)
-                        .arg(id)
-                        .query_async::<()>(&mut c)
-                        .await
-                }
+    /// Sends the changes Redis did not take before, oldest first; stops at the first that
+    /// fails.
+    async fn send_pending(&self) -> Result<(), FleetError> {
+        loop {
+            let next = self
+                .pending
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .first()
+                .cloned();
+            let Some(change) = next else { return Ok(()) };
+            self.send(&change).await?;
+            let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+            if pending.first() == Some(&change) {
+                pending.remove(0);
             }
-        })
-        .await
+        }
+    }
+
+    async fn send(&self, change: &Change) -> Result<(), FleetError> {
+        let cmd = match change {
+            Change::KillSwitch(switch) => redis::cmd("SET")
+                .arg(self.key("kill_switch"))
+                .arg(to_json(switch)?)
+                .clone(),
+            // The first entry is kept, as on one sidecar.
+            Change::Quarantine(principal, Some(q)) => redis::cmd("HSETNX")
+                .arg(self.key("quarantine"))
+                .arg(principal)
+                .arg(to_json(q)?)
+                .clone(),
+            Change::Quarantine(principal, None) => redis::cmd("HDEL")
+                .arg(self.key("quarantine"))
+                .arg(principal)
+                .clone(),
+            Change::Grant(id, Some(g)) => redis::cmd("HSET")
+                .arg(self.key("grants"))
+                .arg(id)
+                .arg(to_json(g)?)
+                .clone(),
+            Change::Grant(id, None) => redis::cmd("HDEL").arg(self.key("grants")).arg(id).clone(),
+        };
+        self.change(cmd).await
     }
 
     /// One round: shares the quarantines this sidecar entered on its own (anomalies), then
-    /// reads the switch, the quarantine list and the grants and puts them in force here. Held
-    /// in turn with humans' changes (`Admin::changing`), so a read cannot undo a change made
-    /// while it was on its way. A good round makes this sidecar fresh.
+    /// reads the fleet's change count and, when it moved (or every [`FULL_READ`] anyway), the
+    /// switch, the quarantine list and the grants, and puts them in force here. Held in turn
+    /// with humans' changes (`Admin::changing`), so a read cannot undo a change made while it
+    /// was on its way. A good round makes this sidecar fresh.
     pub async fn poll(&self, admin: &Admin, grants: Option<&Grants>) -> Result<(), FleetError> {
         let _serial = admin.changing().await;
+        self.send_pending().await?;
         for q in admin.quarantine().unshared() {
-            if let Err(e) = self.publish_quarantine(&q.principal, Some(&q)).await {
+            let change = Change::Quarantine(q.principal.clone(), Some(q.clone()));
+            if let Err(e) = self.send(&change).await {
                 admin.quarantine().unshare(q);
                 return Err(e);
             }
         }
+        let version_key = self.key("version");
+        let version: Option<i64> = self
+            .run(
+                |mut c| async move { redis::cmd("GET").arg(version_key).query_async(&mut c).await },
+            )
+            .await?;
+        let version = version.unwrap_or(0);
+        let (seen, read_at) = *self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        if seen == Some(version) && read_at.elapsed() < FULL_READ {
+            self.last_ok_ms.store(self.elapsed_ms(), Ordering::Release);
+            return Ok(());
+        }
         let mark = grants.map(Grants::mark);
-        let (switch_key, quarantine_key, grants_key) = (
+        let keys = [
+            self.key("version"),
             self.key("kill_switch"),
             self.key("quarantine"),
             self.key("grants"),
-        );
+        ];
         type Read = (
+            Option<i64>,
             Option<String>,
             HashMap<String, String>,
             HashMap<String, String>,
         );
-        let (switch, quarantined, granted): Read = self
+        let (version, switch, quarantined, granted): Read = self
             .run(|mut c| async move {
+                let [v, s, q, g] = keys;
                 redis::pipe()
+                    .atomic()
                     .cmd("GET")
-                    .arg(switch_key)
+                    .arg(v)
+                    .cmd("GET")
+                    .arg(s)
                     .cmd("HGETALL")
-                    .arg(quarantine_key)
+                    .arg(q)
                     .cmd("HGETALL")
-                    .arg(grants_key)
+                    .arg(g)
                     .query_async(&mut c)
                     .await
             })
@@ -380,16 +444,23 @@ impl Fleet {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| parse_err("quarantine list", e))?;
         admin.quarantine().adopt(quarantined);
+        let mut complete = true;
         if let (Some(grants), Some(mark)) = (grants, mark) {
             let granted = granted
                 .values()
                 .map(|json| serde_json::from_str::<Grant>(json))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| parse_err("grants", e))?;
-            grants
+            complete = grants
                 .adopt(granted, crate::clock::now_ms(), mark)
                 .await
-                .map_err(|e| FleetError(e.to_string()))?;
+                .map_err(|e| FleetError(e.to_string()))?
+                .is_some();
+        }
+        // A read a change of this sidecar overlapped is read again next round.
+        if complete {
+            *self.seen.lock().unwrap_or_else(PoisonError::into_inner) =
+                (Some(version.unwrap_or(0)), Instant::now());
         }
         self.last_ok_ms.store(self.elapsed_ms(), Ordering::Release);
         Ok(())

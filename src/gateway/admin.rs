@@ -18,6 +18,7 @@ use crate::audit::{Entry, EntryKind, Event, Operator};
 use crate::authz::{self, Principal};
 use crate::clock::now_ms;
 use crate::codes::Code;
+use crate::fleet::Change;
 use crate::policy::Snapshot;
 
 /// What an admin request's audit records share: who asked, under which revision, and why.
@@ -120,7 +121,7 @@ pub async fn set_kill_switch(
         at_ms: now_ms(),
     };
     let effect = crate::admin::kill_switch_effect(&next);
-    let share = Share::KillSwitch(next.clone());
+    let share = Change::KillSwitch(next.clone());
     change_in_order(
         state,
         "kill switch",
@@ -152,14 +153,6 @@ pub struct QuarantineBody {
     reason: Option<String>,
 }
 
-/// What a human's admin change tells the fleet, when there is one.
-pub enum Share {
-    /// The switch as set.
-    KillSwitch(KillSwitch),
-    /// An agent (uid) quarantined (`Some`) or released.
-    Quarantine(String, Option<Quarantined>),
-}
-
 /// Stores `effect` with `record`, then puts the change in force (`in_force`), then tells the
 /// fleet (`share`, when there is one); in a task of its own (a client hanging up cannot leave
 /// it stored but not in force) and in turn with other human admin changes and the fleet's
@@ -173,7 +166,7 @@ pub async fn change_in_order(
         crate::audit::Entry,
         Result<crate::audit::Effect, crate::admin::AdminStoreError>,
     ),
-    share: Option<Share>,
+    share: Option<Change>,
     in_force: impl FnOnce(&Gateway) -> Result<(), Error> + Send + 'static,
 ) -> Result<(), Error> {
     let effect = effect.map_err(|e| {
@@ -192,22 +185,20 @@ pub async fn change_in_order(
         let (Some(fleet), Some(share)) = (&state.fleet, share) else {
             return Ok(());
         };
-        let shared = match &share {
-            Share::KillSwitch(switch) => fleet.publish_kill_switch(switch).await,
-            Share::Quarantine(agent, entry) => {
-                let shared = fleet.publish_quarantine(agent, entry.as_ref()).await;
-                if shared.is_ok() {
-                    state.admin.quarantine().shared_now(agent);
-                }
-                shared
-            }
+        let agent = match &share {
+            Change::Quarantine(agent, _) => Some(agent.clone()),
+            _ => None,
         };
+        let shared = fleet.publish(share).await;
+        if let (Ok(()), Some(agent)) = (&shared, agent) {
+            state.admin.quarantine().shared_now(&agent);
+        }
         shared.map_err(|e| {
             tracing::error!(error = %e, "{what} change in force here but not shared");
             Error::Coded {
                 code: Code::NotShared,
                 message: format!(
-                    "the {what} change is recorded and in force on this sidecar, but the fleet's Redis did not take it: {e}"
+                    "the {what} change is recorded and in force on this sidecar; the fleet's Redis did not take it ({e}), so it is sent again until Redis does"
                 ),
             }
         })
@@ -306,7 +297,7 @@ pub async fn set_quarantine(
     });
     let effect = crate::admin::quarantine_effect(&target_id, entered.as_ref());
     let target = target_id.clone();
-    let share = Share::Quarantine(target_id.clone(), entered.clone());
+    let share = Change::Quarantine(target_id.clone(), entered.clone());
     change_in_order(
         state,
         "quarantine",

@@ -246,7 +246,8 @@ async fn share(
     grant: Option<&Grant>,
 ) -> Result<(), GrantError> {
     let Some(fleet) = fleet else { return Ok(()) };
-    fleet.publish_grant(id, grant).await.map_err(|e| {
+    let change = crate::fleet::Change::Grant(id.to_owned(), grant.cloned());
+    fleet.publish(change).await.map_err(|e| {
         tracing::error!(error = %e, grant = id, "grant change in force here but not shared");
         GrantError::NotShared(e.to_string())
     })

@@ -121,7 +121,9 @@ pub enum GrantError {
     #[error(transparent)]
     Store(#[from] GrantStoreError),
     /// Recorded and in force on this sidecar, but the fleet's Redis did not take it.
-    #[error("recorded and in force on this sidecar, but the fleet's Redis did not take it: {0}")]
+    #[error(
+        "recorded and in force on this sidecar; the fleet's Redis did not take it ({0}), so it is sent again until Redis does"
+    )]
     NotShared(String),
 }
 
@@ -297,18 +299,18 @@ impl Grants {
 
     /// Makes the live grants the fleet's `shared` ones (expired ones left out), unless a
     /// change of this sidecar overlapped the read (`mark`, from [`Grants::mark`]): the next
-    /// read brings it. Whether anything changed.
+    /// read brings it. Whether anything changed; `None` when the read was not adopted.
     pub async fn adopt(
         &self,
         shared: Vec<Grant>,
         now_ms: u64,
         mark: u64,
-    ) -> Result<bool, GrantStoreError> {
+    ) -> Result<Option<bool>, GrantStoreError> {
         use std::sync::atomic::Ordering;
         let mut alive = self.alive.lock().await;
         if self.in_flight.load(Ordering::Acquire) > 0 || self.ended.load(Ordering::Acquire) != mark
         {
-            return Ok(false);
+            return Ok(None);
         }
         let next: BTreeMap<String, Grant> = shared
             .into_iter()
@@ -316,11 +318,11 @@ impl Grants {
             .map(|g| (g.id.clone(), g))
             .collect();
         if *alive == next {
-            return Ok(false);
+            return Ok(Some(false));
         }
         *alive = next;
         self.relink(&alive).await?;
-        Ok(true)
+        Ok(Some(true))
     }
 
     /// When the next grant expires (ms since the epoch).

@@ -61,6 +61,30 @@ fn ping(port: u16) -> bool {
     s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
 }
 
+/// `GET key` on the Redis at `port` (inline command; a bulk string or nil).
+fn redis_get(port: u16, key: &str) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    s.write_all(format!("GET {key}\r\n").as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = s.read(&mut buf).unwrap();
+        answer.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&answer).into_owned();
+        if text == "$-1\r\n" {
+            return None;
+        }
+        if let Some((len, rest)) = text.strip_prefix('$').and_then(|t| t.split_once("\r\n")) {
+            let len: usize = len.parse().unwrap();
+            if rest.len() >= len + 2 {
+                return Some(rest[..len].to_owned());
+            }
+        }
+        assert!(n > 0, "Redis closed: {text}");
+    }
+}
+
 impl Redis {
     fn start() -> Option<Redis> {
         let bin = redis_bin()?;
@@ -366,8 +390,8 @@ fn redis_going_away_gives_denies_and_its_return_gives_decisions() {
         "{log}"
     );
 
-    // Back on the same port, empty: the switch set while it was down is still in force here
-    // (a Redis without a switch leaves each sidecar's own), and turning it off is shared.
+    // Back on the same port, empty: the switch set while it was down is still in force here,
+    // and reaches Redis at the next read; turning it off is shared too.
     let _redis = Redis::on(bin, port);
     until(
         &server,
@@ -378,6 +402,9 @@ fn redis_going_away_gives_denies_and_its_return_gives_decisions() {
     );
     let (s, ready) = exchange(server.port, "GET", "/readyz", None, None).unwrap();
     assert_eq!((s, &ready["kill_switch"]), (200, &json!(true)), "{ready}");
+    // The change Redis missed was sent again once it answered: the fleet has it now.
+    let shared = redis_get(port, "toolgate:kill_switch").expect("the queued switch was sent");
+    assert!(shared.contains("\"on\":true"), "{shared}");
     let (s, v) = exchange(
         server.port,
         "POST",
