@@ -359,7 +359,7 @@ impl App {
                 let state = state.with_fleet(fleet.clone());
                 // One read before serving, so a reachable Redis decides the first call.
                 match fleet.poll(&state.admin, state.grants.as_deref()).await {
-                    Ok(()) => tracing::info!(
+                    Ok(_) => tracing::info!(
                         prefix = fleet.settings().prefix,
                         "fleet state shared through Redis"
                     ),
@@ -367,10 +367,14 @@ impl App {
                         tracing::error!(error = %e, "shared state unreachable at start; every call is denied until it is read")
                     }
                 }
+                // An agent released elsewhere: its history here must not raise the same
+                // signal again at its next call, as on the sidecar that released it.
+                let monitor = state.monitor.clone();
                 let job = tokio::spawn(crate::fleet::run(
                     fleet,
                     state.admin.clone(),
                     state.grants.clone(),
+                    move |agent| monitor.forget(agent),
                 ));
                 (state, Some(job))
             }

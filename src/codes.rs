@@ -215,7 +215,7 @@ codes! {
         "remove `kill_switch = true` from the config or TOOLGATE_KILL_SWITCH from the environment, then restart";
     NotShared = "not_shared", 503, "error body",
         "the change is recorded and in force on this sidecar, but the fleet's Redis did not take it yet",
-        "nothing to resend: the sidecar sends it again until Redis takes it; until then the other sidecars deny every call (see /readyz `shared_state`)";
+        "nothing to resend: this sidecar sends it again until Redis takes it, and denies every call meanwhile (see /readyz `shared_state`)";
     NotQuarantined = "not_quarantined", 404, "error body",
         "a release named an agent that is not quarantined",
         "see GET /v1/admin/quarantine for the quarantined agents";

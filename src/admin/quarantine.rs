@@ -129,6 +129,10 @@ impl Quarantine {
     /// [`Quarantine::unshared`] until the fleet has them.
     pub fn share(&self) {
         self.shared.store(true, Ordering::Release);
+        // Entries stored before there was a fleet join it (the first entry is kept there).
+        for q in self.list() {
+            self.unshare(q);
+        }
     }
 
     /// Takes the entries the fleet has not been told of.
@@ -153,8 +157,9 @@ impl Quarantine {
             .push(entry);
     }
 
-    /// Makes the list the fleet's `shared` list, plus the entries still on their way to it.
-    pub fn adopt(&self, shared: Vec<Quarantined>) {
+    /// Makes the list the fleet's `shared` list, plus the entries still on their way to it;
+    /// the principals it released.
+    pub fn adopt(&self, shared: Vec<Quarantined>) -> Vec<String> {
         let _guard = self.write.lock().unwrap_or_else(PoisonError::into_inner);
         let pending = self
             .unshared
@@ -170,9 +175,16 @@ impl Quarantine {
                 .or_insert_with(|| Arc::new(q));
         }
         let current = self.live.load();
-        if **current != next {
-            self.live.store(Arc::new(next));
+        if **current == next {
+            return Vec::new();
         }
+        let released = current
+            .keys()
+            .filter(|p| !next.contains_key(*p))
+            .cloned()
+            .collect();
+        self.live.store(Arc::new(next));
+        released
     }
 
     /// Releases `principal` (stored already, with its record). `None` when it was not

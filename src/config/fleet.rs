@@ -79,12 +79,13 @@ pub(super) fn fleet(
     let timeout = ms("timeout_ms", raw.timeout_ms, 200, 10..=10_000);
     let poll = ms("poll_ms", raw.poll_ms, 250, 50..=10_000);
     let stale = ms("stale_ms", raw.stale_ms, 1_000, 100..=60_000);
-    if found.is_empty() && stale < poll + timeout {
+    // A round makes up to three Redis calls in a row, each allowed `timeout_ms`.
+    if found.is_empty() && stale < poll + 3 * timeout {
         found.push((
             format!(
-                "`fleet.stale_ms` = {} is less than `poll_ms` + `timeout_ms` ({})",
+                "`fleet.stale_ms` = {} is less than `poll_ms` + 3 × `timeout_ms` ({})",
                 stale.as_millis(),
-                (poll + timeout).as_millis()
+                (poll + 3 * timeout).as_millis()
             ),
             "raise `stale_ms`: a sidecar would deny between two good reads".to_owned(),
         ));

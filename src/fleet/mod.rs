@@ -52,13 +52,16 @@ pub struct Fleet {
     conn: redis::aio::ConnectionManager,
     settings: FleetSettings,
     take: redis::Script,
+    /// One shared change, unless a newer one is there (`change.lua`).
+    change: redis::Script,
     started: Instant,
     /// Ms after `started` of the last good poll; 0 before the first.
     last_ok_ms: AtomicU64,
     /// Redis calls that failed (`toolgate_shared_state_failures_total`).
     failures: AtomicU64,
-    /// The fleet's change count at the last complete read, and when that was.
-    seen: Mutex<(Option<i64>, Instant)>,
+    /// The fleet's change token at the last complete read (`Some(None)`: Redis held none),
+    /// and when that was.
+    seen: Mutex<(Option<Option<String>>, Instant)>,
     /// Changes made here that Redis did not take yet, oldest first.
     pending: Mutex<Vec<Change>>,
 }
@@ -68,8 +71,8 @@ pub struct Fleet {
 pub enum Change {
     /// The switch as set.
     KillSwitch(KillSwitch),
-    /// An agent (uid) quarantined (`Some`) or released.
-    Quarantine(String, Option<Quarantined>),
+    /// An agent (uid) quarantined (`Some`), or released at the given unix ms.
+    Quarantine(String, Result<Quarantined, u64>),
     /// A grant made (`Some`) or ended.
     Grant(String, Option<Grant>),
 }
@@ -157,6 +160,7 @@ impl Fleet {
             conn,
             settings,
             take: redis::Script::new(include_str!("take.lua")),
+            change: redis::Script::new(include_str!("change.lua")),
             started: Instant::now(),
             last_ok_ms: AtomicU64::new(0),
             failures: AtomicU64::new(0),
@@ -288,24 +292,6 @@ impl Fleet {
         }))
     }
 
-    /// Runs `change` and counts it in `version`, atomically (`MULTI`/`EXEC`): every sidecar
-    /// reads the state again when the count moves.
-    async fn change(&self, change: redis::Cmd) -> Result<(), FleetError> {
-        let version = self.key("version");
-        self.run(|mut c| async move {
-            redis::pipe()
-                .atomic()
-                .add_command(change)
-                .ignore()
-                .cmd("INCR")
-                .arg(version)
-                .ignore()
-                .query_async::<()>(&mut c)
-                .await
-        })
-        .await
-    }
-
     /// Shares `change` with the fleet. If Redis does not take it, it is kept and sent again
     /// at each round until Redis does (a later change to the same thing replaces it), and
     /// the error says so.
@@ -346,60 +332,92 @@ impl Fleet {
         }
     }
 
+    /// Writes `change` with the change script: not over a newer value (by `at_ms`, the
+    /// clock of the sidecar that made each), and with a fresh change token.
     async fn send(&self, change: &Change) -> Result<(), FleetError> {
-        let cmd = match change {
-            Change::KillSwitch(switch) => redis::cmd("SET")
-                .arg(self.key("kill_switch"))
-                .arg(to_json(switch)?)
-                .clone(),
+        let (key, op, field, value, at_ms) = match change {
+            Change::KillSwitch(s) => ("kill_switch", "set", "", to_json(s)?, s.at_ms),
             // The first entry is kept, as on one sidecar.
-            Change::Quarantine(principal, Some(q)) => redis::cmd("HSETNX")
-                .arg(self.key("quarantine"))
-                .arg(principal)
-                .arg(to_json(q)?)
-                .clone(),
-            Change::Quarantine(principal, None) => redis::cmd("HDEL")
-                .arg(self.key("quarantine"))
-                .arg(principal)
-                .clone(),
-            Change::Grant(id, Some(g)) => redis::cmd("HSET")
-                .arg(self.key("grants"))
-                .arg(id)
-                .arg(to_json(g)?)
-                .clone(),
-            Change::Grant(id, None) => redis::cmd("HDEL").arg(self.key("grants")).arg(id).clone(),
+            Change::Quarantine(p, Ok(q)) => {
+                ("quarantine", "hsetnx", p.as_str(), to_json(q)?, q.at_ms)
+            }
+            Change::Quarantine(p, Err(at_ms)) => {
+                ("quarantine", "hdel", p.as_str(), String::new(), *at_ms)
+            }
+            Change::Grant(id, Some(g)) => ("grants", "hset", id.as_str(), to_json(g)?, 0),
+            Change::Grant(id, None) => ("grants", "hdel", id.as_str(), String::new(), 0),
         };
-        self.change(cmd).await
+        let token = uuid::Uuid::new_v4().to_string();
+        let mut call = self.change.prepare_invoke();
+        call.key(self.key(key))
+            .key(self.key("version"))
+            .arg(op)
+            .arg(field)
+            .arg(value)
+            .arg(at_ms)
+            .arg(token);
+        let written: i64 = self
+            .run(|mut c| async move { call.invoke_async(&mut c).await })
+            .await?;
+        if written == 0 {
+            tracing::info!(
+                key,
+                field,
+                "a newer shared value was already there; kept it"
+            );
+        }
+        Ok(())
     }
 
-    /// One round: shares the quarantines this sidecar entered on its own (anomalies), then
-    /// reads the fleet's change count and, when it moved (or every [`FULL_READ`] anyway), the
-    /// switch, the quarantine list and the grants, and puts them in force here. Held in turn
-    /// with humans' changes (`Admin::changing`), so a read cannot undo a change made while it
-    /// was on its way. A good round makes this sidecar fresh.
-    pub async fn poll(&self, admin: &Admin, grants: Option<&Grants>) -> Result<(), FleetError> {
+    /// One round: sends the changes Redis has not taken yet and the quarantines this
+    /// sidecar entered on its own (anomalies); then reads the fleet's change token and, when
+    /// it moved (or every [`FULL_READ`] anyway), the switch, the quarantine list and the
+    /// grants, and puts them in force here. Held in turn with humans' changes
+    /// (`Admin::changing`), so a read cannot undo a change made while it was on its way. A
+    /// good round makes this sidecar fresh. The agents the fleet released (their history
+    /// here should be forgotten, as on the sidecar that released them).
+    pub async fn poll(
+        &self,
+        admin: &Admin,
+        grants: Option<&Grants>,
+    ) -> Result<Vec<String>, FleetError> {
         let _serial = admin.changing().await;
+        // Before anything is sent: a grant change that ends meanwhile moves the mark.
+        let mark = grants.map(Grants::mark);
         self.send_pending().await?;
-        for q in admin.quarantine().unshared() {
-            let change = Change::Quarantine(q.principal.clone(), Some(q.clone()));
+        let mut unshared = admin.quarantine().unshared().into_iter();
+        while let Some(q) = unshared.next() {
+            let change = Change::Quarantine(q.principal.clone(), Ok(q.clone()));
             if let Err(e) = self.send(&change).await {
                 admin.quarantine().unshare(q);
+                unshared.for_each(|rest| admin.quarantine().unshare(rest));
                 return Err(e);
             }
         }
         let version_key = self.key("version");
-        let version: Option<i64> = self
+        let token: Option<String> = self
             .run(
                 |mut c| async move { redis::cmd("GET").arg(version_key).query_async(&mut c).await },
             )
             .await?;
-        let version = version.unwrap_or(0);
-        let (seen, read_at) = *self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        if seen == Some(version) && read_at.elapsed() < FULL_READ {
+        let (seen, read_at) = self
+            .seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if seen.as_ref() == Some(&token) && read_at.elapsed() < FULL_READ {
             self.last_ok_ms.store(self.elapsed_ms(), Ordering::Release);
-            return Ok(());
+            return Ok(Vec::new());
         }
-        let mark = grants.map(Grants::mark);
+        if let (Some(Some(_)), None) = (&seen, &token) {
+            // Redis held changes and now holds none: it restarted empty or failed over to a
+            // replica that lacks them. Write back what this sidecar holds, then read.
+            tracing::error!("the fleet's Redis lost its shared state; writing back this sidecar's");
+            self.write_back(admin, grants).await;
+            self.send_pending().await?;
+            *self.seen.lock().unwrap_or_else(PoisonError::into_inner) = (None, Instant::now());
+            return Ok(Vec::new());
+        }
         let keys = [
             self.key("version"),
             self.key("kill_switch"),
@@ -407,12 +425,12 @@ impl Fleet {
             self.key("grants"),
         ];
         type Read = (
-            Option<i64>,
+            Option<String>,
             Option<String>,
             HashMap<String, String>,
             HashMap<String, String>,
         );
-        let (version, switch, quarantined, granted): Read = self
+        let (token, switch, quarantined, granted): Read = self
             .run(|mut c| async move {
                 let [v, s, q, g] = keys;
                 redis::pipe()
@@ -429,41 +447,83 @@ impl Fleet {
                     .await
             })
             .await?;
-        let parse_err = |what: &str, e: serde_json::Error| {
-            FleetError(format!("the shared {what} does not parse: {e}"))
+        // A value toolgate cannot read stops this sidecar (fail closed), naming it.
+        let parse_err = |what: &str, field: &str, e: serde_json::Error| {
+            FleetError(format!(
+                "the shared {what} `{}` does not parse ({e}); fix or remove it in Redis",
+                field.chars().take(100).collect::<String>()
+            ))
         };
         // No shared switch yet: this sidecar's own stands.
         if let Some(json) = switch {
             let switch: KillSwitch =
-                serde_json::from_str(&json).map_err(|e| parse_err("kill switch", e))?;
+                serde_json::from_str(&json).map_err(|e| parse_err("kill switch", "", e))?;
             admin.adopt_kill_switch(switch);
         }
         let quarantined = quarantined
-            .values()
-            .map(|json| serde_json::from_str::<Quarantined>(json))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| parse_err("quarantine list", e))?;
-        admin.quarantine().adopt(quarantined);
+            .iter()
+            .map(|(p, json)| {
+                serde_json::from_str::<Quarantined>(json)
+                    .map_err(|e| parse_err("quarantine of", p, e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let released = admin.quarantine().adopt(quarantined);
         let mut complete = true;
         if let (Some(grants), Some(mark)) = (grants, mark) {
             let granted = granted
-                .values()
-                .map(|json| serde_json::from_str::<Grant>(json))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| parse_err("grants", e))?;
-            complete = grants
-                .adopt(granted, crate::clock::now_ms(), mark)
-                .await
-                .map_err(|e| FleetError(e.to_string()))?
-                .is_some();
+                .iter()
+                .map(|(id, json)| {
+                    serde_json::from_str::<Grant>(json).map_err(|e| parse_err("grant", id, e))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            // A grant change of this sidecar still on its way: the read may predate it.
+            complete = !self.grants_pending()
+                && grants
+                    .adopt(granted, crate::clock::now_ms(), mark)
+                    .await
+                    .map_err(|e| FleetError(e.to_string()))?
+                    .is_some();
         }
         // A read a change of this sidecar overlapped is read again next round.
         if complete {
             *self.seen.lock().unwrap_or_else(PoisonError::into_inner) =
-                (Some(version.unwrap_or(0)), Instant::now());
+                (Some(token), Instant::now());
         }
         self.last_ok_ms.store(self.elapsed_ms(), Ordering::Release);
-        Ok(())
+        Ok(released)
+    }
+
+    fn grants_pending(&self) -> bool {
+        self.pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .any(|c| matches!(c, Change::Grant(..)))
+    }
+
+    /// Queues this sidecar's switch (when one was ever set), quarantines and grants for
+    /// Redis, which lost them. Values already there stay (quarantines and the switch are
+    /// written only over older ones).
+    async fn write_back(&self, admin: &Admin, grants: Option<&Grants>) {
+        let mut changes = Vec::new();
+        let (switch, _) = admin.kill_switch();
+        if switch.at_ms > 0 {
+            changes.push(Change::KillSwitch(switch));
+        }
+        for q in admin.quarantine().list() {
+            changes.push(Change::Quarantine(q.principal.clone(), Ok(q)));
+        }
+        if let Some(grants) = grants {
+            for listed in grants.list().await {
+                changes.push(Change::Grant(listed.grant.id.clone(), Some(listed.grant)));
+            }
+        }
+        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        for change in changes {
+            if !pending.iter().any(|p| p.target() == change.target()) {
+                pending.push(change);
+            }
+        }
     }
 }
 
@@ -473,13 +533,18 @@ pub async fn run(
     fleet: std::sync::Arc<Fleet>,
     admin: std::sync::Arc<Admin>,
     grants: Option<std::sync::Arc<Grants>>,
+    released: impl Fn(&str) + Send + 'static,
 ) {
     let mut every = tokio::time::interval(fleet.settings.poll);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
     loop {
         every.tick().await;
-        match fleet.poll(&admin, grants.as_deref()).await {
+        let polled = fleet.poll(&admin, grants.as_deref()).await;
+        if let Ok(agents) = &polled {
+            agents.iter().for_each(|a| released(a));
+        }
+        match polled.map(|_| ()) {
             Ok(()) if failing => {
                 failing = false;
                 tracing::warn!("shared state (Redis) read again; calls are decided again");

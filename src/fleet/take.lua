@@ -75,7 +75,9 @@ for i = 1, #KEYS do
     end
   end
   redis.call('HSET', KEYS[i], unpack(fields))
-  redis.call('PEXPIRE', KEYS[i], e.ttl)
+  -- Written as an integer (a large number would print as 1e+14, which PEXPIRE refuses);
+  -- at most about 31 years.
+  redis.call('PEXPIRE', KEYS[i], string.format('%d', math.min(e.ttl, 1e12)))
   for _, q in ipairs(e.quotas) do
     local left = math.max(0, q[3] - 1)
     if tight == nil or left < tight[5] then

@@ -158,7 +158,7 @@ pub struct QuarantineBody {
 /// it stored but not in force) and in turn with other human admin changes and the fleet's
 /// reads, so they take force in the order recorded. If the record cannot be written, nothing
 /// changes (503); if the fleet's Redis does not take it, it is in force here only (503
-/// `not_shared`, and the other sidecars deny every call until Redis is back).
+/// `not_shared`; the fleet's next rounds send it again until Redis takes it).
 pub async fn change_in_order(
     state: &Gateway,
     what: &'static str,
@@ -297,7 +297,7 @@ pub async fn set_quarantine(
     });
     let effect = crate::admin::quarantine_effect(&target_id, entered.as_ref());
     let target = target_id.clone();
-    let share = Change::Quarantine(target_id.clone(), entered.clone());
+    let share = Change::Quarantine(target_id.clone(), entered.clone().ok_or_else(now_ms));
     change_in_order(
         state,
         "quarantine",

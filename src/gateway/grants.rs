@@ -406,7 +406,7 @@ pub async fn expire_grants(state: &Gateway) {
         return;
     };
     let now = now_ms();
-    let _sharing = grants.sharing();
+    // No `sharing` guard: a fleet read never brings back a grant past its end.
     let gone = grants.expire_due(now).await;
     forget_ended(state, grants, &gone, now).await;
     // Every sidecar ends a grant when it expires; the fleet forgets it too (a read meanwhile

@@ -430,7 +430,7 @@ fn fleet_settings_are_checked() {
         ),
         (
             "[fleet]\nredis_url = \"redis://h:1\"\npoll_ms = 900\nstale_ms = 1000\n",
-            "less than `poll_ms` + `timeout_ms`",
+            "less than `poll_ms` + 3 × `timeout_ms`",
         ),
         (
             "[fleet]\nredis_url = \"redis://h:1\"\ntimeout_ms = 0\n",
