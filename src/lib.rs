@@ -20,7 +20,7 @@
 //!   [`storage`] (the data directory), [`metrics`], [`config`] (the TOML file → settings),
 //!   [`upstream`] (MCP upstreams: connections, descriptors, sync), [`provenance`] (what each
 //!   conversation's user said and tools returned).
-//! - leaves: [`canon`] (canonical e-mail addresses, URLs, IBANs, tokens), [`clock`], [`codes`] (the error-code vocabulary), [`digest`] (HMAC), [`globs`], [`paths`] (normalization), [`sched`].
+//! - leaves: [`canon`] (canonical e-mail addresses, URLs, IBANs, tokens), [`clock`], [`codes`] (the error-code vocabulary), [`digest`] (HMAC), [`globs`], [`paths`] (normalization), [`sched`], [`telemetry`] (OpenTelemetry traces, W3C trace context).
 
 pub mod admin;
 pub mod anomaly;
@@ -54,5 +54,6 @@ pub mod reload;
 pub mod review;
 pub mod sched;
 pub mod storage;
+pub mod telemetry;
 pub mod tools;
 pub mod upstream;

@@ -9,6 +9,7 @@ mod mcp;
 mod outputs;
 mod problems;
 mod server;
+mod telemetry;
 
 use outputs::{console_url, ship_settings, webhook};
 
@@ -91,6 +92,8 @@ struct RawConfig {
     mcp: mcp::RawMcp,
     #[serde(default)]
     provenance: RawProvenance,
+    #[serde(default)]
+    telemetry: telemetry::RawTelemetry,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -306,6 +309,8 @@ pub struct Config {
     pub mcp: crate::upstream::McpSettings,
     /// `[provenance]`: the bounds of the per-conversation memory.
     pub provenance: crate::provenance::Settings,
+    /// `[telemetry]`: where OpenTelemetry traces go (`None`: traces off).
+    pub telemetry: Option<crate::telemetry::Settings>,
 }
 
 /// The approver webhook, as configured (the secret is read when serving starts).
@@ -427,6 +432,41 @@ impl Config {
         Config::from_raw(raw, &base, &shown)
     }
 
+    /// Only `[telemetry]` of a config file, checked as [`Config::load`] checks it: logging
+    /// starts (with or without traces) before the rest of the file is loaded, so that the
+    /// loader's own messages are logged. `None` without a file, or with traces off. The rest
+    /// of the file is checked later by [`Config::load`].
+    pub fn telemetry_only(
+        path: Option<&Path>,
+    ) -> Result<Option<crate::telemetry::Settings>, ConfigError> {
+        #[derive(Deserialize)]
+        struct Only {
+            #[serde(default)]
+            telemetry: telemetry::RawTelemetry,
+        }
+        let Some(path) = path else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let only: Only = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string().trim().replace('\n', " "),
+        })?;
+        telemetry::settings(&only.telemetry).map_err(|found| ConfigError::Invalid {
+            path: path.to_owned(),
+            problems: found
+                .into_iter()
+                .map(|(message, help)| KeyProblem {
+                    message,
+                    help: help.to_owned(),
+                })
+                .collect(),
+        })
+    }
+
     /// Defaults for running from a checkout: `./policies`, `./schemas`, no authentication.
     pub fn defaults() -> Config {
         Config::from_raw(
@@ -466,6 +506,7 @@ impl Config {
             server: ServerSettings::default(),
             mcp: crate::upstream::McpSettings::default(),
             provenance: crate::provenance::Settings::default(),
+            telemetry: None,
         })
     }
 
@@ -714,6 +755,7 @@ impl Config {
         );
         let quarantine_on = problems.take(quarantine_kinds(&raw.anomaly), Default::default);
         let provenance = problems.take_all(provenance(&raw.provenance), Default::default);
+        let telemetry = problems.take_all(telemetry::settings(&raw.telemetry), || None);
         let known_secret_files: Vec<PathBuf> = raw
             .redaction
             .known_secrets_files
@@ -815,6 +857,7 @@ impl Config {
             server,
             mcp,
             provenance,
+            telemetry,
             listen,
             sources,
             max_body_bytes,

@@ -88,15 +88,28 @@ pub async fn screen_content(
     };
     // A small body is scanned on the worker (tens of microseconds, less than the two thread
     // hand-offs a blocking task costs); a large one off the workers.
+    let span = crate::telemetry::spans::guardrail(gate.as_str());
     let screened = if small {
         // A scan that panics is refused (fail closed), as on the blocking pool.
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).map_err(|_| {
-            tracing::error!("content scan failed; refusing to answer");
-            Error::GatesUnavailable
-        })?
+        span.in_scope(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)))
+            .map_err(|_| {
+                tracing::error!("content scan failed; refusing to answer");
+                Error::GatesUnavailable
+            })?
     } else {
-        off_workers(work).await?
+        tracing::Instrument::instrument(off_workers(work), span.clone()).await?
     };
+    if !span.is_disabled() {
+        let kinds = screened
+            .violations
+            .iter()
+            .flat_map(|v| [v.kind, v.category.as_str()]);
+        for s in [&span, &tracing::Span::current()] {
+            crate::telemetry::spans::findings(s, screened.found, kinds.clone());
+            crate::telemetry::spans::gate_action(s, screened.decision.as_str());
+        }
+    }
+    drop(span);
     record(
         state,
         &who,
