@@ -98,6 +98,8 @@ pub struct Screened {
     pub revision: Option<String>,
     /// Sizes and counts.
     pub detail: String,
+    /// The request's W3C trace id, when it has one.
+    pub otel_trace_id: Option<String>,
 }
 
 /// A tool run by `/v1/execute`: filled in as the run goes, recorded once it ends.
@@ -272,6 +274,7 @@ impl From<Event> for Entry {
                 stage: Some(s.gate),
                 reasons: s.reasons,
                 detail: Some(s.detail),
+                otel_trace_id: s.otel_trace_id,
                 ..Entry::blank()
             },
             Event::Result(s) => Entry {
@@ -286,6 +289,7 @@ impl From<Event> for Entry {
                 reasons: s.reasons,
                 policy_revision: s.revision,
                 detail: Some(s.detail),
+                otel_trace_id: s.otel_trace_id,
                 ..Entry::blank()
             },
             Event::Execution(x) => Entry {

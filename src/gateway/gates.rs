@@ -239,6 +239,7 @@ async fn record(
         gate: gate.as_str().to_owned(),
         reasons: labels(violations),
         detail,
+        otel_trace_id: crate::telemetry::current().map(|t| t.trace_id),
         ..Screened::default()
     })
     .into();

@@ -152,6 +152,7 @@ pub async fn report_result(
         reasons,
         revision: Some(snap.revision.clone()),
         detail,
+        otel_trace_id: crate::telemetry::current().map(|t| t.trace_id),
     })
     .into();
     super::decide::record_or_refuse(state, entry, "result").await?;

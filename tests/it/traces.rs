@@ -218,24 +218,19 @@ fn received(out: &Path) -> Vec<Value> {
         .collect()
 }
 
-/// Waits (15 s at most) until `want` roots named `name`, each with its children, arrived.
-fn roots_arrived(out: &Path, name: &str, want: usize, log: &Path) -> Vec<Value> {
+/// Waits (15 s at most) until, for each `(name, n)` of `want`, `n` spans named `name` (the
+/// requests' roots) arrived; their children end first, so they arrived with them or before.
+fn roots_arrived(out: &Path, want: &[(&str, usize)], log: &Path) -> Vec<Value> {
     let start = Instant::now();
     loop {
         let spans = received(out);
-        let roots: Vec<Value> = spans
-            .iter()
-            .filter(|s| s["name"] == name)
-            .cloned()
-            .collect();
-        // Children end before their root, so they were exported with it or before.
-        if roots.len() >= want {
+        let count = |name: &str| spans.iter().filter(|s| s["name"] == name).count();
+        if want.iter().all(|(name, n)| count(name) >= *n) {
             return spans;
         }
         assert!(
             start.elapsed() < Duration::from_secs(15),
-            "{} of {want} `{name}` spans arrived; spans: {spans:?}; log: {}",
-            roots.len(),
+            "not all of {want:?} arrived; spans: {spans:?}; log: {}",
             std::fs::read_to_string(log).unwrap_or_default()
         );
         std::thread::sleep(Duration::from_millis(100));
@@ -325,17 +320,24 @@ fn traces_reach_a_real_otlp_http_receiver_with_a_span_per_stage_and_gate() {
     );
     assert_eq!(s, 200, "{ran}");
 
-    let spans = roots_arrived(&rx.out, "toolgate.execute", 1, &sc.log);
-    let spans = if received(&rx.out)
-        .iter()
-        .filter(|s| s["name"] == "toolgate.authorize")
-        .count()
-        < 2
-    {
-        roots_arrived(&rx.out, "toolgate.authorize", 2, &sc.log)
-    } else {
-        spans
-    };
+    // A result reported: the output gate masks the key.
+    let (s, reported) = post(
+        sc.port,
+        "/v1/results",
+        &json!({"tool": "echo", "output": format!("{MARKER} {AWS}")}),
+        Some(&incoming),
+    );
+    assert_eq!(s, 200, "{reported}");
+
+    let spans = roots_arrived(
+        &rx.out,
+        &[
+            ("toolgate.authorize", 2),
+            ("toolgate.execute", 1),
+            ("toolgate.results", 1),
+        ],
+        &sc.log,
+    );
     for s in &spans {
         assert_eq!(s["transport"], "http");
         assert_eq!(s["service"], "toolgate-test");
@@ -424,6 +426,28 @@ fn traces_reach_a_real_otlp_http_receiver_with_a_span_per_stage_and_gate() {
         other_trace
     );
 
+    // The result: its root in the caller's trace, the output gate's span with its findings.
+    let root = spans
+        .iter()
+        .find(|s| s["name"] == "toolgate.results")
+        .unwrap();
+    assert_eq!(root["trace_id"], TRACE);
+    assert_eq!(root["parent_span_id"], PARENT);
+    assert_eq!(root["attributes"]["toolgate.tool"], "echo");
+    let kids = children(&spans, root);
+    assert_eq!(names(&kids), ["guardrail.output"], "{kids:?}");
+    let gate = &kids[0]["attributes"];
+    assert_eq!(gate["toolgate.gate"], "output");
+    assert_eq!(gate["toolgate.gate.action"], reported["decision"]);
+    assert!(
+        gate["toolgate.findings.count"].as_i64().unwrap() >= 1,
+        "{gate}"
+    );
+    let kinds = gate["toolgate.findings.kinds"].as_str().unwrap();
+    assert!(kinds.split(',').any(|k| k == "secret"), "{kinds}");
+    let result_id = reported["result_id"].as_str().unwrap();
+    assert_eq!(audit_record(sc.port, result_id)["otel_trace_id"], TRACE);
+
     // No argument value anywhere in what reached the receiver, decoded or not.
     let raw = std::fs::read(rx.out.with_extension("jsonl.raw")).unwrap();
     let decoded = std::fs::read_to_string(&rx.out).unwrap();
@@ -459,7 +483,7 @@ fn traces_reach_a_real_otlp_grpc_receiver() {
         Some(&traceparent(TRACE, PARENT)),
     );
     assert_eq!(s, 200, "{blocked}");
-    let spans = roots_arrived(&rx.out, "toolgate.authorize", 1, &sc.log);
+    let spans = roots_arrived(&rx.out, &[("toolgate.authorize", 1)], &sc.log);
     let root = root_of(&spans, blocked["decision_id"].as_str().unwrap());
     assert_eq!(root["transport"], "grpc");
     assert_eq!(root["service"], "toolgate");
