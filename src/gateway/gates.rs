@@ -56,7 +56,9 @@ pub async fn screen_content(
         return Err(Error::GatesUnavailable);
     };
     if gate == Gate::Stream {
-        let answer = stream(state, &who, gates, body).await?;
+        let span = crate::telemetry::spans::guardrail(gate.as_str());
+        let answer =
+            tracing::Instrument::instrument(stream(state, &who, gates, body), span).await?;
         return Ok(serde_json::to_value(answer).unwrap_or(Value::Null));
     }
     if body.stream_id.is_some() || body.last {

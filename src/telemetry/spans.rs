@@ -26,6 +26,7 @@ pub fn request(name: &'static str) -> Span {
         toolgate.decision_id = Empty,
         toolgate.findings.count = Empty,
         toolgate.findings.kinds = Empty,
+        toolgate.gate.action = Empty,
         toolgate.error_code = Empty,
         otel.status_code = Empty,
         otel.status_description = Empty,
