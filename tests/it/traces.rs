@@ -119,9 +119,9 @@ struct Sidecar {
     _set: TempSet,
 }
 
-/// `toolgate serve` over the shipped set plus `show_trace`, running tools, with `telemetry`
-/// as its `[telemetry]` section (empty: traces off).
-fn sidecar(telemetry: &str) -> Sidecar {
+/// A temp set (the shipped one plus `show_trace`) and a config over it, running tools, with
+/// `telemetry` as its `[telemetry]` section (empty: traces off), listening on the port given.
+fn configured(telemetry: &str) -> (TempSet, PathBuf, u16) {
     let set = TempSet::new();
     set.write(
         "schemas/tools/show_trace.json",
@@ -139,6 +139,12 @@ fn sidecar(telemetry: &str) -> Sidecar {
         ),
     )
     .unwrap();
+    (set, config, port)
+}
+
+/// `toolgate serve` over [`configured`]'s set and config.
+fn sidecar(telemetry: &str) -> Sidecar {
+    let (set, config, port) = configured(telemetry);
     let log = set.dir.path().join("serve.log");
     let child = toolgate()
         .args(["serve", "--config"])
@@ -570,4 +576,108 @@ fn a_receiver_that_is_down_changes_no_answer_and_the_log_says_spans_were_lost() 
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// One JSON-RPC message to `toolgate mcp` on stdio.
+fn rpc(stdin: &mut std::process::ChildStdin, message: &Value) {
+    writeln!(stdin, "{message}").unwrap();
+    stdin.flush().unwrap();
+}
+
+/// The answer to request `id`, skipping notifications (10 s at most).
+fn rpc_answer(lines: &std::sync::mpsc::Receiver<Value>, id: u64) -> Value {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        let v = lines
+            .recv_timeout(left)
+            .expect("no answer from toolgate mcp");
+        if v["id"] == id {
+            return v;
+        }
+    }
+}
+
+#[test]
+fn an_mcp_tools_call_continues_the_trace_its_meta_names() {
+    let Some(python) = receiver_python() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let rx = receiver(&python, dir.path());
+    let (set, config, _) = configured(&format!("otlp_endpoint = \"http://127.0.0.1:{}\"", rx.http));
+    let log = set.dir.path().join("mcp.log");
+    let mut child = Killed(
+        toolgate()
+            .args(["mcp", "--config"])
+            .arg(&config)
+            .env_remove("TOOLGATE_DATA_DIR")
+            .env_remove("TOOLGATE_LISTEN")
+            .env_remove("RUST_LOG")
+            .env("TOOLGATE_TOKEN", DEV)
+            .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stdin = child.0.stdin.take().unwrap();
+    let stdout = child.0.stdout.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Ok(v) = serde_json::from_str::<Value>(&line)
+                && tx.send(v).is_err()
+            {
+                return;
+            }
+        }
+    });
+    rpc(
+        &mut stdin,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "traces-test", "version": "1"}}}),
+    );
+    let init = rpc_answer(&lines, 1);
+    assert!(init.get("result").is_some(), "{init}");
+    rpc(
+        &mut stdin,
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    rpc(
+        &mut stdin,
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "show_trace", "arguments": {},
+            "_meta": {"traceparent": traceparent(TRACE, PARENT)}}}),
+    );
+    let called = rpc_answer(&lines, 2);
+    let printed = called["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| {
+            panic!(
+                "{called}; log: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            )
+        })
+        .to_owned();
+    let spans = roots_arrived(&rx.out, &[("toolgate.mcp.tools_call", 1)], &log);
+    let root = spans
+        .iter()
+        .find(|s| s["name"] == "toolgate.mcp.tools_call")
+        .unwrap();
+    assert_eq!(root["trace_id"], TRACE);
+    assert_eq!(root["parent_span_id"], PARENT);
+    assert_eq!(root["attributes"]["toolgate.decision"], "allow");
+    assert_eq!(root["attributes"]["toolgate.tool"], "show_trace");
+    let kids = children(&spans, root);
+    let execution = kids.iter().find(|k| k["name"] == "execution").unwrap();
+    assert!(
+        printed.contains(&format!(
+            "00-{TRACE}-{}-01",
+            execution["span_id"].as_str().unwrap()
+        )),
+        "{printed}"
+    );
 }
