@@ -681,3 +681,24 @@ fn an_mcp_tools_call_continues_the_trace_its_meta_names() {
         "{printed}"
     );
 }
+
+#[test]
+fn a_bad_telemetry_section_stops_serve_before_it_listens_naming_each_key() {
+    let (_set, config, port) =
+        configured("otlp_endpoint = \"udp://collector\"\notlp_protocol = \"thrift\"");
+    for command in ["serve", "validate"] {
+        let out = toolgate()
+            .args([command, "--config"])
+            .arg(&config)
+            .env_remove("TOOLGATE_DATA_DIR")
+            .env_remove("TOOLGATE_LISTEN")
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{command} accepted it");
+        let said = String::from_utf8_lossy(&out.stderr);
+        for key in ["`telemetry.otlp_endpoint`", "`telemetry.otlp_protocol`"] {
+            assert!(said.contains(key), "{command}: {key} not named: {said}");
+        }
+    }
+    assert!(exchange(port, "GET", "/readyz", None, None).is_none());
+}
