@@ -74,6 +74,14 @@ pub(super) fn settings(raw: &RawTelemetry) -> Result<Option<Settings>, Problems>
             }
             None
         }
+        Some(url) if protocol == Protocol::Grpc && url.starts_with("https:") => {
+            // tonic is built without TLS: a gRPC export over TLS could only fail later.
+            problems.push((
+                format!("`telemetry.otlp_endpoint` = `{url}` is https, which OTLP/gRPC export does not support here"),
+                "use `otlp_protocol = \"http\"` with an https endpoint, or a plain `http://` gRPC endpoint (a local collector)",
+            ));
+            None
+        }
         Some(url) => match endpoint(url) {
             Ok(e) => Some(e),
             Err(message) => {
@@ -155,6 +163,16 @@ mod tests {
         ] {
             assert!(text.iter().any(|m| m.contains(key)), "{key}: {text:?}");
         }
+        let tls = settings(&raw(
+            "otlp_endpoint = \"https://collector:4317\"\notlp_protocol = \"grpc\"",
+        ))
+        .unwrap_err();
+        assert!(tls[0].0.contains("https"), "{tls:?}");
+        assert!(
+            settings(&raw("otlp_endpoint = \"https://collector:4318\""))
+                .unwrap()
+                .is_some()
+        );
         let stray = settings(&raw("otlp_protocol = \"grpc\"")).unwrap_err();
         assert!(stray[0].0.contains("otlp_endpoint"), "{stray:?}");
     }

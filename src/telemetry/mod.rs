@@ -102,7 +102,7 @@ impl Drop for Exporter {
 
 /// The layer that turns this crate's spans into OpenTelemetry spans, already filtered to
 /// them (target [`TARGET`]; no log event becomes a span event).
-pub type Layer<S> = tracing_subscriber::filter::Filtered<
+pub type SpanLayer<S> = tracing_subscriber::filter::Filtered<
     tracing_opentelemetry::OpenTelemetryLayer<S, SdkTracer>,
     tracing_subscriber::filter::FilterFn,
     S,
@@ -115,7 +115,7 @@ pub fn is_ours(meta: &tracing::Metadata<'_>) -> bool {
 
 /// Builds the exporter and the layer for `settings`. Nothing is sent until a span ends; a
 /// receiver that is down is not an error here (its spans are dropped and logged later).
-pub fn install<S>(settings: &Settings) -> Result<(Layer<S>, Exporter), InstallError>
+pub fn install<S>(settings: &Settings) -> Result<(SpanLayer<S>, Exporter), InstallError>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
