@@ -163,15 +163,38 @@ fn telemetry(command: &Command) -> anyhow::Result<Option<crate::telemetry::Setti
 }
 
 /// Logs to stderr (filtered by `RUST_LOG`, default `info,rmcp=warn`), and, when `otel` is
-/// set, OpenTelemetry spans to its receiver. The spans never show in the logs. The exporter
-/// returned must live until the process ends (dropping it flushes what is queued).
+/// set, OpenTelemetry spans to its receiver. The exporter returned must live until the
+/// process ends (dropping it flushes what is queued).
 fn init_tracing(
     format: LogFormat,
     otel: Option<&crate::telemetry::Settings>,
 ) -> anyhow::Result<Option<crate::telemetry::Exporter>> {
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let (subscriber, exporter) = subscriber(format, otel)?;
+    let _ = subscriber.try_init();
+    if let Some(settings) = otel {
+        tracing::info!(
+            endpoint = settings.endpoint,
+            protocol = settings.protocol.as_str(),
+            sample_ratio = settings.sample_ratio,
+            "exporting traces over OTLP"
+        );
+    }
+    Ok(exporter)
+}
+
+/// What [`init_tracing`] installs: the log layer, which never sees the trace spans, and the
+/// span layer only when `otel` is set, so that with traces off no layer wants those spans
+/// and each is disabled where it is opened.
+fn subscriber(
+    format: LogFormat,
+    otel: Option<&crate::telemetry::Settings>,
+) -> anyhow::Result<(
+    Box<dyn tracing::Subscriber + Send + Sync>,
+    Option<crate::telemetry::Exporter>,
+)> {
     use tracing_subscriber::filter::{FilterExt as _, filter_fn};
     use tracing_subscriber::layer::SubscriberExt as _;
-    use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::{EnvFilter, Layer as _, Registry};
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
@@ -186,21 +209,13 @@ fn init_tracing(
     };
     let logs = logs.with_filter(filter.and(filter_fn(|m| !crate::telemetry::is_ours(m))));
     let Some(settings) = otel else {
-        let _ = tracing_subscriber::registry().with(logs).try_init();
-        return Ok(None);
+        return Ok((Box::new(tracing_subscriber::registry().with(logs)), None));
     };
     let (spans, exporter) = crate::telemetry::install(settings)?;
-    let _ = tracing_subscriber::registry()
-        .with(logs)
-        .with(spans)
-        .try_init();
-    tracing::info!(
-        endpoint = settings.endpoint,
-        protocol = settings.protocol.as_str(),
-        sample_ratio = settings.sample_ratio,
-        "exporting traces over OTLP"
-    );
-    Ok(Some(exporter))
+    Ok((
+        Box::new(tracing_subscriber::registry().with(logs).with(spans)),
+        Some(exporter),
+    ))
 }
 
 /// Renders a diagnostic for a terminal, with source snippets where there are some.
@@ -231,4 +246,27 @@ pub(crate) fn report_load_error(err: &LoadError) {
         eprintln!("{}", render(p));
     }
     eprintln!("{err}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn with_traces_off_the_trace_spans_are_disabled_where_they_are_opened() {
+        for format in [LogFormat::Text, LogFormat::Json] {
+            let (subscriber, exporter) = subscriber(format, None).unwrap();
+            assert!(exporter.is_none());
+            tracing::subscriber::with_default(subscriber, || {
+                let root = crate::telemetry::spans::request("toolgate.authorize");
+                let _in = root.enter();
+                assert!(root.is_disabled());
+                assert!(crate::telemetry::spans::stage("policy").is_disabled());
+                assert!(crate::telemetry::spans::guardrail("tool_call").is_disabled());
+                assert_eq!(crate::telemetry::current(), None);
+                // Log lines are as they were: an event is still enabled.
+                assert!(tracing::enabled!(tracing::Level::ERROR));
+            });
+        }
+    }
 }
