@@ -87,6 +87,8 @@ pub struct InstallError {
 /// still queued (bounded by the export timeout) and stops the exporter.
 pub struct Exporter {
     provider: SdkTracerProvider,
+    /// How long the flush at shutdown may take (`export_timeout_ms`).
+    flush_timeout: Duration,
     /// gRPC only: tonic's connection lives on a runtime of its own (one thread), so the
     /// exporter works whatever runtime, if any, the rest of the process uses.
     _runtime: Option<tokio::runtime::Runtime>,
@@ -94,7 +96,7 @@ pub struct Exporter {
 
 impl Drop for Exporter {
     fn drop(&mut self) {
-        if let Err(e) = self.provider.shutdown() {
+        if let Err(e) = self.provider.shutdown_with_timeout(self.flush_timeout) {
             tracing::warn!(error = %e, "traces not flushed at shutdown");
         }
     }
@@ -184,6 +186,7 @@ where
         layer,
         Exporter {
             provider,
+            flush_timeout: settings.export_timeout,
             _runtime: runtime,
         },
     ))

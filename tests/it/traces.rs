@@ -142,8 +142,13 @@ fn configured(telemetry: &str) -> (TempSet, PathBuf, u16) {
     (set, config, port)
 }
 
-/// `toolgate serve` over [`configured`]'s set and config.
+/// `toolgate serve` over [`configured`]'s set and config, sending batches every 100 ms.
 fn sidecar(telemetry: &str) -> Sidecar {
+    sidecar_batching(telemetry, "100")
+}
+
+/// [`sidecar`], sending batches every `batch_ms` (the SDK reads `OTEL_BSP_SCHEDULE_DELAY`).
+fn sidecar_batching(telemetry: &str, batch_ms: &str) -> Sidecar {
     let (set, config, port) = configured(telemetry);
     let log = set.dir.path().join("serve.log");
     let child = toolgate()
@@ -152,8 +157,7 @@ fn sidecar(telemetry: &str) -> Sidecar {
         .env_remove("TOOLGATE_DATA_DIR")
         .env_remove("TOOLGATE_LISTEN")
         .env_remove("RUST_LOG")
-        // Batches every 100 ms instead of every 5 s (the SDK reads the standard variable).
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .env("OTEL_BSP_SCHEDULE_DELAY", batch_ms)
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
@@ -701,4 +705,45 @@ fn a_bad_telemetry_section_stops_serve_before_it_listens_naming_each_key() {
         }
     }
     assert!(exchange(port, "GET", "/readyz", None, None).is_none());
+}
+
+#[test]
+fn spans_still_queued_are_flushed_when_serve_stops() {
+    let Some(python) = receiver_python() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let rx = receiver(&python, dir.path());
+    // Batches a minute apart: nothing goes out before the stop.
+    let mut sc = sidecar_batching(
+        &format!("otlp_endpoint = \"http://127.0.0.1:{}\"", rx.http),
+        "60000",
+    );
+    let (s, d) = post(
+        sc.port,
+        "/v1/authorize",
+        &json!({"tool": "echo", "args": {"message": "x"}}),
+        None,
+    );
+    assert_eq!(s, 200, "{d}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(received(&rx.out).is_empty(), "exported before the stop");
+    let pid = sc.child.0.id().to_string();
+    let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(sent.success());
+    let start = Instant::now();
+    while sc.child.0.try_wait().unwrap().is_none() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "serve still running after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let spans = received(&rx.out);
+    let root = root_of(&spans, d["decision_id"].as_str().unwrap());
+    assert_eq!(
+        children(&spans, root).len(),
+        DECISION_STAGES.len(),
+        "{spans:?}"
+    );
 }
