@@ -21,7 +21,7 @@
 //!   [`upstream`] (MCP upstreams: connections, descriptors, sync), [`provenance`] (what each
 //!   conversation's user said and tools returned), [`fleet`] (limits, kill switch, quarantines
 //!   and grants shared through Redis).
-//! - leaves: [`canon`] (canonical e-mail addresses, URLs, IBANs, tokens), [`clock`], [`codes`] (the error-code vocabulary), [`digest`] (HMAC), [`globs`], [`paths`] (normalization), [`sched`].
+//! - leaves: [`canon`] (canonical e-mail addresses, URLs, IBANs, tokens), [`clock`], [`codes`] (the error-code vocabulary), [`digest`] (HMAC), [`globs`], [`paths`] (normalization), [`sched`], [`telemetry`] (OpenTelemetry traces, W3C trace context).
 
 pub mod admin;
 pub mod anomaly;
@@ -56,5 +56,6 @@ pub mod reload;
 pub mod review;
 pub mod sched;
 pub mod storage;
+pub mod telemetry;
 pub mod tools;
 pub mod upstream;

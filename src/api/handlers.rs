@@ -14,6 +14,7 @@ use crate::authz;
 use crate::clock::unix_ms;
 use crate::gateway::{self, Credential, DecisionBody, Error, Gateway, RawCall};
 use crate::policy::Problem;
+use crate::telemetry::{Parent, spans, within};
 use crate::tools::Risk;
 
 /// The credential a request carries (its `Authorization` header), unchecked.
@@ -29,7 +30,12 @@ pub async fn authorize(
     body: Result<Json<RawCall>, JsonRejection>,
 ) -> Result<(HeaderMap, Json<DecisionBody>), Error> {
     let body = body.map(|Json(b)| b).map_err(Error::from);
-    let d = gateway::decide(&state, credential(&headers), body).await?;
+    let d = within(
+        spans::request("toolgate.authorize"),
+        Parent::from_headers(&headers),
+        gateway::decide(&state, credential(&headers), body),
+    )
+    .await?;
     let headers = d.quota.as_ref().map(quota_headers).unwrap_or_default();
     Ok((headers, Json(d.body)))
 }

@@ -16,6 +16,7 @@ use crate::gateway::{
 };
 use crate::gateway::{ApproveBody, RawExplain};
 use crate::grants::Listed;
+use crate::telemetry::{Parent, spans, within};
 
 /// A JSON body, or the error its rejection maps to.
 fn read<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, Error> {
@@ -178,10 +179,16 @@ pub async fn screen(
     headers: HeaderMap,
     body: Result<Json<GateBody>, JsonRejection>,
 ) -> Result<Json<Value>, Error> {
-    let who = gateway::authenticate(&state, credential(&headers))?;
-    Ok(Json(
-        gateway::screen_content(&state, who, &gate, read(body)).await?,
-    ))
+    let screened = within(
+        spans::request("toolgate.gate"),
+        Parent::from_headers(&headers),
+        async {
+            let who = gateway::authenticate(&state, credential(&headers))?;
+            gateway::screen_content(&state, who, &gate, read(body)).await
+        },
+    )
+    .await?;
+    Ok(Json(screened))
 }
 
 /// `POST /v1/results`.
@@ -190,8 +197,16 @@ pub async fn report(
     headers: HeaderMap,
     body: Result<Json<ResultBody>, JsonRejection>,
 ) -> Result<Json<ResultAnswer>, Error> {
-    let who = gateway::authenticate(&state, credential(&headers))?;
-    Ok(Json(gateway::report_result(&state, who, read(body)).await?))
+    let answer = within(
+        spans::request("toolgate.results"),
+        Parent::from_headers(&headers),
+        async {
+            let who = gateway::authenticate(&state, credential(&headers))?;
+            gateway::report_result(&state, who, read(body)).await
+        },
+    )
+    .await?;
+    Ok(Json(answer))
 }
 
 /// `POST /v1/execute`: 200 with the run's result, 202 while the call waits for an approval.
@@ -200,7 +215,12 @@ pub async fn execute(
     headers: HeaderMap,
     body: Result<Json<RawCall>, JsonRejection>,
 ) -> Result<(StatusCode, Json<ExecAnswer>), Error> {
-    let (progress, answer) = gateway::execute(&state, credential(&headers), read(body)).await?;
+    let (progress, answer) = within(
+        spans::request("toolgate.execute"),
+        Parent::from_headers(&headers),
+        gateway::execute(&state, credential(&headers), read(body)),
+    )
+    .await?;
     let status = match progress {
         Progress::Done => StatusCode::OK,
         Progress::Pending => StatusCode::ACCEPTED,

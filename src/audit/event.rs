@@ -46,6 +46,8 @@ pub struct Decision {
     pub duration_us: Option<u64>,
     /// The approval used or opened, or what the tool_call gate found.
     pub detail: Option<String>,
+    /// The request's W3C trace id, when it has one.
+    pub otel_trace_id: Option<String>,
 }
 
 /// An approval created, approved, denied, expired, used or removed.
@@ -96,6 +98,8 @@ pub struct Screened {
     pub revision: Option<String>,
     /// Sizes and counts.
     pub detail: String,
+    /// The request's W3C trace id, when it has one.
+    pub otel_trace_id: Option<String>,
 }
 
 /// A tool run by `/v1/execute`: filled in as the run goes, recorded once it ends.
@@ -119,6 +123,8 @@ pub struct Execution {
     pub reasons: Vec<String>,
     /// Resource usage and the decision id.
     pub detail: Option<String>,
+    /// The request's W3C trace id, when it has one.
+    pub otel_trace_id: Option<String>,
 }
 
 /// A human operator's action (or its refusal): kill switch, quarantine, grants, explain,
@@ -239,6 +245,7 @@ impl From<Event> for Entry {
                     iter: call.iter,
                     duration_us: d.duration_us,
                     detail: d.detail,
+                    otel_trace_id: d.otel_trace_id,
                     sealed: Sealed,
                 }
             }
@@ -267,6 +274,7 @@ impl From<Event> for Entry {
                 stage: Some(s.gate),
                 reasons: s.reasons,
                 detail: Some(s.detail),
+                otel_trace_id: s.otel_trace_id,
                 ..Entry::blank()
             },
             Event::Result(s) => Entry {
@@ -281,6 +289,7 @@ impl From<Event> for Entry {
                 reasons: s.reasons,
                 policy_revision: s.revision,
                 detail: Some(s.detail),
+                otel_trace_id: s.otel_trace_id,
                 ..Entry::blank()
             },
             Event::Execution(x) => Entry {
@@ -295,6 +304,7 @@ impl From<Event> for Entry {
                 reasons: x.reasons,
                 policy_revision: Some(x.revision),
                 detail: x.detail,
+                otel_trace_id: x.otel_trace_id,
                 ..Entry::blank()
             },
             Event::Operator(o) => Entry {

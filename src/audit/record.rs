@@ -78,6 +78,11 @@ pub struct Entry {
     pub iter: Option<i64>,
     /// What the entry is about.
     pub kind: EntryKind,
+    /// The W3C trace id (32 hex digits) of the request that made the entry: its span's when
+    /// traces are on, else the incoming `traceparent`'s. Absent when neither; never on
+    /// records written before traces existed, so their hashes are unchanged.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub otel_trace_id: Option<String>,
     /// The policy revision in force.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy_revision: Option<String>,
@@ -123,6 +128,7 @@ impl Entry {
             id: String::new(),
             iter: None,
             kind: EntryKind::Decision,
+            otel_trace_id: None,
             policy_revision: None,
             principal: None,
             reasons: Vec::new(),
@@ -573,6 +579,7 @@ mod tests {
             args_preview: Some("{}".into()),
             conv_id: Some("c".into()),
             trace_id: Some("t".into()),
+            otel_trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
             iter: Some(-3),
             duration_us: Some(9),
             detail: Some("x".into()),

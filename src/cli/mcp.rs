@@ -22,6 +22,14 @@ pub struct McpArgs {
     action: Option<McpAction>,
 }
 
+impl McpArgs {
+    /// The options of the sidecar this command runs (an MCP session on stdio); `None` for
+    /// `mcp sync`, which runs none.
+    pub(super) fn serving(&self) -> Option<&Common> {
+        self.action.is_none().then_some(&self.common)
+    }
+}
+
 /// `toolgate mcp` subcommands.
 #[derive(Debug, Subcommand)]
 enum McpAction {

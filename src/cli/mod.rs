@@ -116,7 +116,16 @@ pub fn main() -> ExitCode {
         return crate::exec::launch::main();
     }
     let cli = Cli::parse();
-    init_tracing(cli.log_format);
+    let traces =
+        telemetry(&cli.command).and_then(|otel| init_tracing(cli.log_format, otel.as_ref()));
+    // Kept to the end: dropping it flushes the spans still queued.
+    let _exporter = match traces {
+        Ok(exporter) => exporter,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
     let result = match cli.command {
         Command::Serve(c) => serve::run(&c),
         Command::Mcp(m) => mcp::run(&m),
@@ -139,20 +148,74 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn init_tracing(format: LogFormat) {
-    use tracing_subscriber::EnvFilter;
+/// `[telemetry]` of the config a sidecar-running command (`serve`, `mcp` on stdio) loads;
+/// `None` for every other command, which export no traces.
+fn telemetry(command: &Command) -> anyhow::Result<Option<crate::telemetry::Settings>> {
+    let common = match command {
+        Command::Serve(c) => c,
+        Command::Mcp(m) => match m.serving() {
+            Some(c) => c,
+            None => return Ok(None),
+        },
+        _ => return Ok(None),
+    };
+    Config::telemetry_only(common.config.as_deref()).map_err(|e| anyhow::anyhow!(render(&e)))
+}
+
+/// Logs to stderr (filtered by `RUST_LOG`, default `info,rmcp=warn`), and, when `otel` is
+/// set, OpenTelemetry spans to its receiver. The exporter returned must live until the
+/// process ends (dropping it flushes what is queued).
+fn init_tracing(
+    format: LogFormat,
+    otel: Option<&crate::telemetry::Settings>,
+) -> anyhow::Result<Option<crate::telemetry::Exporter>> {
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let (subscriber, exporter) = subscriber(format, otel)?;
+    let _ = subscriber.try_init();
+    if let Some(settings) = otel {
+        tracing::info!(
+            endpoint = settings.endpoint,
+            protocol = settings.protocol.as_str(),
+            sample_ratio = settings.sample_ratio,
+            "exporting traces over OTLP"
+        );
+    }
+    Ok(exporter)
+}
+
+/// What [`init_tracing`] installs: the log layer, which never sees the trace spans, and the
+/// span layer only when `otel` is set, so that with traces off no layer wants those spans
+/// and each is disabled where it is opened.
+fn subscriber(
+    format: LogFormat,
+    otel: Option<&crate::telemetry::Settings>,
+) -> anyhow::Result<(
+    Box<dyn tracing::Subscriber + Send + Sync>,
+    Option<crate::telemetry::Exporter>,
+)> {
+    use tracing_subscriber::filter::{FilterExt as _, filter_fn};
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::{EnvFilter, Layer as _, Registry};
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
     // Colour only for a terminal: log files and collectors get plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let logs = tracing_subscriber::fmt::layer()
         .with_ansi(ansi)
         .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
+    let logs: Box<dyn tracing_subscriber::Layer<Registry> + Send + Sync> = match format {
+        LogFormat::Text => logs.boxed(),
+        LogFormat::Json => logs.json().boxed(),
     };
+    let logs = logs.with_filter(filter.and(filter_fn(|m| !crate::telemetry::is_ours(m))));
+    let Some(settings) = otel else {
+        return Ok((Box::new(tracing_subscriber::registry().with(logs)), None));
+    };
+    let (spans, exporter) = crate::telemetry::install(settings)?;
+    Ok((
+        Box::new(tracing_subscriber::registry().with(logs).with(spans)),
+        Some(exporter),
+    ))
 }
 
 /// Renders a diagnostic for a terminal, with source snippets where there are some.
@@ -183,4 +246,27 @@ pub(crate) fn report_load_error(err: &LoadError) {
         eprintln!("{}", render(p));
     }
     eprintln!("{err}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn with_traces_off_the_trace_spans_are_disabled_where_they_are_opened() {
+        for format in [LogFormat::Text, LogFormat::Json] {
+            let (subscriber, exporter) = subscriber(format, None).unwrap();
+            assert!(exporter.is_none());
+            tracing::subscriber::with_default(subscriber, || {
+                let root = crate::telemetry::spans::request("toolgate.authorize");
+                let _in = root.enter();
+                assert!(root.is_disabled());
+                assert!(crate::telemetry::spans::stage("policy").is_disabled());
+                assert!(crate::telemetry::spans::guardrail("tool_call").is_disabled());
+                assert_eq!(crate::telemetry::current(), None);
+                // Log lines are as they were: an event is still enabled.
+                assert!(tracing::enabled!(tracing::Level::ERROR));
+            });
+        }
+    }
 }

@@ -10,6 +10,7 @@ mod mcp;
 mod outputs;
 mod problems;
 mod server;
+mod telemetry;
 
 use outputs::{console_url, otlp_settings, ship_settings, webhook};
 
@@ -94,6 +95,8 @@ struct RawConfig {
     provenance: RawProvenance,
     #[serde(default)]
     fleet: fleet::RawFleet,
+    #[serde(default)]
+    telemetry: telemetry::RawTelemetry,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -315,6 +318,8 @@ pub struct Config {
     pub provenance: crate::provenance::Settings,
     /// `[fleet]`: the Redis shared by a fleet of sidecars (`None`: state per sidecar).
     pub fleet: Option<crate::fleet::FleetSettings>,
+    /// `[telemetry]`: where OpenTelemetry traces go (`None`: traces off).
+    pub telemetry: Option<crate::telemetry::Settings>,
 }
 
 /// The approver webhook, as configured (the secret is read when serving starts).
@@ -436,6 +441,41 @@ impl Config {
         Config::from_raw(raw, &base, &shown)
     }
 
+    /// Only `[telemetry]` of a config file, checked as [`Config::load`] checks it: logging
+    /// starts (with or without traces) before the rest of the file is loaded, so that the
+    /// loader's own messages are logged. `None` without a file, or with traces off. The rest
+    /// of the file is checked later by [`Config::load`].
+    pub fn telemetry_only(
+        path: Option<&Path>,
+    ) -> Result<Option<crate::telemetry::Settings>, ConfigError> {
+        #[derive(Deserialize)]
+        struct Only {
+            #[serde(default)]
+            telemetry: telemetry::RawTelemetry,
+        }
+        let Some(path) = path else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let only: Only = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string().trim().replace('\n', " "),
+        })?;
+        telemetry::settings(&only.telemetry).map_err(|found| ConfigError::Invalid {
+            path: path.to_owned(),
+            problems: found
+                .into_iter()
+                .map(|(message, help)| KeyProblem {
+                    message,
+                    help: help.to_owned(),
+                })
+                .collect(),
+        })
+    }
+
     /// Defaults for running from a checkout: `./policies`, `./schemas`, no authentication.
     pub fn defaults() -> Config {
         Config::from_raw(
@@ -477,6 +517,7 @@ impl Config {
             mcp: crate::upstream::McpSettings::default(),
             provenance: crate::provenance::Settings::default(),
             fleet: None,
+            telemetry: None,
         })
     }
 
@@ -727,6 +768,7 @@ impl Config {
         let quarantine_on = problems.take(quarantine_kinds(&raw.anomaly), Default::default);
         let provenance = problems.take_all(provenance(&raw.provenance), Default::default);
         let fleet = problems.take_all(fleet::fleet(&raw.fleet, base), || None);
+        let telemetry = problems.take_all(telemetry::settings(&raw.telemetry), || None);
         let known_secret_files: Vec<PathBuf> = raw
             .redaction
             .known_secrets_files
@@ -830,6 +872,7 @@ impl Config {
             mcp,
             provenance,
             fleet,
+            telemetry,
             listen,
             sources,
             max_body_bytes,

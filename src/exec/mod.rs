@@ -612,6 +612,7 @@ impl Runner {
             ex: ex.clone(),
             sandbox,
             revisions,
+            trace: crate::telemetry::current(),
         };
         let cancel = Arc::new(Cancel::default());
         let _on_drop = CancelOnDrop(Arc::clone(&cancel));
@@ -715,7 +716,7 @@ impl Runner {
             program: job.program.clone(),
             argv,
             cwd: job.cwd.clone(),
-            env: self.env(ex, &scratch),
+            env: self.env(ex, &scratch, job.trace.as_ref()),
             timeout_ms,
             grace_ms: self.settings.grace_ms,
             rlimits: self.rlimits(timeout_ms, ex.limits),
@@ -766,8 +767,14 @@ impl Runner {
     /// The program's whole environment: the allowlisted variables from the sidecar's, over
     /// `PATH`, `HOME` and `TMPDIR` defaults (the last two a fresh scratch directory). Git
     /// tools are pinned to the root's own repository: no discovery above it, no system or
-    /// global config, no optional locks.
-    fn env(&self, ex: &Executor, scratch: &Path) -> Vec<(String, String)> {
+    /// global config, no optional locks. The caller's trace context, when there is one, is
+    /// `TRACEPARENT` (and `TRACESTATE`), over any allowlisted variables of those names.
+    fn env(
+        &self,
+        ex: &Executor,
+        scratch: &Path,
+        trace: Option<&crate::telemetry::TraceContext>,
+    ) -> Vec<(String, String)> {
         let scratch = scratch.display().to_string();
         let mut env = vec![
             ("PATH".to_owned(), "/usr/local/bin:/usr/bin:/bin".to_owned()),
@@ -805,6 +812,13 @@ impl Runner {
                 env.push((name.clone(), v));
             }
         }
+        if let Some(t) = trace {
+            env.retain(|(k, _)| k != "TRACEPARENT" && k != "TRACESTATE");
+            env.push(("TRACEPARENT".to_owned(), t.traceparent.clone()));
+            if let Some(state) = &t.tracestate {
+                env.push(("TRACESTATE".to_owned(), state.clone()));
+            }
+        }
         env
     }
 }
@@ -834,6 +848,9 @@ struct Job {
     ex: Executor,
     sandbox: Option<Sandbox>,
     revisions: Vec<(String, String)>,
+    /// The caller's trace context, read before the run's task starts (the task has no span):
+    /// the program gets it as `TRACEPARENT` and `TRACESTATE`.
+    trace: Option<crate::telemetry::TraceContext>,
 }
 
 /// Set when the caller of a run went away.

@@ -64,6 +64,8 @@ pub(super) struct Scan {
     screened: Option<(crate::redact::Screened, Option<Value>)>,
     /// Every kind and category found, whatever the gate does with it.
     pub findings: Findings,
+    /// How many findings in all.
+    pub found: usize,
 }
 
 /// Scans `args` with the tool_call gate's rules, as the tool's manifest adjusts them per tool
@@ -73,6 +75,7 @@ pub(super) fn scan(state: &Gateway, tool: Option<&Tool>, args: &Value) -> Scan {
         return Scan {
             screened: None,
             findings: Findings::default(),
+            found: 0,
         };
     };
     let (screened, stored, found) = crate::tools::scan_args(gates, tool, args);
@@ -83,6 +86,7 @@ pub(super) fn scan(state: &Gateway, tool: Option<&Tool>, args: &Value) -> Scan {
     Scan {
         screened: Some((screened, stored)),
         findings,
+        found: found.len(),
     }
 }
 

@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use tracing::Instrument as _;
+
 use super::body::{DecisionBody, RawCall};
 use super::{Error, Gateway, approvals, callgate};
 use crate::audit::{CallFacts, DecisionEvent, Entry, Event, args_digest};
@@ -11,6 +13,7 @@ use crate::authz::{self, Advice, Principal, Stage, Verdict};
 use crate::codes::Code;
 use crate::limits::Quota;
 use crate::policy::Snapshot;
+use crate::telemetry::spans;
 
 fn new_decision_id() -> String {
     uuid::Uuid::now_v7().to_string()
@@ -99,7 +102,13 @@ impl Caller {
 pub async fn caller(state: &Gateway, credential: Credential<'_>) -> Result<Caller, Error> {
     let started = std::time::Instant::now();
     let snap: Arc<Snapshot> = state.policy.current();
-    match principal(state, credential, &snap) {
+    let span = spans::stage("auth");
+    let who = span.in_scope(|| principal(state, credential, &snap));
+    if who.is_err() {
+        spans::failed(&span, Code::Unauthenticated.as_str());
+    }
+    drop(span);
+    match who {
         Ok(who) => Ok(Caller { who, snap, started }),
         Err(Error::Unauthenticated(body)) => {
             let entry = audit_entry(&body, None, None, started);
@@ -135,7 +144,9 @@ pub async fn decide_for(
     let tool = snap.tools.get(&call.tool);
     // Operators' stops come first: the kill switch, then this agent's quarantine; then an
     // MCP tool whose upstream changed its descriptor since review.
-    let stop = stopped(state, &principal_id).or_else(|| super::mcp::descriptor_stop(state, tool));
+    let stop = spans::stage("stops").in_scope(|| {
+        stopped(state, &principal_id).or_else(|| super::mcp::descriptor_stop(state, tool))
+    });
     if let Some((stage, advice)) = stop {
         let verdict = Verdict::deny(stage, tool, advice);
         let caller = (&who, principal_id.as_str());
@@ -150,10 +161,13 @@ pub async fn decide_for(
     }
     // Limits come before Cedar: a flood costs a map lookup per call, not an evaluation.
     let (registered, tool_rate) = (tool.is_some(), tool.and_then(|t| t.limits.rate));
-    let quota = match state
-        .limiter
-        .check(&principal_id, &call.tool, registered, tool_rate)
-    {
+    let rate_span = spans::stage("rate_limit");
+    let checked = rate_span.in_scope(|| {
+        state
+            .limiter
+            .check(&principal_id, &call.tool, registered, tool_rate)
+    });
+    let quota = match checked {
         Ok(quota) => quota,
         Err(limited) => {
             let caller = (&who, principal_id.as_str());
@@ -169,7 +183,7 @@ pub async fn decide_for(
                 .limiter
                 .slots(&principal_id, &call.tool, registered, tool_rate);
             let caller = (&who, principal_id.as_str());
-            match fleet.take(&slots).await {
+            match fleet.take(&slots).instrument(rate_span).await {
                 Ok(None) => quota,
                 Ok(Some(crate::fleet::Taken::Passed(shared))) => Some(shared),
                 Ok(Some(crate::fleet::Taken::Refused(limited))) => {
@@ -198,7 +212,15 @@ pub async fn decide_for(
         .signals(&principal_id, &call.tool, tool.is_some());
     // The arguments are scanned once, before Cedar, so policies see what was found; the
     // tool_call gate then acts on the same scan.
-    let scan = callgate::scan(state, tool, &call.args);
+    let gate_span = spans::guardrail("tool_call");
+    let scan = gate_span.in_scope(|| callgate::scan(state, tool, &call.args));
+    for span in [&gate_span, &tracing::Span::current()] {
+        spans::findings(
+            span,
+            scan.found,
+            scan.findings.kinds.iter().map(String::as_str),
+        );
+    }
     signals.findings = scan.findings.clone();
     if let Some(tool) = tool {
         let traced = tool.traced_values(&call.args);
@@ -208,9 +230,21 @@ pub async fn decide_for(
             traced.iter().map(|(n, v)| (*n, v.as_ref())),
         );
     }
-    let verdict = authz::decide_with(&snap, &who, &call, &signals);
+    let policy_span = spans::stage("policy");
+    let verdict = policy_span.in_scope(|| authz::decide_with(&snap, &who, &call, &signals));
+    spans::decision(&policy_span, verdict.decision.as_str());
+    drop(policy_span);
     // The tool_call gate may deny, or (apply_mask) decide again on masked arguments.
-    let gated = callgate::screen(state, &snap, &who, &call, verdict, &signals, scan);
+    let gated =
+        gate_span.in_scope(|| callgate::screen(state, &snap, &who, &call, verdict, &signals, scan));
+    spans::gate_action(
+        &gate_span,
+        gated
+            .report
+            .as_ref()
+            .map_or("allow", |r| r.decision.as_str()),
+    );
+    drop(gate_span);
     // Approvals and the audit record are bound to this one digest of the arguments.
     let digest = args_digest(&call.args);
     let decision_id = new_decision_id();
@@ -228,6 +262,7 @@ pub async fn decide_for(
         (gated.verdict, &signals.provenance),
         &decision_id,
     )
+    .instrument(spans::stage("approval"))
     .await?;
     state
         .monitor
@@ -297,7 +332,11 @@ async fn commit(
     started: std::time::Instant,
 ) -> Result<DecisionBody, Error> {
     let writing = std::time::Instant::now();
-    let recorded = state.audit.record(entry).await;
+    let recorded = state
+        .audit
+        .record(entry)
+        .instrument(spans::stage("audit"))
+        .await;
     state.metrics.audit_write(writing.elapsed());
     counted(state, body, recorded, started)
 }
@@ -324,6 +363,7 @@ async fn commit_with(
         }
         recorded.map(|_| ())
     })
+    .instrument(spans::stage("audit"))
     .await
     .unwrap_or_else(|e| {
         Err(crate::audit::StoreError(format!(
@@ -348,6 +388,18 @@ fn counted(
     state
         .metrics
         .decision(body.tool.as_deref(), outcome, stage, started.elapsed());
+    // The request's span: the answer as sent (a failed record is a deny at stage `audit`).
+    let code = match &recorded {
+        Ok(()) => body.errors.first().map(|e| e.code.as_str()),
+        Err(_) => Some(Code::AuditUnavailable.as_str()),
+    };
+    spans::decided(
+        &tracing::Span::current(),
+        body.tool.as_deref(),
+        (outcome.as_str(), stage.as_str()),
+        &body.decision_id,
+        code,
+    );
     match recorded {
         Ok(()) => Ok(body),
         Err(e) => Err(audit_failed(body, &e)),
@@ -493,6 +545,7 @@ fn audit_entry(
             (None, Some(g)) => Some(gate_detail(g)),
             (None, None) => None,
         },
+        otel_trace_id: crate::telemetry::current().map(|t| t.trace_id),
     })
     .into()
 }

@@ -11,6 +11,7 @@
 //! nothing and record nothing: no decision was made.
 
 use serde_json::Value;
+use tracing::Instrument as _;
 
 use super::body::{ExecAnswer, ExecFailure, Metadata, OutputReport, RawCall};
 use super::decide::{Credential, caller, decide_for, record_or_refuse};
@@ -21,6 +22,7 @@ use crate::authz::Outcome;
 use crate::codes::Code;
 use crate::exec::{ExecError, Execution};
 use crate::redact::labels;
+use crate::telemetry::spans;
 use crate::tools::RenderError;
 
 /// Bytes of `[TRUNCATED] (N bytes)` markers a cut run output may carry beyond its cap.
@@ -285,6 +287,7 @@ async fn run_call(
         risk: tool.risk.as_str().to_owned(),
         revision: snap.revision.clone(),
         principal: decided.principal,
+        otel_trace_id: crate::telemetry::current().map(|t| t.trace_id),
         ..ExecutionEvent::default()
     };
     let runner = match (how, runner) {
@@ -320,9 +323,16 @@ async fn run_call(
             return run_builtin(state, &runner, run, args, entry).await;
         }
     };
-    let run = runner.execute(tool, ex, &args).await;
+    let exec_span = spans::stage("execution");
+    let run = runner
+        .execute(tool, ex, &args)
+        .instrument(exec_span.clone())
+        .await;
     let ran = match run {
-        Ok(ran) => ran,
+        Ok(ran) => {
+            spans::exit_code(&exec_span, ran.outcome.as_ref().and_then(|o| o.exit_code));
+            ran
+        }
         Err(e) => {
             let (refusal, code, suggestion) = match &e {
                 ExecError::Render(RenderError::Path { .. }) => (
@@ -361,6 +371,7 @@ async fn run_call(
                     "operators: see /readyz `execution` and the logs",
                 ),
             };
+            spans::failed(&exec_span, code.as_str());
             entry.outcome = "refused".to_owned();
             entry.reasons = vec![code.to_string()];
             entry.detail = Some(format!("decision_id={decision_id}"));
@@ -399,7 +410,10 @@ async fn run_builtin(
         execution_id,
     } = run;
     let started = std::time::Instant::now();
-    let ran = runner.files(builtin, args, &tool.limits).await;
+    let ran = runner
+        .files(builtin, args, &tool.limits)
+        .instrument(spans::stage("execution"))
+        .await;
     let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let metadata = Metadata {
         decision_id: decision_id.clone(),
@@ -560,14 +574,19 @@ pub(super) async fn screen_output(
     };
     // A small output is screened in place (microseconds); a large one on the blocking pool.
     // Either way a scan that panics is refused (fail closed).
+    let span = spans::guardrail(crate::redact::Gate::Output.as_str());
     let (screened, stderr) = if small {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(scan)).map_err(|_| {
-            tracing::error!("content scan failed; refusing to answer");
-            Error::GatesUnavailable
-        })?
+        span.in_scope(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(scan)))
+            .map_err(|_| {
+                tracing::error!("content scan failed; refusing to answer");
+                Error::GatesUnavailable
+            })?
     } else {
-        super::gates::off_workers(scan).await?
+        super::gates::off_workers(scan)
+            .instrument(span.clone())
+            .await?
     };
+    super::results::traced(&span, &screened);
     state.metrics.gate(
         crate::redact::Gate::Output.as_str(),
         screened.decision.as_str(),

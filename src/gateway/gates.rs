@@ -56,7 +56,9 @@ pub async fn screen_content(
         return Err(Error::GatesUnavailable);
     };
     if gate == Gate::Stream {
-        let answer = stream(state, &who, gates, body).await?;
+        let span = crate::telemetry::spans::guardrail(gate.as_str());
+        let answer =
+            tracing::Instrument::instrument(stream(state, &who, gates, body), span).await?;
         return Ok(serde_json::to_value(answer).unwrap_or(Value::Null));
     }
     if body.stream_id.is_some() || body.last {
@@ -88,15 +90,28 @@ pub async fn screen_content(
     };
     // A small body is scanned on the worker (tens of microseconds, less than the two thread
     // hand-offs a blocking task costs); a large one off the workers.
+    let span = crate::telemetry::spans::guardrail(gate.as_str());
     let screened = if small {
         // A scan that panics is refused (fail closed), as on the blocking pool.
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).map_err(|_| {
-            tracing::error!("content scan failed; refusing to answer");
-            Error::GatesUnavailable
-        })?
+        span.in_scope(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)))
+            .map_err(|_| {
+                tracing::error!("content scan failed; refusing to answer");
+                Error::GatesUnavailable
+            })?
     } else {
-        off_workers(work).await?
+        tracing::Instrument::instrument(off_workers(work), span.clone()).await?
     };
+    if !span.is_disabled() {
+        let kinds = screened
+            .violations
+            .iter()
+            .flat_map(|v| [v.kind, v.category.as_str()]);
+        for s in [&span, &tracing::Span::current()] {
+            crate::telemetry::spans::findings(s, screened.found, kinds.clone());
+            crate::telemetry::spans::gate_action(s, screened.decision.as_str());
+        }
+    }
+    drop(span);
     record(
         state,
         &who,
@@ -226,6 +241,7 @@ async fn record(
         gate: gate.as_str().to_owned(),
         reasons: labels(violations),
         detail,
+        otel_trace_id: crate::telemetry::current().map(|t| t.trace_id),
         ..Screened::default()
     })
     .into();

@@ -119,7 +119,10 @@ pub(super) async fn run_mcp(
     };
     let started = Instant::now();
     let timeout = Duration::from_millis(tool.limits.timeout_ms);
-    let forwarded = hub.call(&b.upstream, &b.tool, arguments, timeout, hooks.progress);
+    let forwarded = tracing::Instrument::instrument(
+        hub.call(&b.upstream, &b.tool, arguments, timeout, hooks.progress),
+        crate::telemetry::spans::stage("execution"),
+    );
     // A cancelled call is dropped (the upstream is told) and recorded as cancelled.
     let called = match hooks.cancelled {
         Some(cancelled) => tokio::select! {

@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tracing::Instrument as _;
 
 use super::{Error, Gateway};
 use crate::audit::{Event, Screened};
@@ -101,6 +102,7 @@ pub async fn report_result(
     let memory = state.provenance.clone();
     let principal = who.uid.to_string();
     let (decision, conv) = (body.decision_id.clone(), body.conv_id.clone());
+    let span = crate::telemetry::spans::guardrail(Gate::Output.as_str());
     let screened = super::gates::off_workers(move || {
         let bound = decision
             .as_deref()
@@ -110,7 +112,13 @@ pub async fn report_result(
         }
         screen(&gates, schema_errors, fields.as_ref(), cap, output)
     })
+    .instrument(span.clone())
     .await?;
+    traced(&span, &screened);
+    drop(span);
+    let root = tracing::Span::current();
+    crate::telemetry::spans::tool(&root, &tool.name);
+    traced(&root, &screened);
     state
         .metrics
         .gate(Gate::Output.as_str(), screened.decision.as_str());
@@ -144,10 +152,26 @@ pub async fn report_result(
         reasons,
         revision: Some(snap.revision.clone()),
         detail,
+        otel_trace_id: crate::telemetry::current().map(|t| t.trace_id),
     })
     .into();
     super::decide::record_or_refuse(state, entry, "result").await?;
     Ok(screened)
+}
+
+/// Records the output gate's verdict on `span`: its action (a block, or a schema mismatch,
+/// sets error status), how many findings and of which kinds.
+pub(super) fn traced(span: &tracing::Span, screened: &ResultAnswer) {
+    use crate::telemetry::spans;
+    if span.is_disabled() {
+        return;
+    }
+    let kinds = screened
+        .violations
+        .iter()
+        .flat_map(|v| [v.kind, v.category.as_str()]);
+    spans::findings(span, screened.found, kinds);
+    spans::gate_action(span, screened.decision.as_str());
 }
 
 /// The screening of one result, in order: schema errors (block), field policy, output gate,

@@ -291,6 +291,31 @@ impl Front {
         approval_id: Option<String>,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<(Progress, ExecAnswer), Error> {
+        // One span per `tools/call`, a child of the client's `_meta.traceparent` if it sent
+        // one, else (MCP over HTTP) of the request's `traceparent` header.
+        let meta = |key: &str| ctx.meta.get(key).and_then(Value::as_str);
+        let parent = crate::telemetry::Parent::parse(meta("traceparent"), meta("tracestate"))
+            .or_else(|| {
+                ctx.extensions
+                    .get::<http::Parts>()
+                    .and_then(|p| crate::telemetry::Parent::from_headers(&p.headers))
+            });
+        let span = crate::telemetry::spans::request("toolgate.mcp.tools_call");
+        crate::telemetry::within(
+            span,
+            parent,
+            self.execute_traced(name, args, approval_id, ctx),
+        )
+        .await
+    }
+
+    async fn execute_traced(
+        &self,
+        name: &str,
+        args: &Value,
+        approval_id: Option<String>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<(Progress, ExecAnswer), Error> {
         let known = crate::gateway::caller(&self.gw, self.credential(&ctx.extensions)).await?;
         let mut body = serde_json::Map::new();
         body.insert("tool".to_owned(), json!(name));

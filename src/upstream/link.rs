@@ -168,6 +168,15 @@ impl Link {
             |e: rmcp::service::ServiceError| CallError::Failed(name.clone(), e.to_string());
         let mut params = CallToolRequestParams::new(tool.to_owned());
         params.arguments = Some(arguments);
+        // The caller's trace context goes on in `_meta` (MCP SEP-414), naming the span that
+        // forwards the call when traces are on.
+        if let Some(trace) = crate::telemetry::current() {
+            use rmcp::model::RequestParamsMeta as _;
+            params.set_traceparent(&trace.traceparent);
+            if let Some(state) = &trace.tracestate {
+                params.set_tracestate(state);
+            }
+        }
         let handle = peer
             .send_cancellable_request(ClientRequest::CallToolRequest(Request::new(params)), {
                 let mut o = PeerRequestOptions::no_options();

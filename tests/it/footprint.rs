@@ -58,6 +58,7 @@ fn decision(n: u64) -> Entry {
         }),
         duration_us: Some(150 + n % 100),
         detail: None,
+        otel_trace_id: None,
     })
     .into()
 }

@@ -67,5 +67,6 @@ mod server;
 mod shipping;
 mod slicing;
 mod stream;
+mod traces;
 mod typing;
 mod webhook;

@@ -693,6 +693,15 @@ fn every_case(front: &Front, d: &Deps, s: &Setup) {
         json!({"path": "README.txt", "port": front.api_port}),
     );
     assert!(text(&r).contains("read: read 25 bytes"), "{r}");
+    // The caller's trace context goes on to the upstream in `_meta` (traces are off here, so
+    // unchanged).
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let id = c.send(
+        json!({"op": "call_tool", "name": "mutable.trace", "arguments": {},
+        "meta": {"traceparent": tp}, "timeout_s": 60}),
+    );
+    let r = c.answer(id, Duration::from_secs(90));
+    assert_eq!(text(&r), format!("traceparent={tp}"), "{r}");
     // Pending: held as an error result naming the approval; it stays held until a human
     // approves; the same call then runs.
     let r = c.call("mutable.wipe", json!({"target": "alpha"}));
