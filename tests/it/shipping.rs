@@ -2,7 +2,7 @@
 //! file once, in order, chained (`prev` of each line is the `hash` of the one before), across
 //! rotations and `kill -9` restarts, and a torn last line is dropped, not shipped twice.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -179,4 +179,145 @@ fn audit_export_works_online_on_a_running_sidecar() {
     );
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("wrong_principal_kind"));
+}
+
+/// The log records the OTLP receiver decoded, in arrival order.
+fn otlp_logs(out: &Path) -> Vec<Value> {
+    let mut path = out.as_os_str().to_owned();
+    path.push(".logs");
+    std::fs::read_to_string(PathBuf::from(path))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Waits until the receiver holds every record through `seq` (a record sent twice, after a
+/// crash, counts once); checks the chain and that each body is the record the log holds.
+fn otlp_complete_through(out: &Path, seq: u64) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let logs = otlp_logs(out);
+        let mut by_seq = std::collections::BTreeMap::new();
+        for l in &logs {
+            let s = l["attributes"]["toolgate.audit.seq"].as_i64().unwrap() as u64;
+            let body: Value = serde_json::from_str(l["body"].as_str().unwrap()).unwrap();
+            assert_eq!(body["seq"].as_u64(), Some(s), "{l}");
+            assert_eq!(body["hash"], l["attributes"]["toolgate.audit.hash"], "{l}");
+            if let Some(earlier) = by_seq.insert(s, body.clone()) {
+                assert_eq!(earlier, body, "a record sent again is the same record");
+            }
+        }
+        if by_seq.keys().next_back().copied().unwrap_or(0) >= seq {
+            let seqs: Vec<u64> = by_seq.keys().copied().collect();
+            assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "no gap");
+            let bodies: Vec<Value> = by_seq.into_values().collect();
+            for pair in bodies.windows(2) {
+                assert_eq!(pair[1]["prev"], pair[0]["hash"], "chained");
+            }
+            return logs;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "OTLP logs through {seq} not received"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn otlp_logs_reach_a_real_receiver_in_order_through_refusals_and_kill_9() {
+    let Some(python) = crate::traces::receiver_python() else {
+        return;
+    };
+    let set = TempSet::new();
+    let rx = crate::traces::receiver(&python, set.dir.path());
+    let config = format!(
+        "[audit]\nship_otlp_url = \"http://127.0.0.1:{}/v1/logs\"\nship_otlp_timeout_ms = 2000\n",
+        rx.http
+    );
+    let server = start_with(&set, &config);
+    calls(&server, 10);
+    let first = head(&server);
+    let logs = otlp_complete_through(&rx.out, first);
+    let one = &logs[0];
+    assert_eq!(one["service"], "toolgate", "{one}");
+    assert_eq!(one["scope"], "toolgate.audit", "{one}");
+    assert_eq!(one["severity"], "INFO", "{one}");
+    let decision = logs
+        .iter()
+        .find(|l| l["attributes"]["toolgate.audit.tool"] == "read_file")
+        .unwrap();
+    assert_eq!(decision["attributes"]["toolgate.audit.decision"], "allow");
+    assert!(decision["time_unix_nano"].as_u64().unwrap() > 1_700_000_000_000_000_000);
+
+    // A collector that refuses (503): retried from the same record, nothing skipped.
+    let mut refuse = rx.out.as_os_str().to_owned();
+    refuse.push(".refuse");
+    std::fs::write(PathBuf::from(&refuse), "").unwrap();
+    calls(&server, 5);
+    let second = head(&server);
+    let mut refused = rx.out.as_os_str().to_owned();
+    refused.push(".refused");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !PathBuf::from(&refused).exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the sidecar never tried while refused"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let text = metrics(server.port);
+    assert!(
+        !text.contains("toolgate_audit_otlp_failures_total 0"),
+        "{text}"
+    );
+    std::fs::remove_file(PathBuf::from(&refuse)).unwrap();
+    otlp_complete_through(&rx.out, second);
+
+    // kill -9, more records, a restart: it resumes from its position, no gap.
+    drop(server);
+    let server = start_with(&set, &config);
+    calls(&server, 5);
+    let third = head(&server);
+    otlp_complete_through(&rx.out, third);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = metrics(server.port);
+        if text.contains("toolgate_audit_otlp_lag_records 0") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Resumed, not started over: record 1 arrived once before the restart, and at most one
+    // batch (the last before the kill) may arrive twice.
+    let logs = otlp_logs(&rx.out);
+    let ones = logs
+        .iter()
+        .filter(|l| l["attributes"]["toolgate.audit.seq"] == 1)
+        .count();
+    assert_eq!(ones, 1, "the restart did not ship from the start again");
+}
+
+#[test]
+fn otlp_settings_are_checked_at_start() {
+    let set = TempSet::new();
+    for (extra, says) in [
+        (
+            "[audit]\nship_otlp_timeout_ms = 500\n",
+            "needs `audit.ship_otlp_url`",
+        ),
+        (
+            "[audit]\nship_otlp_url = \"grpc://c:4317\"\n",
+            "not an http(s) URL",
+        ),
+        (
+            "[audit]\nship_otlp_url = \"http://c:4318/v1/logs\"\nship_otlp_timeout_ms = 5\n",
+            "`audit.ship_otlp_timeout_ms` = 5",
+        ),
+    ] {
+        let err = crate::process::serve_refuses(&set, extra);
+        assert!(err.contains(says), "{extra}: {err}");
+    }
 }

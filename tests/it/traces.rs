@@ -32,7 +32,7 @@ fn traceparent(trace: &str, parent: &str) -> String {
 }
 
 /// The receiver's venv, or `None` (skipped) when it is not installed.
-fn receiver_python() -> Option<PathBuf> {
+pub(crate) fn receiver_python() -> Option<PathBuf> {
     let root = PathBuf::from(
         std::env::var("TOOLGATE_OTLP_DEPS").unwrap_or_else(|_| "/opt/toolgate-ci/otlp".to_owned()),
     );
@@ -70,14 +70,14 @@ impl Drop for Killed {
     }
 }
 
-struct Receiver {
+pub(crate) struct Receiver {
     _child: Killed,
-    out: PathBuf,
-    http: u16,
+    pub(crate) out: PathBuf,
+    pub(crate) http: u16,
     grpc: u16,
 }
 
-fn receiver(python: &Path, dir: &Path) -> Receiver {
+pub(crate) fn receiver(python: &Path, dir: &Path) -> Receiver {
     let out = dir.join("spans.jsonl");
     let mut child = Command::new(python)
         .arg(repo().join("tests/otlp/receiver.py"))
