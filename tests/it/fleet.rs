@@ -511,3 +511,83 @@ fn an_anomaly_quarantine_on_one_sidecar_holds_on_the_other() {
         "{listed}"
     );
 }
+
+/// One command on the Redis at `port` (inline); its first reply line.
+fn redis_cmd(port: u16, cmd: &str) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    s.write_all(format!("{cmd}\r\n").as_bytes()).unwrap();
+    let mut buf = [0u8; 512];
+    let n = s.read(&mut buf).unwrap();
+    String::from_utf8_lossy(&buf[..n])
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_owned()
+}
+
+#[test]
+fn an_older_change_never_overwrites_a_newer_one_and_lost_state_is_written_back() {
+    let Some(redis) = Redis::start() else { return };
+    let (a, b, _sa, _sb) = pair(&redis, "");
+    let call = read_call(0);
+    let flip = |server: &Server, on: bool| {
+        let body = json!({"on": on, "reason": "drill"});
+        exchange(
+            server.port,
+            "POST",
+            "/v1/admin/kill-switch",
+            Some(ALICE),
+            Some(&body),
+        )
+        .unwrap()
+    };
+    assert_eq!(flip(&a, true).0, 200);
+    until(
+        &b,
+        DEV,
+        &call,
+        Duration::from_secs(1),
+        stage_is("kill_switch"),
+    );
+
+    // Redis restarts empty (FLUSHALL): the sidecars write back what they hold, so the switch
+    // stays on everywhere and Redis has it again.
+    assert_eq!(redis_cmd(redis.port, "FLUSHALL"), "+OK");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while redis_get(redis.port, "toolgate:kill_switch").is_none() {
+        assert!(Instant::now() < deadline, "the switch was not written back");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(600));
+    for server in [&a, &b] {
+        let (_, d) = authorize(server, DEV, &call);
+        assert_eq!(d["stage"], "kill_switch", "{d}");
+    }
+
+    // A switch set later than any change a sidecar makes now (its at_ms is in the future):
+    // turning it off from A is older, so Redis keeps it and the fleet stays stopped.
+    let later = json!({"on": true, "by": "Human::\"alice\"", "reason": "later", "at_ms": 4_000_000_000_000u64});
+    let set = format!(
+        "SET toolgate:kill_switch '{}'",
+        later.to_string().replace('\'', "")
+    );
+    assert_eq!(redis_cmd(redis.port, &set), "+OK");
+    assert_eq!(
+        redis_cmd(redis.port, "SET toolgate:version hand-edit"),
+        "+OK"
+    );
+    assert_eq!(flip(&a, false).0, 200);
+    std::thread::sleep(Duration::from_millis(800));
+    let kept = redis_get(redis.port, "toolgate:kill_switch").unwrap();
+    assert!(kept.contains("later"), "{kept}");
+    until(
+        &a,
+        DEV,
+        &call,
+        Duration::from_secs(1),
+        stage_is("kill_switch"),
+    );
+    let (_, d) = authorize(&b, DEV, &call);
+    assert_eq!(d["stage"], "kill_switch", "{d}");
+}
