@@ -69,3 +69,4 @@ printf '%-40s %10s %10s\n' "" "p50 µs" "req/s" \
 awk -v a="$(m on_p50)" -v b="$(m off_p50)" -v c="$(m on_rps)" -v d="$(m off_rps)" 'BEGIN {
   printf "p50 ratio (on / off) = %.2fx; throughput ratio = %.2fx\n", a / b, c / d }'
 echo "spans received: $spans ($roots request roots); log lines about dropped spans: $dropped"
+grep -i "dropped\|queue.*full" "$work/on.log" | cut -c1-200 | head -3 || true
