@@ -144,12 +144,49 @@ pub async fn decide_for(
     let tool = snap.tools.get(&call.tool);
     // Operators' stops come first: the kill switch, then this agent's quarantine; then an
     // MCP tool whose upstream changed its descriptor since review.
-    let stop = spans::stage("stops").in_scope(|| {
+    let mut stop = spans::stage("stops").in_scope(|| {
         stopped(state, &principal_id).or_else(|| super::mcp::descriptor_stop(state, tool))
     });
+    let caller = (&who, principal_id.as_str());
+    let mut quota = None;
+    if stop.is_none() {
+        // Limits come before Cedar: a flood costs a map lookup per call, not an evaluation.
+        let (registered, tool_rate) = (tool.is_some(), tool.and_then(|t| t.limits.rate));
+        let rate_span = spans::stage("rate_limit");
+        let checked = rate_span.in_scope(|| {
+            state
+                .limiter
+                .check(&principal_id, &call.tool, registered, tool_rate)
+        });
+        quota = match checked {
+            Ok(quota) => quota,
+            Err(limited) => {
+                return Err(rate_limited(state, &snap, caller, &call, limited, started).await);
+            }
+        };
+        // Then the fleet's shared limits, when there is a fleet: the local ones stopped a
+        // flood before it reached Redis. A refusal there returns the local units.
+        if let Some(fleet) = &state.fleet {
+            let slots = state
+                .limiter
+                .slots(&principal_id, &call.tool, registered, tool_rate);
+            match fleet.take(&slots).instrument(rate_span).await {
+                Ok(None) => {}
+                Ok(Some(crate::fleet::Taken::Passed(shared))) => quota = Some(shared),
+                Ok(Some(crate::fleet::Taken::Refused(limited))) => {
+                    state.limiter.refund(&slots);
+                    return Err(rate_limited(state, &snap, caller, &call, limited, started).await);
+                }
+                Err(e) => {
+                    state.limiter.refund(&slots);
+                    tracing::error!(error = %e, "shared limits unavailable; call denied");
+                    stop = Some((Stage::SharedState, shared_state_advice(&e.0)));
+                }
+            }
+        }
+    }
     if let Some((stage, advice)) = stop {
         let verdict = Verdict::deny(stage, tool, advice);
-        let caller = (&who, principal_id.as_str());
         let body = record_early(state, &snap, caller, &call, verdict, started).await?;
         return Ok(Decided {
             quota: None,
@@ -159,54 +196,6 @@ pub async fn decide_for(
             call: None,
         });
     }
-    // Limits come before Cedar: a flood costs a map lookup per call, not an evaluation.
-    let (registered, tool_rate) = (tool.is_some(), tool.and_then(|t| t.limits.rate));
-    let rate_span = spans::stage("rate_limit");
-    let checked = rate_span.in_scope(|| {
-        state
-            .limiter
-            .check(&principal_id, &call.tool, registered, tool_rate)
-    });
-    let quota = match checked {
-        Ok(quota) => quota,
-        Err(limited) => {
-            let caller = (&who, principal_id.as_str());
-            return Err(rate_limited(state, &snap, caller, &call, limited, started).await);
-        }
-    };
-    // Then the fleet's shared limits, when there is a fleet: the local ones stopped a flood
-    // before it reached Redis. A refusal there returns the local units.
-    let quota = match &state.fleet {
-        None => quota,
-        Some(fleet) => {
-            let slots = state
-                .limiter
-                .slots(&principal_id, &call.tool, registered, tool_rate);
-            let caller = (&who, principal_id.as_str());
-            match fleet.take(&slots).instrument(rate_span).await {
-                Ok(None) => quota,
-                Ok(Some(crate::fleet::Taken::Passed(shared))) => Some(shared),
-                Ok(Some(crate::fleet::Taken::Refused(limited))) => {
-                    state.limiter.refund(&slots);
-                    return Err(rate_limited(state, &snap, caller, &call, limited, started).await);
-                }
-                Err(e) => {
-                    state.limiter.refund(&slots);
-                    tracing::error!(error = %e, "shared limits unavailable; call denied");
-                    let verdict =
-                        Verdict::deny(Stage::SharedState, tool, shared_state_advice(&e.0));
-                    let body = record_early(state, &snap, caller, &call, verdict, started).await?;
-                    return Ok(Decided {
-                        quota: None,
-                        body,
-                        snap,
-                        principal: principal_id,
-                        call: None,
-                    });
-                }
-            }
-        }
-    };
     let mut signals = state
         .monitor
         .signals(&principal_id, &call.tool, tool.is_some());
