@@ -85,8 +85,13 @@ pub(super) fn settings(raw: &RawTelemetry) -> Result<Option<Settings>, Problems>
         Some(url) => match endpoint(url) {
             Ok(e) => Some(e),
             Err(message) => {
+                // Never echo credentials: what precedes `@` is left out.
+                let shown = match url.rsplit_once('@') {
+                    Some((_, host)) => format!("…@{host}"),
+                    None => url.to_string(),
+                };
                 problems.push((
-                    format!("`telemetry.otlp_endpoint` = `{url}` {message}"),
+                    format!("`telemetry.otlp_endpoint` = `{shown}` {message}"),
                     "use the receiver's base URL, e.g. `http://127.0.0.1:4318` (http) or `http://127.0.0.1:4317` (grpc); toolgate adds `/v1/traces` for http",
                 ));
                 None
@@ -117,6 +122,11 @@ fn endpoint(url: &str) -> Result<String, &'static str> {
     }
     if uri.query().is_some() {
         return Err("has a query; give the base URL only");
+    }
+    if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+        return Err(
+            "holds credentials (`user:key@`), which would be logged; send them as headers with OTEL_EXPORTER_OTLP_HEADERS",
+        );
     }
     Ok(url.trim_end_matches('/').to_owned())
 }
@@ -173,6 +183,9 @@ mod tests {
                 .unwrap()
                 .is_some()
         );
+        let creds = settings(&raw("otlp_endpoint = \"http://u:hunter2@c:4318\"")).unwrap_err();
+        assert!(creds[0].0.contains("credentials"), "{creds:?}");
+        assert!(!creds[0].0.contains("hunter2"), "{creds:?}");
         let stray = settings(&raw("otlp_protocol = \"grpc\"")).unwrap_err();
         assert!(stray[0].0.contains("otlp_endpoint"), "{stray:?}");
     }

@@ -410,10 +410,14 @@ async fn run_builtin(
         execution_id,
     } = run;
     let started = std::time::Instant::now();
+    let span = spans::stage("execution");
     let ran = runner
         .files(builtin, args, &tool.limits)
-        .instrument(spans::stage("execution"))
+        .instrument(span.clone())
         .await;
+    if let Err(e) = &ran {
+        spans::failed(&span, e.code().as_str());
+    }
     let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let metadata = Metadata {
         decision_id: decision_id.clone(),

@@ -38,7 +38,13 @@ impl Parent {
             .filter(|v| v.len() <= MAX_HEADER_BYTES && well_formed(v))?;
         let mut carrier = HashMap::with_capacity(2);
         carrier.insert("traceparent".to_owned(), traceparent.to_owned());
-        if let Some(state) = tracestate.filter(|v| v.len() <= MAX_HEADER_BYTES) {
+        // Printable ASCII only (W3C's own alphabet is narrower): a value from MCP `_meta` is
+        // any JSON string, and it goes on to programs' environment and upstreams.
+        let printable = |v: &&str| v.bytes().all(|b| (0x20..=0x7e).contains(&b));
+        if let Some(state) = tracestate
+            .filter(|v| v.len() <= MAX_HEADER_BYTES)
+            .filter(printable)
+        {
             carrier.insert("tracestate".to_owned(), state.trim().to_owned());
         }
         let cx = TraceContextPropagator::new().extract(&carrier);
@@ -168,5 +174,17 @@ mod tests {
         assert_eq!(seen.tracestate.as_deref(), Some("vendor=x"));
         let none = within(tracing::Span::none(), None, async { current() }).await;
         assert_eq!(none, None);
+    }
+
+    #[tokio::test]
+    async fn a_tracestate_with_control_characters_is_dropped_and_the_parent_kept() {
+        for bad in ["vendor=x\nX-Injected: 1", "vendor=x\0", "vendor=\u{1b}[31m"] {
+            let p = Parent::parse(Some(TP), Some(bad)).unwrap();
+            let seen = within(tracing::Span::none(), Some(p), async { current() })
+                .await
+                .unwrap();
+            assert_eq!(seen.traceparent, TP, "{bad:?}");
+            assert_eq!(seen.tracestate, None, "{bad:?}");
+        }
     }
 }

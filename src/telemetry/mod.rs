@@ -91,13 +91,17 @@ pub struct Exporter {
     flush_timeout: Duration,
     /// gRPC only: tonic's connection lives on a runtime of its own (one thread), so the
     /// exporter works whatever runtime, if any, the rest of the process uses.
-    _runtime: Option<tokio::runtime::Runtime>,
+    runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl Drop for Exporter {
     fn drop(&mut self) {
         if let Err(e) = self.provider.shutdown_with_timeout(self.flush_timeout) {
             tracing::warn!(error = %e, "traces not flushed at shutdown");
+        }
+        // Dropping a runtime waits for its blocking tasks (a DNS lookup) without a bound.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
         }
     }
 }
@@ -179,15 +183,16 @@ where
         .with_target(false)
         .with_level(false)
         .with_tracked_inactivity(false)
-        .with_filter(tracing_subscriber::filter::filter_fn(
-            is_ours as fn(&tracing::Metadata<'_>) -> bool,
-        ));
+        .with_filter(
+            tracing_subscriber::filter::filter_fn(is_ours as fn(&tracing::Metadata<'_>) -> bool)
+                .with_max_level_hint(tracing::level_filters::LevelFilter::INFO),
+        );
     Ok((
         layer,
         Exporter {
             provider,
             flush_timeout: settings.export_timeout,
-            _runtime: runtime,
+            runtime,
         },
     ))
 }

@@ -110,7 +110,7 @@ pub fn decision(span: &Span, decision: &str) {
 }
 
 /// Records the number of findings and their kinds and categories (`secret`, `pii`,
-/// `aws_access_key`, …, comma-separated, sorted) on `span`.
+/// `aws-access-key`, …, comma-separated, sorted) on `span`.
 pub fn findings<'a>(span: &Span, count: usize, kinds: impl IntoIterator<Item = &'a str>) {
     if span.is_disabled() {
         return;
