@@ -174,11 +174,11 @@ pub async fn decide_for(
                 Ok(None) => {}
                 Ok(Some(crate::fleet::Taken::Passed(shared))) => quota = Some(shared),
                 Ok(Some(crate::fleet::Taken::Refused(limited))) => {
-                    state.limiter.refund(&slots);
+                    state.limiter.refund(&slots, true);
                     return Err(rate_limited(state, &snap, caller, &call, limited, started).await);
                 }
                 Err(e) => {
-                    state.limiter.refund(&slots);
+                    state.limiter.refund(&slots, false);
                     tracing::error!(error = %e, "shared limits unavailable; call denied");
                     stop = Some((Stage::SharedState, shared_state_advice(&e.0)));
                 }

@@ -324,10 +324,12 @@ impl Limiter {
         .collect()
     }
 
-    /// Returns the units a [`Limiter::check`] that passed took (a shared limit refused the
-    /// call after it), and counts the refusal.
-    pub fn refund(&self, slots: &[Slot]) {
-        self.rejections.fetch_add(1, Ordering::Relaxed);
+    /// Returns the units a [`Limiter::check`] that passed took: a shared limit refused the
+    /// call after it (`refused`: counted as a rate-limit refusal), or could not be asked.
+    pub fn refund(&self, slots: &[Slot], refused: bool) {
+        if refused {
+            self.rejections.fetch_add(1, Ordering::Relaxed);
+        }
         let now = self.now();
         for slot in slots {
             self.give_back(slot, now);
@@ -597,6 +599,27 @@ mod tests {
             let _ = l.check(&format!("q{i}"), "t", true, None);
         }
         assert!(l.buckets() < 25_000, "{}", l.buckets());
+    }
+
+    #[test]
+    fn a_refund_returns_what_a_check_took() {
+        let (l, _) = limiter(LimitConfig {
+            per_principal_tool: Some(rate(1.0, 2)),
+            per_principal: Some(windows(Some(1), None)),
+            global: None,
+        });
+        let slots = l.slots("a", "t", true, None);
+        assert_eq!(slots.len(), 2);
+        assert!(l.check("a", "t", true, None).is_ok());
+        assert!(l.check("a", "t", true, None).is_err());
+        // A shared limit refused the call that passed: its units come back.
+        l.refund(&slots, true);
+        assert!(l.check("a", "t", true, None).is_ok());
+        assert_eq!(l.rejections(), 2);
+        // Redis could not be asked: the units come back, and no refusal is counted.
+        l.refund(&slots, false);
+        assert!(l.check("a", "t", true, None).is_ok());
+        assert_eq!(l.rejections(), 2);
     }
 
     #[test]
