@@ -371,7 +371,7 @@ impl Fleet {
 
     /// One round: sends the changes Redis has not taken yet and the quarantines this
     /// sidecar entered on its own (anomalies); then reads the fleet's change token and, when
-    /// it moved (or every [`FULL_READ`] anyway), the switch, the quarantine list and the
+    /// it moved (or every 10 s anyway), the switch, the quarantine list and the
     /// grants, and puts them in force here. Held in turn with humans' changes
     /// (`Admin::changing`), so a read cannot undo a change made while it was on its way. A
     /// good round makes this sidecar fresh. The agents the fleet released (their history
