@@ -196,6 +196,8 @@ export interface AuditEntry {
   stage?: string;
   tool?: string;
   trace_id?: string;
+  /** The W3C trace id of the request that made the entry: its span's when traces are on, else the incoming traceparent's (absent when neither). */
+  otel_trace_id?: string;
 }
 
 /** A stored entry and the hashes that chain it to the one before. */

@@ -209,6 +209,8 @@ class AuditEntry(TypedDict):
     stage: NotRequired["str"]
     tool: NotRequired["str"]
     trace_id: NotRequired["str"]
+    # The W3C trace id of the request that made the entry: its span's when traces are on, else the incoming traceparent's (absent when neither).
+    otel_trace_id: NotRequired["str"]
 
 
 class AuditRecord(TypedDict):
