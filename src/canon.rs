@@ -10,6 +10,17 @@
 
 use std::collections::HashSet;
 
+/// `scheme://host[:port]` of `url`, all that logs and errors show of an endpoint (its path
+/// and query may hold a key).
+pub fn origin(url: &str) -> &str {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    let end = url
+        .get(after_scheme..)
+        .and_then(|rest| rest.find('/'))
+        .map_or(url.len(), |i| after_scheme + i);
+    url.get(..end).unwrap_or(url)
+}
+
 /// The identifiers found in a text, canonical and in order of appearance (repeats kept out).
 #[derive(Debug, Clone, Default)]
 pub struct Found {

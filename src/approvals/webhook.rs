@@ -294,15 +294,8 @@ pub fn sign(key: &[u8], body: &str) -> String {
     crate::digest::hmac_sha256_hex(key, &[body.as_bytes()])
 }
 
-/// The scheme and host of `url`, for logs: webhook paths often carry a secret (Slack's do).
-pub fn webhook_origin(url: &str) -> &str {
-    let after_scheme = url.find("://").map_or(0, |i| i + 3);
-    let end = url
-        .get(after_scheme..)
-        .and_then(|rest| rest.find('/'))
-        .map_or(url.len(), |i| after_scheme + i);
-    url.get(..end).unwrap_or(url)
-}
+/// The scheme and host of a webhook URL, for logs: webhook paths often carry a secret (Slack's do).
+pub use crate::canon::origin as webhook_origin;
 
 #[cfg(test)]
 mod tests {

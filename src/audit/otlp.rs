@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 
 use super::ship::{Batch, Cursor, ShipStats};
 use super::writer::Audit;
+use crate::canon::origin;
 
 /// How often the head is looked at when nothing is new.
 const POLL: Duration = Duration::from_millis(200);
@@ -123,16 +124,6 @@ pub fn start(
             }
         })?;
     Ok(stats)
-}
-
-/// `scheme://host[:port]` of `url`: errors never show a path or query (they may hold a key).
-fn origin(url: &str) -> &str {
-    let after = url.find("://").map_or(0, |i| i + 3);
-    let end = url
-        .get(after..)
-        .and_then(|rest| rest.find('/'))
-        .map_or(url.len(), |i| after + i);
-    url.get(..end).unwrap_or(url)
 }
 
 /// The resource every batch names: this service, and this instance (the host or pod name).

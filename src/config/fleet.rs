@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::outputs::shown as printable;
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawFleet {
@@ -101,18 +103,4 @@ pub(super) fn fleet(
         poll,
         stale,
     }))
-}
-
-/// User input echoed in a message: no control characters, at most 100 characters, and no
-/// password (what follows `:` before `@`).
-fn printable(s: &str) -> String {
-    let shown = match (s.split_once("://"), s.rsplit_once('@')) {
-        (Some((scheme, _)), Some((_, host))) => format!("{scheme}://…@{host}"),
-        _ => s.to_owned(),
-    };
-    shown
-        .chars()
-        .filter(|c| !c.is_control())
-        .take(100)
-        .collect()
 }

@@ -6,6 +6,20 @@ use std::path::Path;
 use super::{RawAudit, WebhookSettings};
 
 /// Whether `url` is `http://` or `https://` followed by a host.
+/// A URL or other user input as a message echoes it: no control characters, at most 100
+/// characters, and no credentials (what comes before `@` in `scheme://…@host`).
+pub(super) fn shown(s: &str) -> String {
+    let without = match (s.split_once("://"), s.rsplit_once('@')) {
+        (Some((scheme, _)), Some((_, host))) => format!("{scheme}://…@{host}"),
+        _ => s.to_owned(),
+    };
+    without
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(100)
+        .collect()
+}
+
 fn has_http_host(url: &str) -> bool {
     url.strip_prefix("https://")
         .or_else(|| url.strip_prefix("http://"))
@@ -99,10 +113,7 @@ pub(super) fn otlp_settings(
         return Err((
             format!(
                 "`audit.ship_otlp_url` = `{}` is not an http(s) URL with a host",
-                url.chars()
-                    .filter(|c| !c.is_control())
-                    .take(100)
-                    .collect::<String>()
+                shown(url)
             ),
             "give the collector's OTLP/HTTP logs endpoint, e.g. `http://127.0.0.1:4318/v1/logs`",
         ));

@@ -85,13 +85,11 @@ pub(super) fn settings(raw: &RawTelemetry) -> Result<Option<Settings>, Problems>
         Some(url) => match endpoint(url) {
             Ok(e) => Some(e),
             Err(message) => {
-                // Never echo credentials: what precedes `@` is left out.
-                let shown = match url.rsplit_once('@') {
-                    Some((_, host)) => format!("…@{host}"),
-                    None => url.to_string(),
-                };
                 problems.push((
-                    format!("`telemetry.otlp_endpoint` = `{shown}` {message}"),
+                    format!(
+                        "`telemetry.otlp_endpoint` = `{}` {message}",
+                        super::outputs::shown(url)
+                    ),
                     "use the receiver's base URL, e.g. `http://127.0.0.1:4318` (http) or `http://127.0.0.1:4317` (grpc); toolgate adds `/v1/traces` for http",
                 ));
                 None

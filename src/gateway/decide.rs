@@ -153,11 +153,10 @@ pub async fn decide_for(
         // Limits come before Cedar: a flood costs a map lookup per call, not an evaluation.
         let (registered, tool_rate) = (tool.is_some(), tool.and_then(|t| t.limits.rate));
         let rate_span = spans::stage("rate_limit");
-        let checked = rate_span.in_scope(|| {
-            state
-                .limiter
-                .check(&principal_id, &call.tool, registered, tool_rate)
-        });
+        let slots = state
+            .limiter
+            .slots(&principal_id, &call.tool, registered, tool_rate);
+        let checked = rate_span.in_scope(|| state.limiter.take_all(&slots));
         quota = match checked {
             Ok(quota) => quota,
             Err(limited) => {
@@ -167,9 +166,6 @@ pub async fn decide_for(
         // Then the fleet's shared limits, when there is a fleet: the local ones stopped a
         // flood before it reached Redis. A refusal there returns the local units.
         if let Some(fleet) = &state.fleet {
-            let slots = state
-                .limiter
-                .slots(&principal_id, &call.tool, registered, tool_rate);
             match fleet.take(&slots).instrument(rate_span).await {
                 Ok(None) => {}
                 Ok(Some(crate::fleet::Taken::Passed(shared))) => quota = Some(shared),

@@ -273,7 +273,12 @@ impl Limiter {
         registered: bool,
         tool_rate: Option<Rate>,
     ) -> Result<Option<Quota>, Limited> {
-        let slots = self.slots(principal, tool, registered, tool_rate);
+        self.take_all(&self.slots(principal, tool, registered, tool_rate))
+    }
+
+    /// [`Limiter::check`] on the limits [`Limiter::slots`] gave (for a caller that needs them
+    /// again: a fleet's shared limits are the same entries).
+    pub fn take_all(&self, slots: &[Slot]) -> Result<Option<Quota>, Limited> {
         if slots.is_empty() {
             return Ok(None);
         }
