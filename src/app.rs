@@ -55,6 +55,51 @@ pub struct App {
     fleet: Option<crate::fleet::FleetSettings>,
 }
 
+/// Checks the owners and modes of the sidecar's own files (the protected set) and of the
+/// directories above them, repairing what toolgate's user owns and may fix (logged), and
+/// refusing to start on the rest, each with its fix.
+fn own_files_safe(cfg: &Config) -> Result<(), StartError> {
+    use crate::owners::{Kind, Users, check};
+    let private = [
+        cfg.data_dir.clone(),
+        crate::audit::keys::keyring_path(&cfg.data_dir),
+    ];
+    let mut paths: Vec<(std::path::PathBuf, Kind)> = Vec::new();
+    for p in crate::exec::sandbox::canonical_set(&cfg.exec.protected) {
+        let kind = if crate::exec::sandbox::canonical_set(&private).contains(&p) {
+            Kind::Private
+        } else {
+            Kind::Read
+        };
+        paths.push((p, kind));
+    }
+    let programs = rustix::process::geteuid()
+        .is_root()
+        .then(|| cfg.exec.run_as.unwrap_or(crate::exec::NOBODY).uid);
+    let sources = crate::exec::sandbox::canonical_set(&[
+        cfg.sources.policies_dir.clone(),
+        cfg.sources.schemas_dir.clone(),
+    ]);
+    let mut standing = Vec::new();
+    for f in check(&paths, Users::current(programs), true) {
+        if f.repaired {
+            tracing::warn!(path = %f.path.display(), "{}", f.message);
+        } else if sources.iter().any(|d| f.path.starts_with(d)) {
+            // The policy loader reports these as problems (the last good set is served).
+            tracing::error!(path = %f.path.display(), help = f.help, "{}", f.message);
+        } else {
+            standing.push(format!("{}; fix: {}", f.message, f.help));
+        }
+    }
+    if standing.is_empty() {
+        return Ok(());
+    }
+    Err(StartError::Setup(anyhow::anyhow!(
+        "toolgate's own files could be changed by another user:\n  - {}",
+        standing.join("\n  - ")
+    )))
+}
+
 /// What an MCP client speaks to besides HTTP: the process's stdio (`toolgate mcp`), as the
 /// holder of `token`.
 pub struct StdioFront {
@@ -70,6 +115,9 @@ impl App {
         let server = fit_to_fd_limit(cfg.server, raise_fd_limit());
         // Credentials first: a config without authentication stops before anything is opened.
         let auth = Authenticator::from_config(&cfg.auth).map_err(StartError::Auth)?;
+        // Before the data directory is opened: what another user, or a program that ran as
+        // toolgate's user before the runs were confined, changed is repaired or refused.
+        own_files_safe(&cfg)?;
         let stores = Stores::open_configured(
             &cfg.data_dir,
             cfg.store_cache_bytes,

@@ -201,6 +201,9 @@ codes! {
     CsrfRejected = "csrf_rejected", 403, "error body (console session)",
         "a state change sent with the console's session cookie lacked its CSRF token, or came from another origin",
         "send the session's token (GET /ui/session `csrf`) as `X-Toolgate-CSRF`, from the console's own origin";
+    HostRejected = "host_rejected", 403, "error body (dev mode)",
+        "in dev mode, a request whose `Host` is not the sidecar's own (loopback, `listen`, `[mcp] allowed_hosts`): a page that rebound its DNS name to 127.0.0.1",
+        "call the sidecar as `localhost`, `127.0.0.1` or its `listen` address, or add the name to `[mcp] allowed_hosts`";
     NotReady = "not_ready", 503, "error body",
         "no valid policy set is loaded",
         "operators: fix the policies (`toolgate validate` names each problem) or see /readyz";

@@ -184,7 +184,7 @@ impl Metrics {
     }
 
     /// Records a tool run (`/v1/execute`, MCP `tools/call`): how it ended (`success`,
-    /// `exit_nonzero`, `timeout`, `signal`, `error`), how long it took, and whether its output
+    /// `exit_nonzero`, `timeout`, `memory`, `signal`, `error`), how long it took, and whether its output
     /// was cut.
     pub fn tool_run(
         &self,
@@ -306,7 +306,7 @@ const HELP: [(&str, &str); 36] = [
     ),
     (
         RUNS,
-        "Tool runs (/v1/execute, MCP), by tool and result: success, exit_nonzero, timeout, signal, error.",
+        "Tool runs (/v1/execute, MCP), by tool and result: success, exit_nonzero, timeout, memory, signal, error.",
     ),
     (RUN_SECONDS, "Wall-clock time of each tool run, by tool."),
     (

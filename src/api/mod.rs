@@ -13,6 +13,8 @@ mod serve;
 
 pub use serve::{BodyTimedOut, RESERVED_FDS, fit_to_fd_limit, raise_fd_limit, serve};
 
+use std::sync::Arc;
+
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{any, get, post};
@@ -63,6 +65,8 @@ pub fn router(state: Gateway) -> Router {
 /// [`router`] for a sidecar listening on `listen`: `/mcp` also accepts it as `Host`.
 pub fn router_at(state: Gateway, listen: Option<std::net::SocketAddr>) -> Router {
     let limit = state.max_body_bytes;
+    let dev = state.auth.dev_principal().is_some();
+    let hosts = Arc::new(own_hosts(&state, listen));
     let mcp = crate::mcp::service(state.clone(), listen);
     let sessions = crate::console::sessions();
     Router::new()
@@ -117,5 +121,70 @@ pub fn router_at(state: Gateway, listen: Option<std::net::SocketAddr>) -> Router
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn(crate::console::session_layer))
         .layer(axum::Extension(sessions))
+        .layer(axum::middleware::from_fn(move |req, next| {
+            host_guard(dev.then(|| Arc::clone(&hosts)), req, next)
+        }))
         .with_state(state)
+}
+
+/// The names the sidecar answers to: loopback, its `listen` address, `[mcp] allowed_hosts`.
+fn own_hosts(state: &Gateway, listen: Option<std::net::SocketAddr>) -> Vec<String> {
+    let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    if let Some(addr) = listen {
+        hosts.push(addr.ip().to_string());
+    }
+    hosts.extend(
+        state
+            .mcp
+            .allowed_hosts
+            .iter()
+            .map(|h| h.to_ascii_lowercase()),
+    );
+    hosts
+}
+
+/// In dev mode (every caller is one agent, no credential), a request must name the sidecar
+/// itself as `Host`: a web page whose DNS name was rebound to 127.0.0.1 names its own, and
+/// is refused before any route runs. Without dev mode a page has no credential to send.
+async fn host_guard(
+    hosts: Option<Arc<Vec<String>>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    let Some(hosts) = hosts else {
+        return next.run(req).await;
+    };
+    let named = req
+        .headers()
+        .get(axum::http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(host_part);
+    if named.as_ref().is_some_and(|h| hosts.iter().any(|o| o == h)) {
+        return next.run(req).await;
+    }
+    crate::gateway::Error::Coded {
+        code: crate::codes::Code::HostRejected,
+        message: format!(
+            "dev mode answers only requests that name the sidecar itself as `Host`, not `{}`; nothing was done",
+            named.unwrap_or_default()
+        ),
+    }
+    .into_response()
+}
+
+/// The host of a `Host` header, without its port or IPv6 brackets, lowercase.
+fn host_part(value: &str) -> String {
+    let v = value.trim();
+    let host = match v.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or(rest),
+        None => match v.rsplit_once(':') {
+            Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+            _ => v,
+        },
+    };
+    host.to_ascii_lowercase()
 }

@@ -94,16 +94,10 @@ impl Common {
         let overrides = crate::config::Overrides {
             listen: self.listen.clone(),
             data_dir: self.data_dir.clone(),
+            policies_dir: self.policies.clone(),
+            schemas_dir: self.schemas.clone(),
         };
-        let mut cfg = Config::load(self.config.as_deref(), &overrides)
-            .map_err(|e| anyhow::anyhow!(render(&e)))?;
-        if let Some(p) = &self.policies {
-            cfg.sources.policies_dir.clone_from(p);
-        }
-        if let Some(p) = &self.schemas {
-            cfg.sources.schemas_dir.clone_from(p);
-        }
-        Ok(cfg)
+        Config::load(self.config.as_deref(), &overrides).map_err(|e| anyhow::anyhow!(render(&e)))
     }
 }
 

@@ -42,6 +42,8 @@ struct RawLimits {
     file_size_mb: Option<u64>,
     processes: Option<u64>,
     open_files: Option<u64>,
+    memory_mb: Option<u64>,
+    scratch_mb: Option<u64>,
 }
 
 /// Validates `[exec]`. The lock directory defaults to `<data_dir>/locks`, so every sidecar of
@@ -84,6 +86,8 @@ pub(super) fn settings(
         file_size_mb: l.file_size_mb.unwrap_or(dl.file_size_mb),
         processes: l.processes.unwrap_or(dl.processes),
         open_files: l.open_files.unwrap_or(dl.open_files),
+        memory_mb: l.memory_mb.unwrap_or(dl.memory_mb),
+        scratch_mb: l.scratch_mb.unwrap_or(dl.scratch_mb),
     };
     let zero = [
         ("cpu_secs", limits.cpu_secs.unwrap_or(1)),
@@ -91,6 +95,8 @@ pub(super) fn settings(
         ("file_size_mb", limits.file_size_mb),
         ("processes", limits.processes),
         ("open_files", limits.open_files),
+        ("memory_mb", limits.memory_mb),
+        ("scratch_mb", limits.scratch_mb),
     ]
     .into_iter()
     .find(|(_, v)| *v == 0);

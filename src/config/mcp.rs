@@ -133,7 +133,7 @@ pub(super) fn settings(
                         "pass a stdio upstream its credentials in `env`".to_owned(),
                     ));
                 }
-                Transport::Stdio(StdioSpec {
+                Transport::Stdio(Box::new(StdioSpec {
                     command,
                     args: u.args,
                     env: u.env.into_iter().collect(),
@@ -144,7 +144,7 @@ pub(super) fn settings(
                         network: u.network,
                     },
                     limits: u.limits,
-                })
+                }))
             }
             (None, Some(url)) => {
                 if !(url.starts_with("http://") || url.starts_with("https://")) {

@@ -51,6 +51,11 @@ pub struct Overrides {
     pub listen: Option<String>,
     /// `data_dir`, relative to the working directory.
     pub data_dir: Option<PathBuf>,
+    /// `policies_dir`, relative to the working directory (joins the protected set like the
+    /// file's).
+    pub policies_dir: Option<PathBuf>,
+    /// `schemas_dir`, relative to the working directory (likewise).
+    pub schemas_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -347,6 +352,14 @@ impl Config {
             }
             raw.listen = Some(listen.clone());
             raw.listen_from = Some("--listen or TOOLGATE_LISTEN");
+        }
+        // Named on the command line: relative to where the command runs, and protected from
+        // tools like the file's own (they are built into the protected set below).
+        if let Some(dir) = &overrides.policies_dir {
+            raw.policies_dir = Some(std::path::absolute(dir).unwrap_or_else(|_| dir.clone()));
+        }
+        if let Some(dir) = &overrides.schemas_dir {
+            raw.schemas_dir = Some(std::path::absolute(dir).unwrap_or_else(|_| dir.clone()));
         }
         if let Some(dir) = &overrides.data_dir {
             // A directory named on the command line or in the environment is relative to
@@ -757,6 +770,16 @@ impl Config {
             exec.protected.extend(j.jwks_file.iter().cloned());
         }
         exec.protected.extend(known_secret_files);
+        // The audit ship file and its rotated copies: a tool that could write them could
+        // forge what log shippers read, one that could read them reads every decision.
+        if let Some(ship) = &audit_ship {
+            exec.protected.push(ship.path.clone());
+            for n in 1..=ship.keep {
+                let mut name = ship.path.clone().into_os_string();
+                name.push(format!(".{n}"));
+                exec.protected.push(PathBuf::from(name));
+            }
+        }
         exec.protected.extend(raw.mcp.token_file(base));
         let mcp = problems.take_all(
             mcp::settings(raw.mcp, base, exec.root.is_some()),

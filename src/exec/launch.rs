@@ -103,12 +103,24 @@ pub struct LaunchSpec {
     pub sandbox: Option<Sandbox>,
     /// A pids cgroup directory made for this call, which the launcher joins.
     pub cgroup: Option<PathBuf>,
+    /// A memory cgroup directory made for this call (its limit covers every process of the
+    /// run together), which the launcher joins; the same as `cgroup` on cgroup v2.
+    #[serde(default)]
+    pub memory_cgroup: Option<PathBuf>,
+    /// A scratch directory (the program's `HOME` and `TMPDIR`) given a tmpfs of this many
+    /// bytes in the run's mount namespace, owned by the program's user: the run's disk quota.
+    #[serde(default)]
+    pub scratch: Option<(PathBuf, u64)>,
     /// Run the program as this user and group, without supplementary groups.
     #[serde(default)]
     pub run_as: Option<RunAs>,
     /// Give the program a network namespace of its own (no interfaces but a down loopback).
     #[serde(default)]
     pub isolate_network: bool,
+    /// Paths covered in the run's own mount namespace (the protected set, canonical): the
+    /// program reaches the cover, never the file, whatever it does to the path.
+    #[serde(default)]
+    pub masks: Vec<PathBuf>,
     /// Set everything up, start nothing, report (what `/readyz` shows is measured this way).
     #[serde(default)]
     pub probe: bool,
@@ -140,11 +152,20 @@ pub struct Outcome {
     pub cpu_ms: u64,
     /// Largest resident set of any of them, bytes.
     pub max_rss_bytes: u64,
+    /// The kernel stopped a process for passing the run's memory limit (all its processes
+    /// together); the launcher then stopped the rest.
+    pub memory_exceeded: bool,
+    /// The most memory the run's processes used together, bytes (with a memory cgroup).
+    pub memory_peak_bytes: Option<u64>,
     /// `full`, `partial` or `none`: how much of the Landlock sandbox the kernel enforced.
     pub landlock: String,
     /// `namespace` (a network namespace of its own) or `host` (the manifest declares the
     /// network, or `[exec] network_namespace = false`).
     pub network: String,
+    /// How the protected set's metadata was kept from the program: `namespace` (covered in
+    /// the run's mount namespace), `owner` (a root sidecar without a mount namespace:
+    /// programs are another user) or `off` (nothing to cover).
+    pub protected: String,
     /// The program could not be started, or the launcher failed: why.
     pub error: Option<String>,
 }
@@ -152,12 +173,14 @@ pub struct Outcome {
 /// Entry point of `toolgate exec-child`.
 pub fn main() -> ExitCode {
     let mut out = Outcome::default();
+    let mut memory = None;
     let nonce = match read_spec() {
         Ok(spec) => {
             let nonce = spec.nonce.clone();
             if let Err(e) = supervise(&spec, &mut out) {
                 out.error = Some(e);
             }
+            memory = spec.memory_cgroup;
             nonce
         }
         Err(e) => {
@@ -166,6 +189,11 @@ pub fn main() -> ExitCode {
         }
     };
     usage(&mut out);
+    if let Some(dir) = memory {
+        let (kills, peak) = super::cgroup::memory_report(&dir);
+        out.memory_exceeded |= kills > 0;
+        out.memory_peak_bytes = peak;
+    }
     let line = serde_json::to_string(&out).unwrap_or_else(|_| "{}".to_owned());
     let mut err = std::io::stderr().lock();
     // The sidecar reads this line; if stderr is gone there is no one to tell.
@@ -188,15 +216,34 @@ fn supervise(spec: &LaunchSpec, out: &mut Outcome) -> Result<(), String> {
     let me = rustix::process::getpid();
     rustix::process::set_child_subreaper(Some(me))
         .map_err(|e| format!("cannot become a subreaper: {e}"))?;
-    if let Some(cg) = &spec.cgroup {
+    for cg in spec.cgroup.iter().chain(
+        spec.memory_cgroup
+            .iter()
+            .filter(|m| Some(*m) != spec.cgroup.as_ref()),
+    ) {
         std::fs::write(cg.join("cgroup.procs"), me.as_raw_nonzero().to_string())
             .map_err(|e| format!("cannot join the cgroup `{}`: {e}", cg.display()))?;
     }
-    out.network = if spec.isolate_network {
-        isolate_network()
-    } else {
-        "host".to_owned()
-    };
+    let scratch = spec
+        .scratch
+        .as_ref()
+        .map(|(dir, bytes)| super::masks::Scratch {
+            dir: dir.as_path(),
+            bytes: *bytes,
+            owner: spec.run_as.map_or_else(
+                || {
+                    (
+                        rustix::process::geteuid().as_raw(),
+                        rustix::process::getegid().as_raw(),
+                    )
+                },
+                |who| (who.uid, who.gid),
+            ),
+        });
+    let isolation = super::masks::isolate(&spec.masks, spec.isolate_network, scratch)
+        .map_err(|e| e.to_string())?;
+    out.network = isolation.network.to_owned();
+    out.protected = isolation.protected.to_owned();
     if out.network == "none" {
         // No namespace: UDP (and TCP where Landlock is older than ABI 4) would be open.
         return Err(
@@ -210,6 +257,9 @@ fn supervise(spec: &LaunchSpec, out: &mut Outcome) -> Result<(), String> {
     };
 
     set_limits(&spec.rlimits)?;
+    // Last: the filter refuses `chown`, which a root launcher's own setup never needs after
+    // this point (the program's user is changed by `setuid`, which stays allowed).
+    super::syscalls::apply().map_err(|e| e.to_string())?;
     if spec.probe {
         return Ok(());
     }
@@ -277,6 +327,9 @@ fn supervise(spec: &LaunchSpec, out: &mut Outcome) -> Result<(), String> {
     loop {
         if ended(spec, me, &mut reaper, out) {
             return Ok(());
+        }
+        if over_memory(spec, out) {
+            break;
         }
         let now = Instant::now();
         if now >= deadline {
@@ -403,6 +456,9 @@ fn session(
         if ended(spec, me, &mut reaper, out) {
             return Ok(());
         }
+        if over_memory(spec, out) {
+            break;
+        }
         if stop_at.is_none() && input_ended.load(std::sync::atomic::Ordering::Acquire) {
             out.cancelled = true;
             stop_at = Some(Instant::now() + Duration::from_millis(spec.grace_ms));
@@ -422,6 +478,19 @@ fn session(
     }
     stop(spec, me, &mut reaper, out);
     Ok(())
+}
+
+/// Whether the kernel has stopped a process of the run for its memory limit: then the run
+/// is over (cgroup v1 kills only the largest process; the rest are stopped with it).
+fn over_memory(spec: &LaunchSpec, out: &mut Outcome) -> bool {
+    let Some(dir) = &spec.memory_cgroup else {
+        return false;
+    };
+    let (kills, _) = super::cgroup::memory_report(dir);
+    if kills > 0 {
+        out.memory_exceeded = true;
+    }
+    out.memory_exceeded
 }
 
 /// Reaps every child that has ended (orphans included), remembering the program's status.
@@ -567,20 +636,6 @@ fn set_limits(l: &Rlimits) -> Result<(), String> {
         .map_err(|e| format!("cannot set the {name} limit to {value}: {e}"))?;
     }
     Ok(())
-}
-
-/// A network namespace of its own for the launcher and everything it starts: as root
-/// directly, otherwise inside a new user namespace. Returns `namespace`, or `none` when
-/// neither is allowed here.
-fn isolate_network() -> String {
-    use nix::sched::{CloneFlags, unshare};
-    if unshare(CloneFlags::CLONE_NEWNET).is_ok()
-        || unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET).is_ok()
-    {
-        "namespace".to_owned()
-    } else {
-        "none".to_owned()
-    }
 }
 
 /// Applies the Landlock rules to the launcher (and so to everything it starts). Returns how

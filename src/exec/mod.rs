@@ -11,10 +11,12 @@
 
 mod cgroup;
 pub mod launch;
+mod masks;
 mod output;
 mod run;
 pub mod sandbox;
 mod session;
+mod syscalls;
 
 use crate::tools::{Access, Executor, Keep, LimitOverrides, Programs, RenderError};
 pub use launch::{Outcome, RunAs};
@@ -46,6 +48,12 @@ pub struct DefaultLimits {
     pub processes: u64,
     /// Open files per process.
     pub open_files: u64,
+    /// Memory of all of a run's processes together, MiB (a memory cgroup where one can be
+    /// made; swap off for it).
+    pub memory_mb: u64,
+    /// Size of a run's scratch directory (`HOME`, `TMPDIR`), MiB: a tmpfs in the run's own
+    /// mount namespace, whose pages count against `memory_mb`.
+    pub scratch_mb: u64,
 }
 
 impl Default for DefaultLimits {
@@ -56,6 +64,8 @@ impl Default for DefaultLimits {
             file_size_mb: 1024,
             processes: 256,
             open_files: 1024,
+            memory_mb: 4096,
+            scratch_mb: 1024,
         }
     }
 }
@@ -142,6 +152,9 @@ pub struct Protections {
     pub landlock: String,
     /// How the number of processes is bounded: `cgroup`, `rlimit`, or `none`.
     pub process_limit: &'static str,
+    /// How a run's memory is bounded: `cgroup` (all its processes together, no swap) or
+    /// `rlimit` (each process's address space only).
+    pub memory_limit: &'static str,
     /// Resource limits set (CPU, address space, file size, processes, open files).
     pub rlimits: bool,
     /// Path arguments opened with openat2 beneath the root.
@@ -155,6 +168,10 @@ pub struct Protections {
     pub run_as: Option<String>,
     /// The protected set: never readable or writable by a tool or a program.
     pub protected: Vec<String>,
+    /// How programs are kept off the protected set's modes, times and attributes:
+    /// `namespace` (covered in each run's mount namespace) or `owner` (a root sidecar where
+    /// no mount namespace can be made: programs are `run_as`, who owns none of it).
+    pub metadata: String,
     /// Why the probe failed, if it did (execution is then refused).
     pub error: Option<String>,
 }
@@ -215,6 +232,8 @@ pub struct Runner {
     protections: Protections,
     /// Never granted to a program: the protected set (canonical) and the system's secrets.
     excluded: Vec<PathBuf>,
+    /// Covered in every run's mount namespace: the protected set (canonical).
+    masks: Vec<PathBuf>,
     /// Who programs run as (set when the sidecar is root).
     run_as: Option<RunAs>,
     /// Directory listings below the roots, kept between plans.
@@ -311,14 +330,17 @@ impl Runner {
                 root: jail.root().display().to_string(),
                 landlock: String::new(),
                 process_limit: "none",
+                memory_limit: "rlimit",
                 rlimits: false,
                 path_jail: true,
                 no_orphans: false,
                 network: "none".to_owned(),
                 run_as: run_as.map(|r| format!("{}:{}", r.uid, r.gid)),
                 protected: protected.iter().map(|p| p.display().to_string()).collect(),
+                metadata: String::new(),
                 error: None,
             },
+            masks: protected,
             excluded,
             run_as,
             dir_cache: Arc::default(),
@@ -407,8 +429,11 @@ impl Runner {
             rlimits: self.rlimits(1000, LimitOverrides::default()),
             sandbox,
             cgroup: None,
+            memory_cgroup: None,
+            scratch: None,
             run_as: self.run_as,
             isolate_network: self.settings.network_namespace,
+            masks: self.masks.clone(),
             probe: true,
             session: false,
         };
@@ -424,8 +449,12 @@ impl Runner {
                 Some(o) if o.error.is_none() => {
                     p.landlock = o.landlock;
                     p.network = o.network;
+                    p.metadata = o.protected;
                     p.rlimits = true;
                     p.no_orphans = true;
+                    if self.cgroups.as_ref().is_some_and(|c| c.limits_memory()) {
+                        p.memory_limit = "cgroup";
+                    }
                     p.process_limit = if self.cgroups.is_some() {
                         "cgroup"
                     } else if rustix::process::getuid().is_root() {
@@ -488,7 +517,11 @@ impl Runner {
         let shared: Vec<PathBuf> = self.jail.shared().map(Path::to_path_buf).collect();
         let read_paths = self.settings.read_paths.clone();
         let write_paths = self.settings.write_paths.clone();
-        let cgroup = self.cgroups.as_ref().map(|c| c.base().to_path_buf());
+        let cgroups = self
+            .cgroups
+            .as_ref()
+            .map(cgroup::Cgroups::bases)
+            .unwrap_or_default();
         let network = access.network;
         let run_as = self.run_as;
         let cache = Arc::clone(&self.dir_cache);
@@ -526,8 +559,8 @@ impl Runner {
             for dir in shared.iter().chain(std::iter::once(&root)) {
                 read.add(dir, &ex, true)?;
             }
-            if let Some(cg) = cgroup {
-                read.add(&cg, &ex, false)?;
+            for cg in &cgroups {
+                read.add(cg, &ex, false)?;
             }
             let mut write = sandbox::Plan::default();
             write.add(Path::new("/dev/null"), &ex, false)?;
@@ -706,7 +739,7 @@ impl Runner {
     ) -> Result<run::Ran, ExecError> {
         let ex = &job.ex;
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
-        let (scratch, cg) = self.room(n, &n.to_string(), ex.limits.processes)?;
+        let (scratch, cg) = self.room(n, &n.to_string(), ex.limits)?;
         let sandbox = job.sandbox.clone().map(|mut sb| {
             sb.write.push(scratch.clone());
             sb
@@ -721,17 +754,20 @@ impl Runner {
             grace_ms: self.settings.grace_ms,
             rlimits: self.rlimits(timeout_ms, ex.limits),
             sandbox,
-            cgroup: cg.clone(),
+            cgroup: cg.as_ref().map(|g| g.pids.clone()),
+            memory_cgroup: cg.as_ref().and_then(|g| g.memory.clone()),
+            scratch: Some((scratch.clone(), self.scratch_bytes(ex.limits))),
             run_as: self.run_as,
             isolate_network: !ex.access.network && self.settings.network_namespace,
+            masks: self.masks.clone(),
             probe: false,
             session: false,
         };
         let ran = run::run(&self.launcher, &spec, head, tail, cancel.cancelled()).await;
         // Blocking file-system work (and the cgroup's brief retries): off the workers.
         let _ = tokio::task::spawn_blocking(move || {
-            if let Some(dir) = cg {
-                cgroup::Cgroups::remove(&dir);
+            if let Some(group) = cg {
+                cgroup::Cgroups::remove_run(&group);
             }
             let _ = std::fs::remove_dir_all(&scratch);
         })
@@ -740,13 +776,19 @@ impl Runner {
     }
 
     /// A fresh scratch directory (`name`, owned by the run's user) and, where cgroups can be
-    /// made, pids cgroup `n` bounded to `processes` (else `[exec.limits]`).
+    /// made, cgroups `n` bounded to the tool's processes and memory (else `[exec.limits]`).
     fn room(
         &self,
         n: u64,
         name: &str,
-        processes: Option<u64>,
-    ) -> Result<(PathBuf, Option<PathBuf>), ExecError> {
+        limits: LimitOverrides,
+    ) -> Result<(PathBuf, Option<cgroup::RunGroup>), ExecError> {
+        let d = self.settings.limits;
+        let processes = limits.processes.unwrap_or(d.processes);
+        let memory = limits
+            .memory_mb
+            .unwrap_or(d.memory_mb)
+            .saturating_mul(1024 * 1024);
         let scratch = self.scratch.join(name);
         std::fs::create_dir_all(&scratch)
             .map_err(|e| ExecError::Setup(format!("scratch directory: {e}")))?;
@@ -756,12 +798,20 @@ impl Runner {
         }
         let cg = match &self.cgroups {
             Some(c) => Some(
-                c.make(n, processes.unwrap_or(self.settings.limits.processes))
+                c.make(n, processes, memory)
                     .map_err(|e| ExecError::Setup(format!("cgroup: {e}")))?,
             ),
             None => None,
         };
         Ok((scratch, cg))
+    }
+
+    /// The size of a run's scratch tmpfs, bytes.
+    fn scratch_bytes(&self, limits: LimitOverrides) -> u64 {
+        limits
+            .scratch_mb
+            .unwrap_or(self.settings.limits.scratch_mb)
+            .saturating_mul(1024 * 1024)
     }
 
     /// The program's whole environment: the allowlisted variables from the sidecar's, over

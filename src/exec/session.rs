@@ -51,7 +51,7 @@ pub struct Session {
 /// A session's cgroup and scratch directory, removed when the session is over.
 #[derive(Debug)]
 pub struct Cleanup {
-    cgroup: Option<PathBuf>,
+    cgroup: Option<super::cgroup::RunGroup>,
     scratch: PathBuf,
 }
 
@@ -61,8 +61,8 @@ impl Cleanup {
         let cg = self.cgroup.take();
         let scratch = std::mem::take(&mut self.scratch);
         let _ = tokio::task::spawn_blocking(move || {
-            if let Some(dir) = cg {
-                cgroup::Cgroups::remove(&dir);
+            if let Some(group) = cg {
+                cgroup::Cgroups::remove_run(&group);
             }
             let _ = std::fs::remove_dir_all(&scratch);
         })
@@ -80,8 +80,8 @@ impl Drop for Cleanup {
         std::thread::spawn(move || {
             // The launcher may still be stopping the program: let it finish first.
             std::thread::sleep(std::time::Duration::from_secs(5));
-            if let Some(dir) = cg {
-                cgroup::Cgroups::remove(&dir);
+            if let Some(group) = cg {
+                cgroup::Cgroups::remove_run(&group);
             }
             let _ = std::fs::remove_dir_all(&scratch);
         });
@@ -100,7 +100,7 @@ impl Runner {
             .map_err(|e| ExecError::Setup(format!("working directory `{}`: {e}", spec.cwd)))?;
         let sandbox = self.plan(&spec.access).await?;
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
-        let (scratch, cg) = self.room(n, &format!("session-{n}"), spec.limits.processes)?;
+        let (scratch, cg) = self.room(n, &format!("session-{n}"), spec.limits)?;
         let cleanup = Cleanup {
             cgroup: cg.clone(),
             scratch: scratch.clone(),
@@ -134,9 +134,12 @@ impl Runner {
             grace_ms: self.settings.grace_ms,
             rlimits,
             sandbox,
-            cgroup: cg,
+            cgroup: cg.as_ref().map(|g| g.pids.clone()),
+            memory_cgroup: cg.as_ref().and_then(|g| g.memory.clone()),
+            scratch: Some((scratch.clone(), self.scratch_bytes(spec.limits))),
             run_as: self.run_as,
             isolate_network: !spec.access.network && self.settings.network_namespace,
+            masks: self.masks.clone(),
             probe: false,
             session: true,
         };

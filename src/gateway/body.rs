@@ -282,6 +282,10 @@ pub struct Metadata {
     /// Largest resident set among them, bytes (an upper bound: it includes the launcher's
     /// own pages copied at start).
     pub max_rss_bytes: Option<u64>,
+    /// Stopped because its processes together passed the run's memory limit.
+    pub memory_exceeded: bool,
+    /// The most memory its processes used together, bytes (where runs have a memory cgroup).
+    pub memory_peak_bytes: Option<u64>,
     /// Attempts made (retries of marked exit codes).
     pub attempts: u32,
     /// How much of the Landlock sandbox the kernel enforced.

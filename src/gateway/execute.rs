@@ -180,6 +180,8 @@ fn count_run(state: &Gateway, tool: &str, result: &Result<(Progress, ExecAnswer)
             let m = &answer.metadata;
             let ended = if m.timed_out {
                 "timeout"
+            } else if m.memory_exceeded {
+                "memory"
             } else if m.signal.is_some() {
                 "signal"
             } else if answer.status == "success" {
@@ -512,18 +514,22 @@ async fn finish(
         bytes: ran.bytes,
         cpu_ms: ran.outcome.as_ref().map(|o| o.cpu_ms),
         max_rss_bytes: ran.outcome.as_ref().map(|o| o.max_rss_bytes),
+        memory_exceeded: outcome.memory_exceeded,
+        memory_peak_bytes: outcome.memory_peak_bytes,
         attempts: ran.attempts,
         landlock: outcome.landlock.clone(),
     };
     let status = outcome_on_record(entry, failure.as_ref(), &verdict.report);
     entry.detail = Some(format!(
-        "decision_id={decision_id} exit_code={} signal={} timed_out={} duration_ms={} cpu_ms={} max_rss_bytes={} bytes={} truncated={} attempts={} stragglers={} landlock={}",
+        "decision_id={decision_id} exit_code={} signal={} timed_out={} duration_ms={} cpu_ms={} max_rss_bytes={} memory_peak_bytes={} memory_exceeded={} bytes={} truncated={} attempts={} stragglers={} landlock={}",
         opt(metadata.exit_code),
         opt(metadata.signal),
         metadata.timed_out,
         opt(metadata.duration_ms),
         opt(metadata.cpu_ms),
         opt(metadata.max_rss_bytes),
+        opt(metadata.memory_peak_bytes),
+        metadata.memory_exceeded,
         metadata.bytes,
         metadata.truncated,
         metadata.attempts,
@@ -701,6 +707,13 @@ fn run_failure(ran: &Execution, timeout_ms: u64) -> Option<ExecFailure> {
                 }
             ),
             "ask for less work, or raise `limits.timeout_ms` in the manifest",
+        );
+    }
+    if o.memory_exceeded {
+        return fail(
+            Code::Killed,
+            "stopped: its processes together passed the run's memory limit".to_owned(),
+            "ask for less work, or raise `limits.memory_mb` in the manifest (or `[exec.limits] memory_mb`)",
         );
     }
     if let Some(sig) = o.signal {

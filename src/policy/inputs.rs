@@ -95,6 +95,16 @@ pub fn read_inputs(sources: &Sources) -> Inputs {
         &mut hasher,
         &mut problems,
     );
+    // Nobody but root, toolgate's user and the directories' owners may have changed them.
+    let dirs = [&sources.policies_dir, &sources.schemas_dir].map(|d| {
+        (
+            d.canonicalize().unwrap_or_else(|_| d.clone()),
+            crate::owners::Kind::Read,
+        )
+    });
+    for f in crate::owners::check(&dirs, crate::owners::Users::current(None), false) {
+        problems.push(Problem::in_file(&f.path, f.message, Some(f.help)));
+    }
     for p in &problems {
         hasher.update(p.message.as_bytes());
     }

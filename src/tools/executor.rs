@@ -88,6 +88,10 @@ pub struct LimitOverrides {
     pub processes: Option<u64>,
     /// Open files per process.
     pub open_files: Option<u64>,
+    /// Memory of all of the run's processes together, MiB.
+    pub memory_mb: Option<u64>,
+    /// Size of the run's scratch directory (a tmpfs), MiB.
+    pub scratch_mb: Option<u64>,
 }
 
 /// What a program may reach beyond reading the service root, as written: `writes` (paths
@@ -410,6 +414,24 @@ impl RawExecutor {
             return Err((
                 "`executor.truncate.lines` must be at least 1".to_owned(),
                 "omit it to cut by bytes only".to_owned(),
+            ));
+        }
+        let l = self.limits;
+        if let Some((name, _)) = [
+            ("cpu_secs", l.cpu_secs),
+            ("address_space_mb", l.address_space_mb),
+            ("file_size_mb", l.file_size_mb),
+            ("processes", l.processes),
+            ("open_files", l.open_files),
+            ("memory_mb", l.memory_mb),
+            ("scratch_mb", l.scratch_mb),
+        ]
+        .into_iter()
+        .find(|(_, v)| *v == Some(0))
+        {
+            return Err((
+                format!("`executor.limits.{name}` must be at least 1"),
+                "omit it for `[exec.limits]`".to_owned(),
             ));
         }
         let access = compile_access(self.sandbox)?;

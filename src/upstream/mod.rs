@@ -81,7 +81,7 @@ pub struct UpstreamSpec {
 #[derive(Debug, Clone)]
 pub enum Transport {
     /// A program spoken to over stdin and stdout, inside the exec sandbox.
-    Stdio(StdioSpec),
+    Stdio(Box<StdioSpec>),
     /// A streamable-HTTP MCP endpoint.
     Http(HttpSpec),
 }

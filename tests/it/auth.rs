@@ -233,3 +233,74 @@ fn the_tokens_file_holds_no_token_in_clear() {
         assert_eq!(t["sha256"].as_str().unwrap().len(), 64);
     }
 }
+
+/// Dev mode takes every caller for its one agent, so a web page whose DNS name was rebound
+/// to 127.0.0.1 must not reach any route: the real binary on the shipped dev-mode config
+/// answers only requests that name it as `Host`.
+#[test]
+fn dev_mode_refuses_a_foreign_host_on_every_route() {
+    use std::io::{Read as _, Write as _};
+    let data = tempfile::tempdir().unwrap();
+    let port = crate::helpers::free_port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["serve", "--config"])
+        .arg(repo().join("examples/dev-mode.toml"))
+        .env("TOOLGATE_LISTEN", format!("127.0.0.1:{port}"))
+        .env("TOOLGATE_DATA_DIR", data.path())
+        .env_remove("TOOLGATE_KILL_SWITCH")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let ask = |method: &str, path: &str, host: &str| -> (u16, String) {
+        let once = || -> Option<(u16, String)> {
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+            s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+                .ok()?;
+            let body = push().to_string();
+            let text = format!(
+                "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            s.write_all(text.as_bytes()).ok()?;
+            let mut out = String::new();
+            s.read_to_string(&mut out).ok()?;
+            Some((out.split(' ').nth(1)?.parse().ok()?, out))
+        };
+        once().unwrap_or((0, String::new()))
+    };
+    let start = std::time::Instant::now();
+    while ask("GET", "/healthz", "localhost").0 != 200 {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(20),
+            "not up"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let own = format!("127.0.0.1:{port}");
+    for host in ["localhost", own.as_str(), "[::1]:8181", "LOCALHOST:1"] {
+        let (status, out) = ask("POST", "/v1/authorize", host);
+        assert_eq!(status, 200, "{host}: {out}");
+    }
+    for (method, path) in [
+        ("POST", "/v1/authorize"),
+        ("POST", "/v1/execute"),
+        ("GET", "/v1/tools"),
+        ("GET", "/healthz"),
+        ("POST", "/mcp"),
+    ] {
+        for host in [
+            "attacker.example",
+            "attacker.example:8181",
+            "127.0.0.1.nip.io",
+        ] {
+            let (status, out) = ask(method, path, host);
+            assert_eq!(status, 403, "{method} {path} as {host}: {out}");
+            if path != "/mcp" {
+                assert!(out.contains("host_rejected"), "{out}");
+            }
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -188,7 +188,11 @@ pub async fn send_full(
     token: Option<&str>,
     body: Option<&str>,
 ) -> (StatusCode, axum::http::HeaderMap, Value) {
-    let mut req = Request::builder().method(method).uri(uri);
+    // Every HTTP/1.1 client names the host it called.
+    let mut req = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("host", "localhost");
     if let Some(t) = token {
         req = req.header("authorization", format!("Bearer {t}"));
     }

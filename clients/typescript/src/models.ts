@@ -112,6 +112,10 @@ export interface ExecResultMetadata {
   bytes: number;
   cpu_ms: number | null;
   max_rss_bytes: number | null;
+  /** The run was stopped because its processes together passed its memory limit (`limits.memory_mb`); the error code is then `killed`. */
+  memory_exceeded: boolean;
+  /** The most memory the run's processes used together, where runs have a memory cgroup (`/readyz` `execution.memory_limit` is `cgroup`). */
+  memory_peak_bytes: number | null;
   /** Runs made (retries count; 0 when nothing ran). */
   attempts: number;
   /** Landlock enforcement the program ran under (absent for built-in tools). */

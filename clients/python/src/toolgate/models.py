@@ -123,6 +123,10 @@ class ExecResultMetadata(TypedDict):
     bytes: "int"
     cpu_ms: "int | None"
     max_rss_bytes: "int | None"
+    # The run was stopped because its processes together passed its memory limit (`limits.memory_mb`); the error code is then `killed`.
+    memory_exceeded: "bool"
+    # The most memory the run's processes used together, where runs have a memory cgroup (`/readyz` `execution.memory_limit` is `cgroup`).
+    memory_peak_bytes: "int | None"
     # Runs made (retries count; 0 when nothing ran).
     attempts: "int"
     # Landlock enforcement the program ran under (absent for built-in tools).
