@@ -83,6 +83,10 @@ fn sync(common: &Common) -> anyhow::Result<ExitCode> {
         .build()?;
     let exec = cfg.exec.clone();
     let mcp = cfg.mcp.clone();
+    // Upstream stderr is printed screened, as `serve` logs it: a server that echoes its
+    // environment or a key it was given must not put it on the operator's terminal.
+    let gates = crate::redact::Gates::new(&cfg.redaction, cfg.gate_rules.clone())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let listed = runtime.block_on(async move {
         let runner = match &exec.root {
             Some(_) => {
@@ -95,7 +99,8 @@ fn sync(common: &Common) -> anyhow::Result<ExitCode> {
             }
             None => None,
         };
-        let screen: crate::upstream::Screen = std::sync::Arc::new(|l: &str| l.to_owned());
+        let screen: crate::upstream::Screen =
+            std::sync::Arc::new(move |l: &str| gates.redactor().redact(l));
         let hub = crate::upstream::Hub::start(&mcp, runner, screen);
         hub.settled(std::time::Duration::from_secs(60)).await;
         let out: Vec<_> = mcp

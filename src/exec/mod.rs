@@ -216,6 +216,9 @@ pub struct Execution {
     pub duration: Duration,
     /// Attempts made.
     pub attempts: u32,
+    /// The time limit the run had, ms, and the argument that set it when one did (shorter
+    /// than the manifest's `limits.timeout_ms`).
+    pub time_limit: (u64, Option<String>),
 }
 
 /// Runs tools. Shared by every request.
@@ -612,14 +615,13 @@ impl Runner {
             .locate(&ex.cwd)
             .map_err(|e| ExecError::Setup(format!("working directory `{}`: {e}", ex.cwd)))?;
         // An argument naming a limit is applied, capped by the manifest's.
-        let timeout_ms = ex
+        let asked = ex
             .timeout_arg
             .as_ref()
-            .and_then(|name| args.get(name))
-            .and_then(Value::as_u64)
-            .map_or(tool.limits.timeout_ms, |s| {
-                s.saturating_mul(1000).min(tool.limits.timeout_ms)
-            });
+            .and_then(|name| Some((name, args.get(name)?.as_u64()?.saturating_mul(1000))))
+            .filter(|(_, ms)| *ms < tool.limits.timeout_ms);
+        let timeout_ms = asked.map_or(tool.limits.timeout_ms, |(_, ms)| ms);
+        let time_from = asked.map(|(name, _)| name.clone());
         let revisions: Vec<(String, String)> = ex
             .git
             .iter()
@@ -641,6 +643,7 @@ impl Runner {
             argv,
             cwd,
             timeout_ms,
+            time_from,
             max_output_bytes: tool.limits.max_output_bytes,
             ex: ex.clone(),
             sandbox,
@@ -723,6 +726,7 @@ impl Runner {
                 outcome: ran.outcome,
                 duration: ran.duration,
                 attempts: attempt,
+                time_limit: (job.timeout_ms, job.time_from.clone()),
             });
         }
     }
@@ -894,6 +898,8 @@ struct Job {
     argv: Vec<String>,
     cwd: PathBuf,
     timeout_ms: u64,
+    /// The argument that set `timeout_ms`, when one did.
+    time_from: Option<String>,
     max_output_bytes: u64,
     ex: Executor,
     sandbox: Option<Sandbox>,

@@ -77,7 +77,7 @@ pub async fn set_kill_switch(
     who: Principal,
     body: KillSwitchBody,
 ) -> Result<Value, Error> {
-    let reason = body.reason.map(|r| r.chars().take(500).collect::<String>());
+    let reason = super::gates::screen_note(state, body.reason);
     let snap: Arc<Snapshot> = state.policy.current();
     let by = who.uid.to_string();
     let word = if body.on {
@@ -245,7 +245,7 @@ pub async fn set_quarantine(
 ) -> Result<Value, Error> {
     let target = agent_uid(&body.agent)?;
     let target_id = target.to_string();
-    let reason = body.reason.map(|r| r.chars().take(500).collect::<String>());
+    let reason = super::gates::screen_note(state, body.reason);
     let snap: Arc<Snapshot> = state.policy.current();
     let by = who.uid.to_string();
     let record = AdminRecord {

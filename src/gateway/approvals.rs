@@ -327,7 +327,7 @@ pub async fn settle_approval(
     body: DecideBody,
     approve: bool,
 ) -> Result<Value, Error> {
-    let reason = body.reason.map(|r| r.chars().take(500).collect::<String>());
+    let reason = super::gates::screen_note(state, body.reason);
     let snap: Arc<Snapshot> = state.policy.current();
     let current = state
         .approvals

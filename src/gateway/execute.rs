@@ -673,7 +673,7 @@ fn verdict(screened: super::results::ResultAnswer) -> Verdict {
 }
 
 /// The run's own failure, if any: no report, timeout, a signal, a non-zero exit.
-fn run_failure(ran: &Execution, timeout_ms: u64) -> Option<ExecFailure> {
+fn run_failure(ran: &Execution, manifest_ms: u64) -> Option<ExecFailure> {
     let fail = |code: Code, message: String, suggestion: &str| {
         Some(ExecFailure {
             code,
@@ -681,6 +681,7 @@ fn run_failure(ran: &Execution, timeout_ms: u64) -> Option<ExecFailure> {
             suggestion: suggestion.to_owned(),
         })
     };
+    let (timeout_ms, time_from) = &ran.time_limit;
     let Some(o) = &ran.outcome else {
         return fail(
             Code::LauncherFailed,
@@ -699,14 +700,25 @@ fn run_failure(ran: &Execution, timeout_ms: u64) -> Option<ExecFailure> {
         return fail(
             Code::Timeout,
             format!(
-                "stopped after {timeout_ms} ms{}",
+                "stopped after {timeout_ms} ms, the limit {}{}",
+                match time_from {
+                    Some(arg) => format!("its `{arg}` argument asked for"),
+                    None => "of the manifest's `limits.timeout_ms`".to_owned(),
+                },
                 if o.killed {
                     " (killed: it ignored SIGTERM)"
                 } else {
                     ""
                 }
             ),
-            "ask for less work, or raise `limits.timeout_ms` in the manifest",
+            &match time_from {
+                Some(arg) => format!(
+                    "ask for less work, or a larger `{arg}` (up to the manifest's {manifest_ms} ms)"
+                ),
+                None => {
+                    "ask for less work, or raise `limits.timeout_ms` in the manifest".to_owned()
+                }
+            },
         );
     }
     if o.memory_exceeded {

@@ -208,6 +208,20 @@ fn body_bytes(value: &Value) -> usize {
     total
 }
 
+/// A human's free-text note (an approval's, a kill switch's, a quarantine's or a grant's
+/// `reason`), cut to 500 characters and screened like any other text before it is stored,
+/// logged, shipped or sent to a webhook: a key pasted into a note is masked. Without the
+/// detectors the note is withheld, not kept in clear.
+pub fn screen_note(state: &Gateway, note: Option<String>) -> Option<String> {
+    note.map(|r| {
+        let r: String = r.chars().take(500).collect();
+        match &state.gates {
+            Some(g) => g.redactor().redact(&r),
+            None => "<note withheld: redaction unavailable>".to_owned(),
+        }
+    })
+}
+
 /// Runs a scan on the blocking pool: a large body takes milliseconds, which must not hold up
 /// the async workers that answer `/v1/authorize`. A scan that panics is refused (fail closed).
 pub async fn off_workers<T: Send + 'static>(

@@ -199,7 +199,8 @@ pub async fn create_grant(
     let body = body?;
     let snap = state.policy.current();
     let ttl_s = i64::try_from(body.ttl_s).unwrap_or(i64::MAX);
-    let grant = checked_grant(&snap, &who, body)?;
+    let mut grant = checked_grant(&snap, &who, body)?;
+    grant.reason = super::gates::screen_note(state, grant.reason.take());
     let grantee = grant.principal.uid("principal").map_err(Error::Grant)?;
     let ask = GrantAsk {
         tool: &grant.resource.id,
@@ -346,7 +347,7 @@ pub async fn revoke_grant(
     let grants = service(state)?.clone();
     let fleet = state.fleet.clone();
     let reason = match body? {
-        Some(b) => checked_reason(b.reason)?,
+        Some(b) => super::gates::screen_note(state, checked_reason(b.reason)?),
         None => None,
     };
     let grant = grants.get(&id).await.ok_or_else(|| {

@@ -454,3 +454,75 @@ fn a_console_url_that_is_not_a_url_is_refused_at_start() {
     let err = crate::process::serve_refuses(&set, "[approvals]\nwebhook_format = \"teams\"\n");
     assert!(err.contains("webhook_format"), "{err}");
 }
+
+/// A key an approver pastes into a reason is masked before the reason is stored, recorded,
+/// shipped or sent to the webhook (real binary); so is one in a kill switch's reason.
+#[test]
+fn an_approvers_reason_is_screened_everywhere_it_goes() {
+    const KEY: &str = "AKIAZ7XQ3RT5KJH2WB4N";
+    let (hook, seen) = receiver(vec![200; 64]);
+    let set = TempSet::new();
+    let server = start_configured(
+        &set,
+        &format!(
+            "[approvals]\nwebhook_url = \"http://127.0.0.1:{hook}/hook\"\n[audit]\nship_file = \"ship.jsonl\"\n"
+        ),
+        "widening = \"hold\"",
+        &[],
+    );
+    let port = server.port;
+    let call = json!({"tool": "write_file", "args": {"path": "a.txt", "content": "x"}});
+    let (_, d) = exchange(port, "POST", "/v1/authorize", Some(DEV), Some(&call)).unwrap();
+    assert_eq!(d["decision"], "pending_approval", "{d}");
+    let id = d["approval_id"].as_str().unwrap().to_owned();
+    let reason = format!("fine, deploy with {KEY} as agreed");
+    let (s, answer) = exchange(
+        port,
+        "POST",
+        &format!("/v1/approvals/{id}/approve"),
+        Some(BOB),
+        Some(&json!({"reason": reason})),
+    )
+    .unwrap();
+    assert_eq!(s, 200, "{answer}");
+    let decided = notice(&seen, "approval.decided", Duration::from_secs(15));
+    let (s, _) = exchange(
+        port,
+        "POST",
+        "/v1/admin/kill-switch",
+        Some(BOB),
+        Some(&json!({"on": false, "reason": format!("key {KEY}")})),
+    )
+    .unwrap();
+    assert!(s < 500, "{s}");
+    let (_, shown) =
+        exchange(port, "GET", &format!("/v1/approvals/{id}"), Some(BOB), None).unwrap();
+    assert!(
+        shown["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("fine, deploy with <redacted"),
+        "{shown}"
+    );
+    let (_, audit) = exchange(port, "GET", "/v1/audit?limit=1000", Some(BOB), None).unwrap();
+    // The ship file catches up within a second or so.
+    let ship = set.dir.path().join("ship.jsonl");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let shipped = loop {
+        let text = std::fs::read_to_string(&ship).unwrap_or_default();
+        if text.contains("fine, deploy with") || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(shipped.contains("fine, deploy with"), "{shipped}");
+    for (place, text) in [
+        ("the answer", answer.to_string()),
+        ("the webhook", decided.to_string()),
+        ("the approval", shown.to_string()),
+        ("the audit log", audit.to_string()),
+        ("the ship file", shipped),
+    ] {
+        assert!(!text.contains(KEY), "{place} holds the key: {text}");
+    }
+}

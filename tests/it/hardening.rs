@@ -426,6 +426,19 @@ async fn an_argument_naming_a_time_limit_is_applied_within_the_manifests() {
         took < Duration::from_secs(5),
         "ran {took:?} with timeout_s 1"
     );
+    // The answer names the limit that stopped it: the argument's, not the manifest's.
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("stopped after 1000 ms") && message.contains("`timeout_s`"),
+        "{v}"
+    );
+    assert!(
+        v["error"]["suggestion"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("larger `timeout_s`"),
+        "{v}"
+    );
     // A larger value is capped by the manifest's 20 s: the 8 s sleep finishes.
     let (s, v) = execute(&app, DEV, "slow", json!({"timeout_s": 3600})).await;
     assert_eq!(s, StatusCode::OK, "{v}");

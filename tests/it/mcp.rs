@@ -205,10 +205,13 @@ url = "http://127.0.0.1:{web_port}/mcp"
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&out.stdout).to_string();
+    let logged = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "sync failed: {said}\n{logged}");
+    // The mutable server logs a token on its stderr: sync prints it screened, as serve does.
+    assert!(logged.contains("MCP upstream stderr"), "{logged}");
     assert!(
-        out.status.success(),
-        "sync failed: {said}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        !logged.contains("ghp_A1b2C3d4"),
+        "sync printed stderr unscreened: {logged}"
     );
     for line in [
         "exposed mutable.greet (read low, from annotations)",
