@@ -20,7 +20,9 @@
 //!   own; the covers are a second line, and where no mount namespace can be made (a
 //!   container without `CAP_SYS_ADMIN`) runs go on without them, reported as `owner`.
 //!
-//! Every mount is made private first, so nothing made here propagates to the host.
+//! Every mount is made private first, so nothing made here propagates to the host. A root
+//! sidecar's runs also get a `/proc` of their own with `hidepid=2`: a program sees its own
+//! processes only.
 //!
 //! Owns: creating the namespaces and the covers. Does not own: what is protected (the
 //! runner's protected set) or the program's uid (the launcher).
@@ -83,6 +85,9 @@ pub fn isolate(
     if root {
         if unshare(flags).is_ok() {
             mounts(masks, scratch)?;
+            if flags.contains(CloneFlags::CLONE_NEWNS) {
+                own_processes_only()?;
+            }
             return Ok(Isolation {
                 network: if network { "namespace" } else { "host" },
                 protected: if cover { "namespace" } else { "off" },
@@ -171,6 +176,21 @@ fn mounts(masks: &[PathBuf], scratch: Option<Scratch<'_>>) -> Result<(), Isolati
         })?;
     }
     Ok(())
+}
+
+/// A root sidecar's programs run as another user: a `/proc` of the run's own, mounted with
+/// `hidepid=2`, shows them their own processes only (not the sidecar's, nor any other
+/// user's command lines). (A non-root sidecar's programs share its user, whom `hidepid`
+/// would not hide, and it may not mount `/proc` without a PID namespace.)
+fn own_processes_only() -> Result<(), IsolationError> {
+    mount(
+        Some("proc"),
+        "/proc",
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some("hidepid=2"),
+    )
+    .map_err(|e| IsolationError(format!("cannot give the run a /proc of its own ({e}); refused")))
 }
 
 /// Covers every path of `masks` that exists, deepest first (so a cover over a directory

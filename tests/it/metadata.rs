@@ -117,7 +117,7 @@ fn layout(owner: Option<(u32, u32)>) -> TempSet {
             "if ( {cmd} ) >/dev/null 2>&1; then echo YES:{label}; else echo NO:{label}; fi; "
         ));
     }
-    script.push_str("echo UID:$(id -u)");
+    script.push_str("echo UID:$(id -u); echo PROCS:$(ls /proc | grep -c '^[0-9]')");
     let script = script.replace('{', "{{").replace('}', "}}");
     let manifest = json!({
         "name": "attempt",
@@ -232,6 +232,16 @@ fn attempts_change_nothing(ids: Option<(u32, u32)>, expect_uid: u32) {
 
     let out = attempt(&server);
     assert!(out.contains(&format!("UID:{expect_uid}")), "{out}");
+    if expect_uid == 65534 {
+        // A root sidecar's programs see their own processes only (`hidepid`): a handful.
+        let procs: usize = out
+            .split("PROCS:")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap();
+        assert!(procs <= 8, "{procs} processes visible: {out}");
+    }
     for (label, _) in ATTEMPTS {
         assert!(
             out.contains(&format!("NO:{label}")),
