@@ -190,7 +190,11 @@ fn own_processes_only() -> Result<(), IsolationError> {
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
         Some("hidepid=2"),
     )
-    .map_err(|e| IsolationError(format!("cannot give the run a /proc of its own ({e}); refused")))
+    .map_err(|e| {
+        IsolationError(format!(
+            "cannot give the run a /proc of its own ({e}); refused"
+        ))
+    })
 }
 
 /// Covers every path of `masks` that exists, deepest first (so a cover over a directory

@@ -473,6 +473,69 @@ fn the_image_layout_starts_as_the_non_root_user_with_a_read_only_config_dir() {
     assert_eq!(std::fs::metadata(&conf).unwrap().uid(), ids.0);
     assert_eq!(tree(&config_dir), before);
     drop(server);
+
+    // With a workspace mounted and named (`[exec] root`, as the shipped config's comment
+    // says), the image's non-root user runs tools, its own files covered in each run.
+    let workspace = temp.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    std::fs::write(workspace.join("notes.txt"), "n").unwrap();
+    chown(&workspace, ids);
+    let with_exec = temp.path().join("with-exec.toml");
+    std::fs::write(
+        &with_exec,
+        format!(
+            "{}\n[exec]\nroot = \"{}\"\n",
+            shipped
+                .replace(
+                    "\"policies\"",
+                    &format!("\"{}\"", config_dir.join("policies").display())
+                )
+                .replace(
+                    "\"schemas\"",
+                    &format!("\"{}\"", config_dir.join("schemas").display())
+                )
+                .replace(
+                    "\"demo-tokens.json\"",
+                    &format!("\"{}\"", config_dir.join("demo-tokens.json").display())
+                ),
+            workspace.display()
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    cmd.env("TOOLGATE_CONFIG", &with_exec)
+        .env("TOOLGATE_LISTEN", format!("127.0.0.1:{port}"))
+        .stderr(std::fs::File::create(logs.join("exec.log")).unwrap());
+    let server = Running {
+        child: cmd.spawn().unwrap(),
+        log: logs.join("exec.log"),
+    };
+    let start = Instant::now();
+    let ready = loop {
+        if let Some((200, body)) = exchange(port, "GET", "/readyz", None, None) {
+            break body;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "not ready with [exec]:\n{}",
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let exec = &ready["execution"];
+    assert!(exec["error"].is_null(), "{ready}");
+    assert_eq!(exec["metadata"], "namespace", "{ready}");
+    let (status, ran) = exchange(
+        port,
+        "POST",
+        "/v1/execute",
+        Some(DEV),
+        Some(&json!({"tool": "echo", "args": {"message": "from the image"}})),
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{ran}\n{}", server.log());
+    assert_eq!(ran["data"], "from the image", "{ran}");
+    drop(server);
 }
 
 /// `toolgate serve --config CONFIG` as `ids`; waits (at most 30 s) for it to exit.
