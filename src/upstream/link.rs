@@ -611,6 +611,8 @@ fn log_stderr(name: String, stderr: tokio::process::ChildStderr, nonce: String, 
                     exit_code = o.exit_code,
                     signal = o.signal,
                     error = o.error,
+                    memory_exceeded = o.memory_exceeded,
+                    memory_peak_bytes = o.memory_peak_bytes,
                     "MCP upstream program ended"
                 );
                 continue;
