@@ -51,6 +51,7 @@ mod mcp;
 mod metrics;
 mod openapi;
 mod operators;
+mod paths_agree;
 mod pending;
 mod process;
 mod props;
