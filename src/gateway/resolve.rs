@@ -61,11 +61,25 @@ fn resolution(jail: &Jail, arg: &str, raw: &str, intent: Intent) -> Resolution {
     }
 }
 
-/// The first path argument of `args` the jail refuses now, as `(argument, why)`: checked
-/// again right before an allowed call's paths leave the sidecar (an MCP upstream opens them
-/// itself), since the decision may be older than the file system (an approval waits).
-pub(super) fn refused_now(state: &Gateway, tool: &Tool, args: &Value) -> Option<(String, String)> {
-    resolve(state, tool, args)?
-        .into_iter()
-        .find_map(|r| r.outcome.err().map(|why| (r.arg, why)))
+/// `args` as an MCP upstream receives them: each path argument checked by the jail again (the
+/// decision may be older than the file system: an approval waits) and sent normalized, the
+/// form the decision judged (`link/..` is the root to the decision, but the link target's
+/// parent to a kernel). The first refusal is `(argument, why)`.
+pub(super) fn for_upstream(
+    state: &Gateway,
+    tool: &Tool,
+    mut args: Value,
+) -> Result<Value, (String, String)> {
+    if let Some(found) = resolve(state, tool, &args) {
+        if let Some(r) = found.iter().find(|r| r.outcome.is_err()) {
+            let why = r.outcome.clone().err().unwrap_or_default();
+            return Err((r.arg.clone(), why));
+        }
+        for r in found {
+            if let Some(slot) = args.get_mut(r.arg.as_str()) {
+                *slot = Value::String(r.asked);
+            }
+        }
+    }
+    Ok(args)
 }

@@ -109,6 +109,8 @@ fn setup(d: &Deps) -> Setup {
     // `/etc/passwd`, and to a deny-listed name inside.
     std::os::unix::fs::symlink(root.join("tokens.json"), ws.join("tokens-link")).unwrap();
     std::os::unix::fs::symlink("/etc/passwd", ws.join("passwd-link")).unwrap();
+    std::fs::create_dir_all(ws.join("notes/deep")).unwrap();
+    std::os::unix::fs::symlink("notes/deep", ws.join("deeplink")).unwrap();
     std::fs::write(ws.join(".env"), "API_KEY=CANARY\n").unwrap();
     std::os::unix::fs::symlink(".env", ws.join("env-link")).unwrap();
     std::fs::write(
@@ -646,6 +648,13 @@ fn every_case(front: &Front, d: &Deps, s: &Setup) {
         );
     }
     let r = c.call("fs.read_text_file", json!({"path": "README.txt"}));
+    assert!(text(&r).contains("hello from the workspace"), "{r}");
+    // A path through a link that stays inside the root is allowed, and forwarded in the form
+    // decided (`deeplink/..` is the root, normalized before it leaves).
+    let r = c.call(
+        "fs.read_text_file",
+        json!({"path": "deeplink/../README.txt"}),
+    );
     assert!(text(&r).contains("hello from the workspace"), "{r}");
     // Provenance: a path that reached the agent only in a file it read waits for a human;
     // a path from nowhere in the session does not.
