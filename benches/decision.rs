@@ -74,7 +74,7 @@ fn bare_request(snap: &Snapshot, tool: &str, args: &serde_json::Value) -> Reques
         ("anomaly".to_owned(), anomaly),
     ];
     pairs.extend(
-        t.paths_to_cedar(args, &snap.deny)
+        t.paths_to_cedar(args, &snap.deny, None)
             .unwrap()
             .map(|p| ("paths".to_owned(), p)),
     );

@@ -5,7 +5,10 @@
 //! Owns: compiling and matching. Does not own: what a match means (the jail, the anomaly
 //! rules and the output field policy decide that).
 
+use std::borrow::Cow;
+
 use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
+use unicode_normalization::UnicodeNormalization as _;
 
 /// Why a pattern was refused: the pattern and a one-line reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -103,7 +106,7 @@ impl SegmentGlobs {
             if matches!(e.as_str(), "." | "..") {
                 return Err(refuse(&e, "`.` and `..` never appear in a normalized path"));
             }
-            b.add(compile(&e, true, true)?);
+            b.add(compile(&fold_name(&e), true, true)?);
             written.push(e);
         }
         let set = b
@@ -112,9 +115,17 @@ impl SegmentGlobs {
         Ok(SegmentGlobs { written, set })
     }
 
-    /// Whether one segment (a file or directory name) matches an entry.
+    /// Whether one segment (a file or directory name) matches an entry, as written or
+    /// folded by [`fold_name`]: the one test the decision, the jail, the file tools and the
+    /// sandbox plan apply, so none of them is laxer than another on a variant of a name.
     pub fn matches(&self, segment: &str) -> bool {
-        self.set.is_match(segment)
+        if self.set.is_match(segment) {
+            return true;
+        }
+        match fold_name(segment) {
+            Cow::Owned(folded) if folded != segment => self.set.is_match(folded.as_str()),
+            _ => false,
+        }
     }
 
     /// The first segment of a `/`-separated path that matches an entry.
@@ -126,6 +137,27 @@ impl SegmentGlobs {
     pub fn entries(&self) -> &[String] {
         &self.written
     }
+}
+
+/// The one folding of a file or directory name before the deny list judges it (entries are
+/// folded alike when they are compiled): Unicode compatibility composition (NFKC), so
+/// full-width letters, ligatures, the Kelvin sign and decomposed accents read as their plain
+/// forms; non-ASCII letters lowered (the matcher ignores ASCII case itself); and no trailing
+/// dots or spaces, which Windows-family file systems (an SMB share, an NTFS or exFAT mount)
+/// drop when they open a name. So `.Env`, `．ＥＮＶ`, `.env.` and `.env ` are all judged as
+/// `.env`. A name of dots only is left as it is.
+pub fn fold_name(name: &str) -> Cow<'_, str> {
+    let composed: Cow<'_, str> = if name.is_ascii() {
+        Cow::Borrowed(name)
+    } else {
+        let nfkc: String = name.nfkc().collect();
+        Cow::Owned(nfkc.to_lowercase())
+    };
+    let trimmed = composed.trim_end_matches(['.', ' ']);
+    if trimmed.len() == composed.len() || trimmed.trim_start_matches('.').is_empty() {
+        return composed;
+    }
+    Cow::Owned(trimmed.to_owned())
 }
 
 /// What a path relative to the service root may not name: a deny-listed segment, or the
@@ -300,6 +332,37 @@ mod tests {
         }
         assert_eq!(d.first_match("a/B/.Env/c"), Some(".Env"));
         assert_eq!(d.first_match("a/b"), None);
+    }
+
+    #[test]
+    fn variants_of_a_deny_listed_name_are_folded_alike() {
+        let d = SegmentGlobs::default();
+        for seg in [
+            ".ENV",
+            ".Env",
+            ".env.",
+            ".env ",
+            ".env. . ",
+            "\u{ff0e}\u{ff25}\u{ff2e}\u{ff36}",
+            "SECRETS",
+            "secrets.",
+            "\u{17f}ecrets",
+            "server.\u{212a}EY",
+            "server.key.",
+            "node_modules ",
+            "secrets\u{3000}",
+        ] {
+            assert!(d.matches(seg), "{seg:?}");
+        }
+        for seg in ["env", "secret", "server.keys", "...", "notes.txt."] {
+            assert!(!d.matches(seg), "{seg:?}");
+        }
+        // Composed and decomposed forms of an entry are one name.
+        let accented = deny(&["caf\u{e9}"]);
+        assert!(accented.matches("cafe\u{301}"));
+        assert!(accented.matches("CAF\u{c9}"));
+        assert_eq!(fold_name("a.txt"), Cow::Borrowed("a.txt"));
+        assert_eq!(fold_name(".."), "..");
     }
 
     #[test]

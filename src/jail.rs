@@ -13,6 +13,11 @@
 //!   from the descriptor), so a link to `.env` is refused too.
 //! - A path that does not exist yet is created through its parent: the parent is opened
 //!   through the jail, checked, and the new name is created in it without following links.
+//! - A regular file with more than one name (a hard link) is refused: the name the kernel
+//!   reports is one of several, and another may be deny-listed or outside the root.
+//! - [`Jail::resolve`] answers where a path leads without opening it for use: what the
+//!   decision reports to policies (`context.paths.<arg>`), with the checks of the open that
+//!   would follow, so a decision and its execution cannot disagree.
 //!
 //! Linux only (openat2 is Linux 5.6+); elsewhere, or on an older kernel, every open is refused.
 
@@ -71,6 +76,19 @@ struct Root {
     dir: OwnedFd,
     path: PathBuf,
     writable: bool,
+}
+
+/// What a path will be used for, which decides the checks [`Jail::resolve`] applies: those
+/// of the open that follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Intent {
+    /// Read (or handed to a program, or forwarded): links are followed while they stay below
+    /// a root and off the deny list; a hard-linked file is refused.
+    Read,
+    /// Created, replaced or deleted by the file tools: the service root only, no link on the
+    /// way (the path resolved is the path asked), never a link or a hard-linked file at the
+    /// end.
+    Write,
 }
 
 /// A file opened through the jail.
@@ -295,19 +313,70 @@ impl Jail {
         })
     }
 
-    /// Where `raw` points, as an absolute path with every symlink resolved, for handing to a
-    /// program: an existing file or directory of any root, or a name that does not exist yet
-    /// in an existing directory (resolved through that directory). The same checks as an
-    /// open: beneath the root, no magic links, no mount crossing, deny list as asked and as
-    /// resolved.
-    pub fn locate(&self, raw: &str) -> Result<PathBuf, JailError> {
+    /// Where `raw` leads, relative to the roots (a shared root's name first, `.` for the
+    /// service root), with every link resolved, checked as the open for `intent` checks it:
+    /// beneath the root, no magic links, no mount crossing, the deny list and the sidecar's
+    /// own files as asked and as resolved, no hard-linked file; for [`Intent::Write`] also
+    /// no link on the way or at the end, and not a read-only root. A name that does not
+    /// exist yet resolves through its directory (as creating it would).
+    /// `NotFound` (no directory either), `NotAFile` and `NotADirectory` are what the tool
+    /// would answer, not refusals; every other error is one.
+    pub fn resolve(&self, raw: &str, intent: Intent) -> Result<String, JailError> {
+        match intent {
+            Intent::Read => self.resolve_read(raw).map(|(_, rel)| rel),
+            Intent::Write => self.resolve_write(raw),
+        }
+    }
+
+    /// [`Jail::resolve`] for reading: the root, and the path as resolved.
+    fn resolve_read(&self, raw: &str) -> Result<(&Root, String), JailError> {
         let clean = self.normalized(raw)?;
         let (root, inside) = self.root_for(&clean);
         let rel = match beneath(root, inside, OFlags::PATH | OFlags::CLOEXEC) {
-            Ok(fd) => self.resolved(root, &fd)?,
+            Ok(fd) => {
+                let rel = self.resolved(root, &fd)?;
+                let stat = rustix::fs::fstat(&fd)
+                    .map_err(|e| JailError::Io(std::io::Error::from(e).kind()))?;
+                if rustix::fs::FileType::from_raw_mode(stat.st_mode)
+                    == rustix::fs::FileType::RegularFile
+                {
+                    regular_single(&stat)?;
+                }
+                rel
+            }
             Err(JailError::NotFound) => self.parent(root, inside)?.resolved,
             Err(e) => return Err(e),
         };
+        Ok((root, rel))
+    }
+
+    /// [`Jail::resolve`] for the writing file tools: what `files::write` accepts.
+    fn resolve_write(&self, raw: &str) -> Result<String, JailError> {
+        let clean = self.normalized(raw)?;
+        let parent = self.parent_for_write(raw)?;
+        if parent.resolved != clean {
+            return Err(JailError::Escapes);
+        }
+        match rustix::fs::statat(
+            &parent.dir,
+            parent.name.as_str(),
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        ) {
+            Err(rustix::io::Errno::NOENT) => {}
+            Err(e) => return Err(JailError::Io(std::io::Error::from(e).kind())),
+            Ok(st) => match rustix::fs::FileType::from_raw_mode(st.st_mode) {
+                rustix::fs::FileType::RegularFile => regular_single(&st)?,
+                rustix::fs::FileType::Symlink => return Err(JailError::Escapes),
+                _ => return Err(JailError::NotAFile),
+            },
+        }
+        Ok(parent.resolved)
+    }
+
+    /// Where `raw` points, as an absolute path with every symlink resolved, for handing to a
+    /// program: [`Jail::resolve`] for reading, made absolute.
+    pub fn locate(&self, raw: &str) -> Result<PathBuf, JailError> {
+        let (root, rel) = self.resolve_read(raw)?;
         // `rel` starts with the shared root's name for shared roots.
         let inside_root = if root.name.is_empty() {
             rel.as_str()

@@ -446,7 +446,7 @@ impl CallArgs {
         .map_err(|_| failed("provenance"))?;
         Ok(CallArgs {
             args: tool.args_to_cedar(args)?,
-            paths: tool.paths_to_cedar(args, deny)?,
+            paths: tool.paths_to_cedar(args, deny, signals.paths.as_deref())?,
             facts: tool.facts_to_cedar(args)?,
             findings,
             provenance,

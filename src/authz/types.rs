@@ -114,6 +114,12 @@ pub struct Signals {
     /// `context.findings`: what the detectors found in the arguments.
     #[serde(skip_serializing_if = "Findings::is_empty")]
     pub findings: Findings,
+    /// Where each path argument leads, resolved on the file system by the pipeline through
+    /// the jail execution opens with (`context.paths`). `None`: nothing was resolved (no
+    /// service root, or an evaluation without a server): policies see the path as asked,
+    /// judged by the deny list alone.
+    #[serde(skip)]
+    pub paths: Option<Vec<crate::tools::Resolution>>,
 }
 
 /// `context.findings`: the detector kinds and categories found in a call's arguments, in all

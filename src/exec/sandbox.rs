@@ -10,6 +10,13 @@
 //! full, since a deny-listed name may be anywhere; system directories are split only along
 //! the way to an excluded path.
 //!
+//! Landlock rules hold inodes, not names: a rule on a file grants every name of it. So no
+//! regular file with more than one name (a hard link) is granted below the walked roots
+//! (its directory is split instead), whatever its other names are: one may be deny-listed,
+//! protected or outside the root, and a walk cannot see every name. The jail refuses such
+//! files to the file tools and to path arguments alike. Another name of a protected file is
+//! never granted anywhere, by device and inode number.
+//!
 //! Owns: the plan. Does not own: applying it (the launcher) or what a tool declares (its
 //! manifest's `executor.sandbox`).
 
@@ -81,9 +88,8 @@ pub struct Exclusions<'a> {
     pub deny: &'a SegmentGlobs,
     /// Absolute paths below a root granted whole although deny-listed (the tool's `reads`).
     pub exempt: &'a [PathBuf],
-    /// Inode numbers of the protected files: another name of one (a hard link) is not
-    /// granted either.
-    pub inodes: &'a std::collections::HashSet<u64>,
+    /// The protected files' inodes: another name of one (a hard link) is not granted either.
+    pub inodes: &'a Inodes,
     /// Listings kept from earlier plans (`None`: list every directory).
     pub cache: Option<&'a DirCache>,
 }
@@ -133,9 +139,19 @@ impl Plan {
         walk_all: bool,
         out: &mut Vec<PathBuf>,
     ) -> Result<bool, PlanError> {
-        if ex.exempt.iter().any(|e| e == dir) && !holds_excluded(dir, ex.paths) {
-            return Ok(true);
-        }
+        self.cover_in(dir, ex, (walk_all, false), out)
+    }
+
+    /// [`Plan::cover`]; `exempt`: `dir` lies in a path the tool declared it reads, so the
+    /// deny list does not apply below it (hard links and the protected set still do).
+    fn cover_in(
+        &mut self,
+        dir: &Path,
+        ex: &Exclusions,
+        (walk_all, exempt): (bool, bool),
+        out: &mut Vec<PathBuf>,
+    ) -> Result<bool, PlanError> {
+        let exempt = exempt || ex.exempt.iter().any(|e| e == dir);
         if !walk_all && !holds_excluded(dir, ex.paths) {
             return Ok(true);
         }
@@ -155,11 +171,12 @@ impl Plan {
                 return Err(PlanError::TooLarge(dir.display().to_string()));
             }
             let path = dir.join(&entry.name);
-            if entry.kind != Kind::Dir && ex.inodes.contains(&entry.ino) {
+            if entry.kind == Kind::Other && !grantable(&path, entry.ino, ex, walk_all) {
                 whole = false;
                 continue;
             }
-            let denied = walk_all && entry.denied && !near_exempt.iter().any(|e| **e == path);
+            let denied =
+                walk_all && entry.denied && !exempt && !near_exempt.iter().any(|e| **e == path);
             if denied || entry.kind == Kind::Unknown || near.iter().any(|p| **p == path) {
                 whole = false;
                 continue;
@@ -169,7 +186,7 @@ impl Plan {
                 Kind::Link | Kind::Unknown => {}
                 Kind::Dir => {
                     let mut below = Vec::new();
-                    if self.cover(&path, ex, walk_all, &mut below)? {
+                    if self.cover_in(&path, ex, (walk_all, exempt), &mut below)? {
                         granted.push(path);
                     } else {
                         whole = false;
@@ -184,6 +201,45 @@ impl Plan {
             self.split.push(dir.to_path_buf());
         }
         Ok(whole)
+    }
+}
+
+/// Whether a file, device, FIFO or socket entry may be granted: not another name of a
+/// protected file, and below a walked root (`walk_all`) not a regular file with more than
+/// one name. Looked at afresh for every plan (a new name elsewhere changes no listing here);
+/// an entry that cannot be looked at is not granted.
+fn grantable(path: &Path, ino: u64, ex: &Exclusions, walk_all: bool) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if !walk_all && !ex.inodes.may_hold(ino) {
+        return true;
+    }
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return false;
+    };
+    if ex.inodes.holds(meta.dev(), meta.ino()) {
+        return false;
+    }
+    !(walk_all && meta.is_file() && meta.nlink() > 1)
+}
+
+/// The protected files' inodes, by device and inode number.
+#[derive(Debug, Default)]
+pub struct Inodes {
+    both: std::collections::HashSet<(u64, u64)>,
+    /// The inode numbers alone: an entry's listing gives no device, so an entry whose
+    /// number is here is looked at before it is granted.
+    numbers: std::collections::HashSet<u64>,
+}
+
+impl Inodes {
+    /// Whether `(dev, ino)` is a protected file's inode.
+    pub fn holds(&self, dev: u64, ino: u64) -> bool {
+        self.both.contains(&(dev, ino))
+    }
+
+    /// Whether some protected file has inode number `ino` (on some device).
+    pub fn may_hold(&self, ino: u64) -> bool {
+        self.numbers.contains(&ino)
     }
 }
 
@@ -299,11 +355,11 @@ fn holds_excluded(dir: &Path, paths: &[PathBuf]) -> bool {
     paths.iter().any(|p| p.starts_with(dir))
 }
 
-/// The inode numbers of the regular files in `paths` and below them (at most `MAX_ENTRIES`
+/// The inodes of the regular files in `paths` and below them (at most `MAX_ENTRIES`
 /// looked at), so that another name of one is never granted.
-pub fn inodes(paths: &[PathBuf]) -> std::collections::HashSet<u64> {
+pub fn inodes(paths: &[PathBuf]) -> Inodes {
     use std::os::unix::fs::MetadataExt;
-    let mut out = std::collections::HashSet::new();
+    let mut out = Inodes::default();
     let mut stack: Vec<PathBuf> = paths.to_vec();
     let mut seen = 0usize;
     while let Some(p) = stack.pop() {
@@ -319,7 +375,8 @@ pub fn inodes(paths: &[PathBuf]) -> std::collections::HashSet<u64> {
                 stack.extend(rd.flatten().map(|e| e.path()));
             }
         } else if meta.is_file() {
-            out.insert(meta.ino());
+            out.both.insert((meta.dev(), meta.ino()));
+            out.numbers.insert(meta.ino());
         }
     }
     out
@@ -366,7 +423,7 @@ mod tests {
         std::fs::create_dir_all(root.join("a/b")).unwrap();
         std::fs::write(root.join("a/b/x.txt"), "x").unwrap();
         let deny = SegmentGlobs::default();
-        let inodes = std::collections::HashSet::new();
+        let inodes = Inodes::default();
         let cache = DirCache::default();
         let ex = Exclusions {
             paths: &[],
@@ -410,7 +467,7 @@ mod tests {
         let protected = vec![root.join("a/c")];
         let deny = SegmentGlobs::default();
         let exempt = vec![root.join("node_modules")];
-        let inodes = std::collections::HashSet::new();
+        let inodes = Inodes::default();
         let ex = Exclusions {
             paths: &protected,
             deny: &deny,
@@ -442,6 +499,59 @@ mod tests {
         assert_eq!(
             granted(false),
             [".env", "a/b", "d", "e", "node_modules", "top.txt"]
+        );
+    }
+
+    #[test]
+    fn no_name_of_a_hard_linked_file_is_granted_below_a_root() {
+        let t = tempfile::tempdir().unwrap();
+        let base = t.path().canonicalize().unwrap();
+        let root = base.join("root");
+        let outside = base.join("outside");
+        for d in [&root.join("a"), &root.join("b"), &outside] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(root.join(".env"), "S").unwrap();
+        std::fs::hard_link(root.join(".env"), root.join("a/innocent")).unwrap();
+        std::fs::write(outside.join("secret"), "S").unwrap();
+        std::fs::hard_link(outside.join("secret"), root.join("b/copy")).unwrap();
+        std::fs::write(root.join("b/plain"), "x").unwrap();
+        std::fs::write(root.join("top"), "x").unwrap();
+        let protected = vec![base.join("prot")];
+        std::fs::write(&protected[0], "P").unwrap();
+        std::fs::hard_link(&protected[0], base.join("sys_copy")).unwrap();
+        let deny = SegmentGlobs::default();
+        let inodes = inodes(&protected);
+        let ex = Exclusions {
+            paths: &protected,
+            deny: &deny,
+            exempt: &[],
+            inodes: &inodes,
+            cache: None,
+        };
+        let mut plan = Plan::default();
+        plan.add(&root, &ex, true).unwrap();
+        let mut got: Vec<String> = plan
+            .grants
+            .iter()
+            .map(|p| p.strip_prefix(&root).unwrap().display().to_string())
+            .collect();
+        got.sort();
+        assert_eq!(got, ["b/plain", "top"]);
+        assert!(plan.split.contains(&root.join("a")) && plan.split.contains(&root.join("b")));
+        // Outside the roots, only another name of a protected file is held back (by device
+        // and inode); other hard links of system directories are granted as they are.
+        let mut plan = Plan::default();
+        plan.add(&base, &ex, false).unwrap();
+        assert!(
+            !plan.grants.contains(&base.join("sys_copy")),
+            "{:?}",
+            plan.grants
+        );
+        assert!(
+            plan.grants.contains(&base.join("outside")),
+            "{:?}",
+            plan.grants
         );
     }
 }

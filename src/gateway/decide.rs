@@ -208,6 +208,9 @@ pub async fn decide_for(
     }
     signals.findings = scan.findings.clone();
     if let Some(tool) = tool {
+        // Path arguments are resolved once, as execution would open them: the decision
+        // judges where a path leads, not how it is spelled.
+        signals.paths = super::resolve::resolve(state, tool, &call.args);
         let traced = tool.traced_values(&call.args);
         signals.provenance = state.provenance.classify(
             &principal_id,

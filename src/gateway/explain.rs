@@ -32,11 +32,12 @@ pub async fn explain(
     }
     let body = body?;
     let (agent, call, mut signals) = body.into_parts()?;
-    // What the decision would see besides the body: the gate's findings, and provenance in
-    // the agent's conversation, if the call names one.
+    // What the decision would see besides the body: the gate's findings, where the path
+    // arguments lead, and provenance in the agent's conversation, if the call names one.
     let tool = snap.tools.get(&call.tool);
     signals.findings = super::callgate::scan(state, tool, &call.args).findings;
     if let Some(tool) = tool {
+        signals.paths = super::resolve::resolve(state, tool, &call.args);
         let traced = tool.traced_values(&call.args);
         signals.provenance = state.provenance.peek(
             &agent.uid.to_string(),

@@ -113,6 +113,25 @@ pub(super) async fn run_mcp(
             ),
         ));
     };
+    // The upstream opens its paths itself: they pass the jail again first, as an executed
+    // program's do, and go out in the form the decision judged.
+    let args = match super::resolve::for_upstream(state, tool, args) {
+        Ok(args) => args,
+        Err((arg, why)) => {
+            entry.outcome = "refused".to_owned();
+            entry.reasons = vec![Code::PathDenied.to_string()];
+            entry.detail = Some(format!("decision_id={decision_id}"));
+            record_or_refuse(state, Event::Execution(entry).into(), "execution").await?;
+            let mut answer = ExecAnswer::refused(
+                decision_id,
+                Code::PathDenied,
+                format!("argument `{arg}`: {why}"),
+                Code::PathDenied.hint(),
+            );
+            answer.metadata.execution_id = Some(execution_id);
+            return Err(Error::Execution(Refusal::Arguments, Box::new(answer)));
+        }
+    };
     let arguments = match args {
         Value::Object(m) => m,
         _ => serde_json::Map::new(),

@@ -17,6 +17,7 @@ mod grants;
 mod mcp;
 mod notices;
 mod policies;
+mod resolve;
 mod results;
 
 pub use admin::{

@@ -31,16 +31,20 @@ type Approval = {
   granted: Bool,
 };
 
-// Facts about a normalized path argument, in `context.paths.<argument>`:
-// `a/b/c.txt` has segments {\"a\", \"b\", \"c.txt\"}, name \"c.txt\", ext \"txt\".
-// `denied` is true when a segment matches the sidecar's deny list (`[exec] deny`, matched
-// case-insensitively) or the path lies in its own files below the service root: the same
-// check execution applies.
+// Facts about a path argument, in `context.paths.<argument>`. With a service root, the
+// sidecar resolves the path as execution would (links followed while they stay below the
+// root) and the facts describe where it leads: `resolved` names it (`docs/a.md`, or `.` for
+// the root), and `a/b/c.txt` has segments {\"a\", \"b\", \"c.txt\"}, name \"c.txt\",
+// ext \"txt\". `denied` is true when execution would refuse the path: a link out of the root
+// or into deny-listed or protected places, a hard-linked file, a deny-listed name (`[exec]
+// deny`, case-insensitive, variants folded), the sidecar's own files, a file system error.
+// Without a service root, the facts describe the normalized path as asked.
 type PathFacts = {
   segments: Set<String>,
   name: String,
   ext: String,
   denied: Bool,
+  resolved: String,
 };
 
 // What the sidecar has observed of the calling agent (earlier calls; the current one is

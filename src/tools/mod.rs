@@ -82,6 +82,17 @@ pub struct McpBinding {
     pub pin: String,
 }
 
+/// Where one path argument leads, as the pipeline found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolution {
+    /// The argument's name.
+    pub arg: String,
+    /// Its value as resolved (normalized): facts about another value are not used for it.
+    pub asked: String,
+    /// The path it leads to (relative to the roots), or why execution would refuse it.
+    pub outcome: Result<String, String>,
+}
+
 /// One JSON Schema violation, described without the offending value.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ArgViolation {
@@ -172,13 +183,21 @@ impl Tool {
     }
 
     /// The `context.paths` record: facts about each path argument present in the (normalized)
-    /// `args`, or `None` for a tool without path arguments. `denied` says whether `guard`
-    /// refuses the path: a segment on the deny list execution applies (case-insensitive
-    /// globs), or the sidecar's own files below the root.
+    /// `args`, or `None` for a tool without path arguments.
+    ///
+    /// With `resolved` (what the pipeline found on the file system through the jail), the
+    /// facts describe the path the argument leads to (`resolved`, and its `segments`, `name`
+    /// and `ext`), and `denied` says whether execution would refuse it: a link out of the
+    /// roots or into deny-listed or protected places, a hard-linked file, a file system
+    /// error. An argument without a resolution of its exact value is denied (fail closed).
+    /// Without `resolved` (no service root, or an evaluation without a server), the facts
+    /// describe the path as asked and `denied` is `guard`'s verdict on it: the deny list
+    /// (case-insensitive globs over folded names) and the sidecar's own files below the root.
     pub fn paths_to_cedar(
         &self,
         args: &Value,
         guard: &crate::globs::PathGuard,
+        resolved: Option<&[Resolution]>,
     ) -> Result<Option<RestrictedExpression>, ArgError> {
         if self.path_args.is_empty() {
             return Ok(None);
@@ -188,8 +207,17 @@ impl Tool {
             let Some(path) = args.get(name).and_then(Value::as_str) else {
                 continue;
             };
-            let denied = guard.refuses(path).is_some();
-            let f = crate::paths::path_facts(path);
+            let (target, denied) = match resolved {
+                None => (path, guard.refuses(path).is_some()),
+                Some(all) => match all.iter().find(|r| &r.arg == name && r.asked == path) {
+                    Some(Resolution {
+                        outcome: Ok(target),
+                        ..
+                    }) => (target.as_str(), false),
+                    _ => (path, true),
+                },
+            };
+            let f = crate::paths::path_facts(target);
             let segments = RestrictedExpression::new_set(
                 f.segments.into_iter().map(RestrictedExpression::new_string),
             );
@@ -198,6 +226,10 @@ impl Tool {
                 ("name".to_owned(), RestrictedExpression::new_string(f.name)),
                 ("ext".to_owned(), RestrictedExpression::new_string(f.ext)),
                 ("denied".to_owned(), RestrictedExpression::new_bool(denied)),
+                (
+                    "resolved".to_owned(),
+                    RestrictedExpression::new_string(target.to_owned()),
+                ),
             ])
             .map_err(|_| ArgError::Cedar(format!("/{name}")))?;
             fields.push((name.clone(), facts));

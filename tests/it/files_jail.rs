@@ -158,13 +158,15 @@ async fn hard_links_linked_directories_and_the_sidecars_own_files_are_refused() 
         ("list_files", json!({"path": "toolgate-data"})),
         ("read_file", json!({"path": "toolgate-data/audit"})),
     ] {
+        // The decision resolves the path as the jail does (issue 39): denied before the
+        // tool runs, by the policy that reads `context.paths.path.denied`.
         let (s, v) = execute(&r.app, SRE, tool, args.clone()).await;
+        assert_eq!(s, axum::http::StatusCode::FORBIDDEN, "{tool} {args}: {v}");
         assert_eq!(
-            s,
-            axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+            v["decision"]["reasons"],
+            json!(["deny-listed-paths"]),
             "{tool} {args}: {v}"
         );
-        assert_eq!(v["error"]["code"], "path_denied", "{tool} {args}: {v}");
         assert!(!v.to_string().contains("CANARY"), "{v}");
     }
     let (_, v) = execute(

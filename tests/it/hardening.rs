@@ -579,9 +579,14 @@ async fn the_protected_set_holds_every_file_the_config_names() {
     ] {
         let canon = root.join(f).canonicalize().unwrap().display().to_string();
         assert!(listed.contains(&canon), "{f} not in {listed:?}");
+        // Denied by the decision, which resolves paths as the jail does (issue 39).
         let (s, v) = execute(&app, DEV, "read_file", json!({"path": f})).await;
-        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{f}: {v}");
-        assert_eq!(v["error"]["code"], "path_denied", "{f}: {v}");
+        assert_eq!(s, StatusCode::FORBIDDEN, "{f}: {v}");
+        assert_eq!(
+            v["decision"]["reasons"],
+            json!(["deny-listed-paths"]),
+            "{f}: {v}"
+        );
     }
     let (s, v) = execute(&app, DEV, "read_file", json!({"path": "plain.txt"})).await;
     assert_eq!(

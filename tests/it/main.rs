@@ -52,6 +52,7 @@ mod metadata;
 mod metrics;
 mod openapi;
 mod operators;
+mod paths_agree;
 mod pending;
 mod process;
 mod props;
