@@ -689,7 +689,10 @@ mod tests {
         assert_eq!(fitted.reserved_connections, 64);
         assert_eq!(fitted.agents_may_hold(), 448);
         let fitted = fit_to_fd_limit(ServerSettings::default(), RESERVED_FDS + 1);
-        assert_eq!((fitted.max_connections, fitted.reserved_connections), (1, 0));
+        assert_eq!(
+            (fitted.max_connections, fitted.reserved_connections),
+            (1, 0)
+        );
         assert_eq!(fitted.agents_may_hold(), 1);
     }
 }

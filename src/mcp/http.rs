@@ -28,6 +28,9 @@ pub type Parts = axum::http::request::Parts;
 /// The session header of the streamable-HTTP transport.
 const SESSION_HEADER: &str = "mcp-session-id";
 
+/// Messages a session queues per stream.
+const SESSION_QUEUE: usize = 16;
+
 /// The `/mcp` service.
 #[derive(Clone)]
 pub struct McpHttp {
@@ -59,6 +62,9 @@ pub fn service(gw: Gateway, listen: Option<std::net::SocketAddr>) -> McpHttp {
     // Idle sessions are ended by the sweeper (`sessions`), which counts a held call as busy.
     // The SDK's own keep-alive, which does not, only backs it up: past the longest hold.
     let mut local = LocalSessionManager::default();
+    // What one session may have queued per stream before its sender waits (the SDK's default,
+    // made explicit: it is part of a session's bound on memory, docs/mcp.md).
+    local.session_config.channel_capacity = SESSION_QUEUE;
     local.session_config.keep_alive = Some(gw.mcp.hold_max.saturating_add(gw.mcp.session_idle));
     let sessions = Arc::new(Registry::new(
         gw.mcp.max_sessions_per_principal,

@@ -28,6 +28,10 @@ use tokio::time::Instant;
 /// peak, and by at least this many.
 const RELEASE_AFTER: usize = 64;
 
+/// How long after giving memory back it is given back again: ended sessions' tasks wind down
+/// after their session is closed.
+const RELEASE_AGAIN: Duration = Duration::from_secs(1);
+
 tokio::task_local! {
     /// The place reserved for the session a request without a session id may open: set
     /// around the SDK's handling of that request, taken by [`Tracked::create_session`].
@@ -267,9 +271,8 @@ pub enum TrackedError {
 pub struct Tracked {
     local: LocalSessionManager,
     registry: Arc<Registry>,
-    /// The most sessions open at a sweep since memory was last given back, and whether it is
-    /// to be given back again at the next sweep.
-    peak: Mutex<(usize, bool)>,
+    /// The most sessions open at a sweep since memory was last given back.
+    peak: Mutex<usize>,
 }
 
 impl Tracked {
@@ -278,7 +281,7 @@ impl Tracked {
         Tracked {
             local,
             registry,
-            peak: Mutex::new((0, false)),
+            peak: Mutex::new(0),
         }
     }
 
@@ -301,21 +304,24 @@ impl Tracked {
         };
         // Many sessions ended since memory was last given back, or the last one did: their
         // memory goes back to the OS, not only to the allocator. Not while a flood goes on (as
-        // many open as end): it costs time. Again at the next sweep, for what the sessions'
-        // tasks freed as they wound down after this one.
+        // many open as end): it costs time. Again a moment later, for what the sessions'
+        // tasks freed as they wound down.
         let release = {
             let mut peak = self.peak.lock().unwrap_or_else(PoisonError::into_inner);
-            peak.0 = peak.0.max(open);
-            let now = peak.0 >= open.saturating_mul(2).saturating_add(RELEASE_AFTER)
-                || (open == 0 && peak.0 > 0);
-            let again = std::mem::replace(&mut peak.1, now);
-            if now {
-                peak.0 = open;
+            *peak = (*peak).max(open);
+            let release = *peak >= open.saturating_mul(2).saturating_add(RELEASE_AFTER)
+                || (open == 0 && *peak > 0);
+            if release {
+                *peak = open;
             }
-            now || again
+            release
         };
         if release {
             crate::memory::release();
+            tokio::spawn(async {
+                tokio::time::sleep(RELEASE_AGAIN).await;
+                crate::memory::release();
+            });
         }
     }
 }
