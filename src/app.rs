@@ -396,7 +396,13 @@ impl App {
                 );
             }
         }
-        let state = state.with_upstreams(hub.clone(), mcp);
+        let held = crate::limits::HeldBounds {
+            waits: server.max_waits_per_principal,
+            streams: server.max_streams_per_principal,
+            calls: mcp.max_held_calls_per_principal,
+            agents: server.agents_may_hold(),
+        };
+        let state = state.with_upstreams(hub.clone(), mcp).with_held(held);
         let (state, fleet_job) = match fleet {
             None => (state, None),
             Some(settings) => {

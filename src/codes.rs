@@ -192,6 +192,12 @@ codes! {
     TooManyConnections = "too_many_connections", 503, "error body",
         "every connection slot holds a request in progress",
         "retry shortly; operators: the limit is `server.max_connections` in the config";
+    TooManyHeld = "too_many_held", 429, "error body; `/mcp`",
+        "the caller holds its most long polls (`[server] max_waits_per_principal`) or event streams (`[server] max_streams_per_principal`) open at once; the message names the bound",
+        "end a request you hold open before opening another; operators: the message names the config key";
+    TooManySessions = "too_many_sessions", 429, "`/mcp`",
+        "the caller has `[mcp] max_sessions_per_principal` MCP sessions open",
+        "reuse a session, or end one (`DELETE /mcp`); idle sessions end after `[mcp] session_idle_secs`";
     NotFound = "not_found", 404, "error body",
         "no such route",
         "see docs/openapi.json for the routes";

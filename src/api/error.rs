@@ -192,6 +192,25 @@ impl IntoResponse for Error {
                 h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
                 resp
             }
+            Error::HeldFull(full) => {
+                let mut resp = plain(
+                    code,
+                    &full.to_string(),
+                    match full {
+                        crate::limits::HeldFull::Principal { .. } => {
+                            "end a request you hold open (close a stream, let a long poll return) before opening another; do not retry in a loop"
+                        }
+                        crate::limits::HeldFull::Agents { .. } => {
+                            "retry shortly; operators: see `server.max_connections` and `server.reserved_connections`"
+                        }
+                    },
+                );
+                if matches!(full, crate::limits::HeldFull::Agents { .. }) {
+                    resp.headers_mut()
+                        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                }
+                resp
+            }
             Error::UnsupportedMediaType => plain(
                 code,
                 "the body must be JSON",

@@ -4,7 +4,8 @@
 //! sent at once, then whenever the queue changes. The credential is checked again before each
 //! event: a revoked token or an ended console session ends the stream, and a stream ends
 //! after [`LIFETIME`] in any case (clients reconnect), so none outlives what it was opened
-//! with for long.
+//! with for long. Each stream holds one of its principal's `[server] max_streams_per_principal`
+//! places while it is open; one more is answered 429 `too_many_held`.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -31,6 +32,8 @@ struct Feed {
     changes: tokio::sync::watch::Receiver<u64>,
     last: Option<Value>,
     first: bool,
+    /// This stream's place among its principal's held requests, given back when it ends.
+    _held: crate::limits::HeldPermit,
 }
 
 /// The queue `credential` may see now; `None` when it no longer authenticates as a human.
@@ -67,6 +70,7 @@ pub async fn approval_events(
         Credential(credential.as_deref()),
         "only humans see the approval queue",
     )?;
+    let held = gateway::hold(&state, &who, crate::limits::HeldKind::Stream)?;
     tracing::debug!(principal = %who.uid, "approval events stream opened");
     let changes = state.approvals.subscribe();
     let feed = Feed {
@@ -77,6 +81,7 @@ pub async fn approval_events(
         changes,
         last: None,
         first: true,
+        _held: held,
     };
     let stream = futures_util::stream::unfold(feed, |mut feed| async move {
         loop {

@@ -35,6 +35,11 @@ pub async fn render(State(state): State<Gateway>) -> impl IntoResponse {
         &[],
         state.limiter.rejections(),
     );
+    m.set_gauge(
+        "toolgate_held_by_agents",
+        &[],
+        state.held.agents_holding() as f64,
+    );
     for (kind, n) in state.monitor.stats.raised() {
         m.set_counter("toolgate_anomalies_total", &[("kind", kind.as_str())], n);
     }

@@ -16,7 +16,11 @@
 //! At `max_connections`, a new connection takes the place of one that is not `Busy`: the one
 //! idle the longest or the longest in sending its request. So a flood of silent or slow
 //! connections cannot lock callers out; they only push each other out. When every slot is
-//! `Busy`, the new connection is answered 503 and closed.
+//! `Busy`, the new connection is answered 503 and closed. Requests that stay `Busy` for long
+//! (long polls, event streams, held MCP calls) are bounded where their caller is known, not
+//! here: per principal, and for agents together at `max_connections` less
+//! `reserved_connections` ([`crate::limits::Held`]), so agents cannot make every slot `Busy`
+//! and a probe or a human always finds one to take.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -109,6 +113,12 @@ pub fn fit_to_fd_limit(mut settings: ServerSettings, fd_limit: u64) -> ServerSet
             serving = room,
             "server.max_connections does not fit under the open file limit; lowered"
         );
+        // The reserve keeps its share of the cap.
+        settings.reserved_connections = settings
+            .reserved_connections
+            .saturating_mul(room)
+            .checked_div(settings.max_connections)
+            .unwrap_or(0);
         settings.max_connections = room;
     }
     settings
@@ -665,5 +675,24 @@ impl HttpBody for Answer {
 
     fn size_hint(&self) -> SizeHint {
         self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cap_lowered_to_fit_the_descriptors_keeps_its_reserve_share() {
+        let fitted = fit_to_fd_limit(ServerSettings::default(), RESERVED_FDS + 512);
+        assert_eq!(fitted.max_connections, 512);
+        assert_eq!(fitted.reserved_connections, 64);
+        assert_eq!(fitted.agents_may_hold(), 448);
+        let fitted = fit_to_fd_limit(ServerSettings::default(), RESERVED_FDS + 1);
+        assert_eq!(
+            (fitted.max_connections, fitted.reserved_connections),
+            (1, 0)
+        );
+        assert_eq!(fitted.agents_may_hold(), 1);
     }
 }

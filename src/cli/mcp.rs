@@ -79,6 +79,7 @@ fn sync(common: &Common) -> anyhow::Result<ExitCode> {
     }
     let schemas = cfg.sources.schemas_dir.clone();
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .on_thread_park(crate::memory::on_park)
         .enable_all()
         .build()?;
     let exec = cfg.exec.clone();

@@ -38,6 +38,7 @@ pub(super) fn run_with(
     // Cedar denies (fail closed) when under 100 KiB of stack remain; long `||` chains in a
     // policy recurse deeply, so runtime threads get 8 MiB instead of the default 2 MiB.
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .on_thread_park(crate::memory::on_park)
         .thread_stack_size(8 * 1024 * 1024)
         .enable_all()
         .build()?;

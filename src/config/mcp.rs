@@ -1,6 +1,7 @@
 //! `[mcp]` and `[[mcp.upstreams]]` → [`McpSettings`]: the MCP gateway's upstreams (a stdio
-//! program run in the exec sandbox, or a streamable-HTTP URL), the namespace separator, and
-//! where `toolgate mcp` (stdio) finds the agent's token.
+//! program run in the exec sandbox, or a streamable-HTTP URL), the namespace separator, where
+//! `toolgate mcp` (stdio) finds the agent's token, and the bounds on what one principal holds
+//! (sessions, their idle lifetime, held calls).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -10,7 +11,8 @@ use serde::Deserialize;
 
 use crate::tools::{Access, LimitOverrides};
 use crate::upstream::{
-    DEFAULT_SEPARATOR, HttpSpec, McpSettings, StdioSpec, Transport, UpstreamSpec,
+    DEFAULT_MAX_HELD_CALLS_PER_PRINCIPAL, DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, DEFAULT_SEPARATOR,
+    DEFAULT_SESSION_IDLE_SECS, HttpSpec, McpSettings, StdioSpec, Transport, UpstreamSpec,
 };
 
 #[derive(Debug, Default, Deserialize)]
@@ -22,6 +24,9 @@ pub(super) struct RawMcp {
     #[serde(default)]
     allowed_hosts: Vec<String>,
     hold_max_secs: Option<u64>,
+    max_sessions_per_principal: Option<usize>,
+    session_idle_secs: Option<u64>,
+    max_held_calls_per_principal: Option<usize>,
     #[serde(default)]
     upstreams: Vec<RawUpstream>,
 }
@@ -200,6 +205,31 @@ pub(super) fn settings(
             "name the environment variable `toolgate mcp` reads the agent's token from".to_owned(),
         ));
     }
+    let max_sessions_per_principal = raw
+        .max_sessions_per_principal
+        .unwrap_or(DEFAULT_MAX_SESSIONS_PER_PRINCIPAL);
+    if !(1..=100_000).contains(&max_sessions_per_principal) {
+        problems.push((
+            format!("`mcp.max_sessions_per_principal` = {max_sessions_per_principal} is out of range"),
+            format!("use a value from 1 to 100000 (default {DEFAULT_MAX_SESSIONS_PER_PRINCIPAL}): past it, a principal's next `initialize` is answered 429"),
+        ));
+    }
+    let session_idle_secs = raw.session_idle_secs.unwrap_or(DEFAULT_SESSION_IDLE_SECS);
+    if !(1..=86_400).contains(&session_idle_secs) {
+        problems.push((
+            format!("`mcp.session_idle_secs` = {session_idle_secs} is out of range"),
+            format!("use a value from 1 to 86400 seconds (default {DEFAULT_SESSION_IDLE_SECS}): an MCP session with no request in progress ends after it"),
+        ));
+    }
+    let max_held_calls_per_principal = raw
+        .max_held_calls_per_principal
+        .unwrap_or(DEFAULT_MAX_HELD_CALLS_PER_PRINCIPAL);
+    if max_held_calls_per_principal > 1024 {
+        problems.push((
+            format!("`mcp.max_held_calls_per_principal` = {max_held_calls_per_principal} is out of range"),
+            format!("use a value from 0 (never hold: answer pending at once) to 1024 (default {DEFAULT_MAX_HELD_CALLS_PER_PRINCIPAL})"),
+        ));
+    }
     if !problems.is_empty() {
         return Err(problems);
     }
@@ -210,5 +240,8 @@ pub(super) fn settings(
         token_file: raw.token_file.map(|p| base.join(p)),
         allowed_hosts: raw.allowed_hosts,
         hold_max: Duration::from_secs(raw.hold_max_secs.unwrap_or(3600)),
+        max_sessions_per_principal,
+        session_idle: Duration::from_secs(session_idle_secs),
+        max_held_calls_per_principal,
     })
 }

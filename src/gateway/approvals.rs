@@ -286,6 +286,12 @@ pub async fn show_approval(
             Error::bad_request(Code::InvalidQuery, "`wait` must look like `30s` or `500ms`")
         })?,
     };
+    // A long poll holds a connection: one of the caller's `max_waits_per_principal` places.
+    let _held = if wait.is_zero() {
+        None
+    } else {
+        Some(super::hold(state, who, crate::limits::HeldKind::Wait)?)
+    };
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         let mut changes = state.approvals.subscribe();

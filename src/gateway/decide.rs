@@ -68,6 +68,24 @@ pub fn human(
     Ok(who)
 }
 
+/// A place for one more request of `kind` that `who` holds open (a long poll, an event
+/// stream, a held MCP call), given back when the permit is dropped; over a bound, the
+/// refusal that names it.
+pub fn hold(
+    state: &Gateway,
+    who: &Principal,
+    kind: crate::limits::HeldKind,
+) -> Result<crate::limits::HeldPermit, Error> {
+    let holder = match who.kind {
+        crate::authz::PrincipalKind::Agent => crate::limits::Holder::Agent,
+        crate::authz::PrincipalKind::Human => crate::limits::Holder::Human,
+    };
+    state
+        .held
+        .take(&who.uid.to_string(), holder, kind)
+        .map_err(Error::HeldFull)
+}
+
 /// A recorded decision, with what it was made on: the snapshot, the caller, and the call
 /// (`None` when an operator's stop denied it before the call was looked at).
 pub struct Decided {

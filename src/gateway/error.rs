@@ -50,6 +50,9 @@ pub enum Error {
     BodyTimeout,
     /// Every connection slot (`[server] max_connections`) holds a request in progress.
     TooManyConnections,
+    /// A bound on requests held open is reached: the caller's own (429), or the agents'
+    /// share of the connections (503).
+    HeldFull(crate::limits::HeldFull),
     /// Body is not `application/json`.
     UnsupportedMediaType,
     /// Missing or invalid credential: a deny decided at the auth stage.
@@ -129,6 +132,7 @@ impl std::fmt::Display for Error {
             Error::Forbidden(m) => write!(f, "{code}: {m}"),
             Error::NotEligible(m) => write!(f, "{code}: {m}"),
             Error::Refused(a) => write!(f, "{code}: {}", a.message),
+            Error::HeldFull(full) => write!(f, "{code}: {full}"),
             _ => f.write_str(code.as_str()),
         }
     }
@@ -142,6 +146,8 @@ impl Error {
             Error::PayloadTooLarge => Code::BodyTooLarge,
             Error::BodyTimeout => Code::BodyTimeout,
             Error::TooManyConnections => Code::TooManyConnections,
+            Error::HeldFull(crate::limits::HeldFull::Principal { .. }) => Code::TooManyHeld,
+            Error::HeldFull(crate::limits::HeldFull::Agents { .. }) => Code::TooManyConnections,
             Error::UnsupportedMediaType => Code::UnsupportedMediaType,
             Error::Unauthenticated(_) => Code::Unauthenticated,
             Error::NotFound => Code::NotFound,

@@ -32,7 +32,8 @@ pub use body::{
 };
 pub use callgate::GateReport;
 pub use decide::{
-    Caller, Credential, Decided, authenticate, caller, decide, decide_for, human, record_or_refuse,
+    Caller, Credential, Decided, authenticate, caller, decide, decide_for, hold, human,
+    record_or_refuse,
 };
 pub use error::{Error, Refusal};
 pub use execute::{Progress, execute, execute_for};
@@ -54,7 +55,7 @@ use crate::anomaly::Monitor;
 use crate::approvals::{Approvals, Bounds, Ttl};
 use crate::audit::{Audit, Chain, Durability};
 use crate::auth::Authenticator;
-use crate::limits::{LimitConfig, Limiter, MonotonicClock};
+use crate::limits::{Held, HeldBounds, LimitConfig, Limiter, MonotonicClock};
 use crate::metrics::Metrics;
 use crate::policy::Snapshot;
 use crate::redact::{Gates, Streams};
@@ -94,6 +95,8 @@ pub struct Gateway {
     pub gates: Option<Arc<Gates>>,
     /// The stream gate's open streams.
     pub streams: Arc<Streams>,
+    /// The requests each principal holds open (long polls, event streams, held MCP calls).
+    pub held: Arc<Held>,
     /// Runs tools for `/v1/execute` (`None`: execution is off).
     pub exec: Option<Arc<crate::exec::Runner>>,
     /// Grants (`None` only for a state built without a data store: the routes answer 503).
@@ -180,6 +183,7 @@ impl Gateway {
                 MAX_STREAMS_PER_PRINCIPAL,
                 STREAM_IDLE_MS,
             )),
+            held: Arc::new(Held::new(HeldBounds::default())),
             exec: None,
             grants: None,
             fleet: None,
@@ -237,6 +241,13 @@ impl Gateway {
     ) -> Self {
         self.upstreams = hub;
         self.mcp = Arc::new(settings);
+        self
+    }
+
+    /// The same state with the bounds on held requests (`[server]`, `[mcp]`).
+    #[must_use]
+    pub fn with_held(mut self, bounds: HeldBounds) -> Self {
+        self.held = Arc::new(Held::new(bounds));
         self
     }
 

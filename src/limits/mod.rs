@@ -11,11 +11,16 @@
 //! unused (windows) is the same as no entry, so such entries are dropped when a shard grows,
 //! which keeps memory bounded by the keys that are actually busy. Counts are in memory: a
 //! restart starts every limit afresh.
+//!
+//! [`Held`] bounds something else: how many requests each principal holds open at once (long
+//! polls, event streams, held MCP calls), not how many it makes.
 
 mod clock;
+mod held;
 mod rate;
 
 pub use clock::{Clock, ManualClock, MonotonicClock};
+pub use held::{Held, HeldBounds, HeldFull, HeldKind, HeldPermit, Holder};
 pub use rate::{LimitConfig, Per, Rate};
 
 use std::collections::HashMap;

@@ -2,18 +2,24 @@
 //! that have them, SSE responses, the `MCP-Protocol-Version` header, `Host` checks against DNS
 //! rebinding) behind toolgate's bearer authentication: a request without a known credential
 //! is answered 401 before the SDK sees it, and each MCP request is authorized on its own
-//! `Authorization` header.
+//! `Authorization` header. Each principal's sessions and `GET` streams are bounded (`[mcp]
+//! max_sessions_per_principal`, `[server] max_streams_per_principal`; one more is answered
+//! 429 with the code's error body) and only the principal that opened a session may use it.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, PoisonError};
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, Request, Response, StatusCode, header};
+use http_body::{Frame, SizeHint};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tower_service::Service as _;
 
 use super::Front;
+use super::sessions::{Registry, Tracked};
+use crate::codes::Code;
 use crate::gateway::{Credential, Gateway};
 
 /// The request parts the SDK hands each MCP request.
@@ -22,47 +28,18 @@ pub type Parts = axum::http::request::Parts;
 /// The session header of the streamable-HTTP transport.
 const SESSION_HEADER: &str = "mcp-session-id";
 
-/// Sessions remembered with their owner, at most this many (the oldest are forgotten; the
-/// SDK ends idle sessions itself).
-const MAX_SESSIONS: usize = 65_536;
-
-/// Which principal opened each session.
-#[derive(Default)]
-struct Owners {
-    map: std::sync::Mutex<(HashMap<String, String>, VecDeque<String>)>,
-}
-
-impl Owners {
-    fn owner(&self, id: &str) -> Option<String> {
-        let m = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        m.0.get(id).cloned()
-    }
-
-    fn open(&self, id: &str, who: String) {
-        let mut m = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        if m.0.insert(id.to_owned(), who).is_none() {
-            m.1.push_back(id.to_owned());
-        }
-        while m.1.len() > MAX_SESSIONS {
-            if let Some(old) = m.1.pop_front() {
-                m.0.remove(&old);
-            }
-        }
-    }
-
-    fn close(&self, id: &str) {
-        let mut m = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        m.0.remove(id);
-        m.1.retain(|k| k != id);
-    }
-}
+/// Messages a session queues per stream.
+const SESSION_QUEUE: usize = 16;
 
 /// The `/mcp` service.
 #[derive(Clone)]
 pub struct McpHttp {
-    inner: StreamableHttpService<Front, LocalSessionManager>,
+    inner: StreamableHttpService<Front, Tracked>,
     gw: Gateway,
-    owners: Arc<Owners>,
+    sessions: Arc<Registry>,
+    tracked: Arc<Tracked>,
+    /// Set once the idle sweeper runs (started by the first request: a runtime is needed).
+    sweeping: Arc<OnceLock<()>>,
 }
 
 /// Builds `/mcp` for `gw`; `listen` adds the sidecar's own address to the accepted `Host`s.
@@ -82,24 +59,79 @@ pub fn service(gw: Gateway, listen: Option<std::net::SocketAddr>) -> McpHttp {
     hosts.extend(gw.mcp.allowed_hosts.iter().cloned());
     config.allowed_hosts = hosts;
     let factory_gw = gw.clone();
-    // A session outlives the longest held call (the SDK's default ends it after 5 idle
-    // minutes, and a held call produces no traffic).
-    let mut sessions = LocalSessionManager::default();
-    sessions.session_config.keep_alive = Some(
-        gw.mcp
-            .hold_max
-            .saturating_add(std::time::Duration::from_secs(300)),
-    );
+    // Idle sessions are ended by the sweeper (`sessions`), which counts a held call as busy.
+    // The SDK's own keep-alive, which does not, only backs it up: past the longest hold.
+    let mut local = LocalSessionManager::default();
+    // What one session may have queued per stream before its sender waits (the SDK's default,
+    // made explicit: it is part of a session's bound on memory, docs/mcp.md).
+    local.session_config.channel_capacity = SESSION_QUEUE;
+    local.session_config.keep_alive = Some(gw.mcp.hold_max.saturating_add(gw.mcp.session_idle));
+    let sessions = Arc::new(Registry::new(
+        gw.mcp.max_sessions_per_principal,
+        gw.mcp.session_idle,
+        Some(gw.metrics.clone()),
+    ));
+    let tracked = Arc::new(Tracked::new(local, sessions.clone()));
     let inner = StreamableHttpService::new(
         move || Ok(Front::http(factory_gw.clone())),
-        Arc::new(sessions),
+        tracked.clone(),
         config,
     );
     McpHttp {
         inner,
         gw,
-        owners: Arc::default(),
+        sessions,
+        tracked,
+        sweeping: Arc::default(),
     }
+}
+
+/// An answer's body, with what the request holds (its session busy, its place among the
+/// principal's streams) given back when the body ends or is dropped.
+struct Holding<B> {
+    body: B,
+    _busy: Option<super::sessions::Busy>,
+    _held: Option<crate::limits::HeldPermit>,
+}
+
+impl<B> http_body::Body for Holding<B>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// A refusal as the HTTP API answers it: `{error, message, suggestion}`, the code's status.
+fn refused(code: Code, message: &str) -> Response<Body> {
+    let status = StatusCode::from_u16(code.status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+    let body = serde_json::json!({"error": code, "message": message, "suggestion": code.hint()});
+    let mut resp = answer(
+        status,
+        "application/json",
+        body.to_string().into_bytes(),
+        false,
+    );
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    resp
 }
 
 fn answer(status: StatusCode, media: &'static str, body: Vec<u8>, bearer: bool) -> Response<Body> {
@@ -116,14 +148,21 @@ fn answer(status: StatusCode, media: &'static str, body: Vec<u8>, bearer: bool) 
 
 impl McpHttp {
     /// Answers one HTTP request to `/mcp`.
-    pub async fn handle(mut self, req: Request<Body>) -> Response<Body> {
+    pub async fn handle(self, req: Request<Body>) -> Response<Body> {
+        if self.sweeping.set(()).is_ok() {
+            tokio::spawn(super::sessions::sweep_while(
+                Arc::downgrade(&self.tracked),
+                self.gw.mcp.session_idle,
+            ));
+        }
         let credential = req
             .headers()
             .get(header::AUTHORIZATION)
             .map(|v| v.as_bytes().to_vec());
         // An unknown caller is a recorded deny at the `auth` stage, as on every /v1 route.
-        let who = match crate::gateway::caller(&self.gw, Credential(credential.as_deref())).await {
-            Ok(c) => c.principal().uid.to_string(),
+        let caller = match crate::gateway::caller(&self.gw, Credential(credential.as_deref())).await
+        {
+            Ok(c) => c,
             Err(crate::gateway::Error::Unauthenticated(body)) => {
                 let body = serde_json::to_vec(&body).unwrap_or_default();
                 return answer(StatusCode::UNAUTHORIZED, "application/json", body, true);
@@ -138,26 +177,64 @@ impl McpHttp {
                 );
             }
         };
-        // A session belongs to the principal that opened it: another credential holding its
-        // id is told there is no such session.
+        let who = caller.principal().uid.to_string();
         let session = req
             .headers()
             .get(SESSION_HEADER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        if let Some(id) = &session
-            && self.owners.owner(id).is_some_and(|owner| owner != who)
-        {
-            return answer(
-                StatusCode::NOT_FOUND,
-                "text/plain",
-                b"Not Found: no such session".to_vec(),
-                false,
-            );
-        }
-        let closing = req.method() == axum::http::Method::DELETE;
-        let mut resp = match self.inner.call(req).await {
-            Ok(resp) => resp.map(Body::new),
+        // A session belongs to the principal that opened it: to another credential holding
+        // its id (and for an id never opened here, or ended) there is no such session.
+        let busy = match &session {
+            Some(id) => match self.sessions.enter(id, &who) {
+                Ok(busy) => Some(busy),
+                Err(super::sessions::NotYours::Unknown) => {
+                    return answer(
+                        StatusCode::NOT_FOUND,
+                        "text/plain",
+                        b"Not Found: no such session".to_vec(),
+                        false,
+                    );
+                }
+            },
+            None => None,
+        };
+        // A `GET` is an event stream: one of the principal's `max_streams_per_principal`.
+        let held = if req.method() == axum::http::Method::GET {
+            match crate::gateway::hold(
+                &self.gw,
+                caller.principal(),
+                crate::limits::HeldKind::Stream,
+            ) {
+                Ok(permit) => Some(permit),
+                Err(crate::gateway::Error::HeldFull(full)) => {
+                    let code = crate::gateway::Error::HeldFull(full.clone()).code();
+                    return refused(code, &full.to_string());
+                }
+                Err(e) => return refused(e.code(), &e.to_string()),
+            }
+        } else {
+            None
+        };
+        let mut inner = self.inner.clone();
+        let answered = if session.is_none() && req.method() == axum::http::Method::POST {
+            // It may open a session: its place is reserved first, so a principal's sessions
+            // never outnumber its bound, however many requests arrive at once.
+            match self.sessions.reserve(&who) {
+                Ok(opening) => opening.around(inner.call(req)).await,
+                Err(full) => return refused(Code::TooManySessions, &full.to_string()),
+            }
+        } else {
+            inner.call(req).await
+        };
+        let mut resp = match answered {
+            Ok(resp) => resp.map(|body| {
+                Body::new(Holding {
+                    body,
+                    _busy: busy,
+                    _held: held,
+                })
+            }),
             Err(never) => match never {},
         };
         // The SDK's refusals (406, 400, …) are plain text without a media type: say so.
@@ -166,15 +243,6 @@ impl McpHttp {
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("text/plain; charset=utf-8"),
             );
-        }
-        match (&session, resp.headers().get(SESSION_HEADER)) {
-            (None, Some(id)) => {
-                if let Ok(id) = id.to_str() {
-                    self.owners.open(id, who);
-                }
-            }
-            (Some(id), _) if closing => self.owners.close(id),
-            _ => {}
         }
         resp
     }

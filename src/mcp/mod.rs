@@ -14,6 +14,7 @@
 //! the argument digest). `resources/read` and `prompts/get` pass the context gate.
 
 mod http;
+mod sessions;
 
 pub use http::{McpHttp, service};
 
@@ -53,49 +54,49 @@ const MAX_RESOURCES_PER_SESSION: usize = 4096;
 /// Approvals one session remembers waiting on.
 const MAX_PENDING_PER_SESSION: usize = 256;
 
-/// Calls one principal may have held at once (each on an approval of its own); more are
-/// answered pending at once, so held calls cannot take every connection.
-const MAX_HOLDS_PER_PRINCIPAL: usize = 4;
-
-/// The approvals calls are held on now, by principal (across sessions and transports).
-static HOLDS: std::sync::LazyLock<Mutex<HashMap<String, Vec<String>>>> =
+/// The approvals calls are held on now (across sessions and transports): one hold each.
+static HOLDS: std::sync::LazyLock<Mutex<std::collections::HashSet<String>>> =
     std::sync::LazyLock::new(Mutex::default);
 
-/// A hold's place in [`HOLDS`], given back when the hold ends.
+/// A hold's place: its approval in [`HOLDS`], and one of its principal's
+/// `[mcp] max_held_calls_per_principal` (so held calls cannot take every connection). Both
+/// are given back when the hold ends.
 struct HoldSlot {
-    principal: String,
     id: String,
+    _held: crate::limits::HeldPermit,
 }
 
 impl HoldSlot {
-    /// A place for a hold of `id` by `principal`, unless `id` is held already or the
-    /// principal holds its most.
-    fn take(principal: &str, id: &str) -> Option<HoldSlot> {
+    /// A place for a hold of approval `id` by `who`: `Err(None)` when `id` is held already,
+    /// `Err(Some(why))` when a bound refuses (the call is answered pending at once).
+    fn take(
+        gw: &Gateway,
+        who: &crate::authz::Principal,
+        id: &str,
+    ) -> Result<HoldSlot, Option<String>> {
         let mut holds = HOLDS.lock().unwrap_or_else(PoisonError::into_inner);
-        if holds.values().any(|ids| ids.iter().any(|i| i == id)) {
-            return None;
+        if holds.contains(id) {
+            return Err(None);
         }
-        let mine = holds.entry(principal.to_owned()).or_default();
-        if mine.len() >= MAX_HOLDS_PER_PRINCIPAL {
-            return None;
-        }
-        mine.push(id.to_owned());
-        Some(HoldSlot {
-            principal: principal.to_owned(),
+        let held = match crate::gateway::hold(gw, who, crate::limits::HeldKind::Call) {
+            Ok(permit) => permit,
+            Err(Error::HeldFull(full)) => return Err(Some(full.to_string())),
+            Err(e) => return Err(Some(e.to_string())),
+        };
+        holds.insert(id.to_owned());
+        Ok(HoldSlot {
             id: id.to_owned(),
+            _held: held,
         })
     }
 }
 
 impl Drop for HoldSlot {
     fn drop(&mut self) {
-        let mut holds = HOLDS.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(ids) = holds.get_mut(&self.principal) {
-            ids.retain(|i| i != &self.id);
-            if ids.is_empty() {
-                holds.remove(&self.principal);
-            }
-        }
+        HOLDS
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.id);
     }
 }
 
@@ -215,13 +216,13 @@ impl Front {
             && self.status(id) == Some(crate::approvals::Status::Pending)
         {
             return match self.hold(id, ctx).await {
-                Some(Held::Approved) => {
+                Held::Approved => {
                     let answer = self.execute(&name, &args, Some(id.clone()), ctx).await;
                     self.forget(&key);
                     to_result(answer)
                 }
-                Some(Held::Ended(why)) => error_result(&why, json!({"approval_id": id})),
-                None => pending_result(id, None, None),
+                Held::Ended(why) => error_result(&why, json!({"approval_id": id})),
+                Held::Pending(note) => pending_result(id, None, None, note.as_deref()),
             };
         }
         let mut answer = self.execute(&name, &args, named.clone(), ctx).await;
@@ -229,11 +230,18 @@ impl Front {
             && let Some(id) = a.approval_id.clone()
         {
             self.remember_pending(key.clone(), id.clone());
-            if let Some(decided) = self.hold(&id, ctx).await {
-                answer = match decided {
-                    Held::Approved => self.execute(&name, &args, Some(id), ctx).await,
-                    Held::Ended(why) => return error_result(&why, json!({"approval_id": id})),
-                };
+            match self.hold(&id, ctx).await {
+                Held::Approved => answer = self.execute(&name, &args, Some(id), ctx).await,
+                Held::Ended(why) => return error_result(&why, json!({"approval_id": id})),
+                Held::Pending(Some(note)) => {
+                    return pending_result(
+                        &id,
+                        Some(a.metadata.decision_id.clone()),
+                        a.decision.as_ref().map(|d| d.reasons.clone()),
+                        Some(&note),
+                    );
+                }
+                Held::Pending(None) => {}
             }
         }
         if !matches!(answer, Ok((Progress::Pending, _))) {
@@ -351,9 +359,10 @@ impl Front {
     }
 
     /// Tells the user through elicitation that the call waits for a human, then waits for
-    /// the decision (at most the approval's TTL and `[mcp] hold_max_secs`). `None`: the
-    /// client cannot be told (no elicitation), so the call is answered pending at once.
-    async fn hold(&self, approval_id: &str, ctx: &RequestContext<RoleServer>) -> Option<Held> {
+    /// the decision (at most the approval's TTL and `[mcp] hold_max_secs`).
+    /// [`Held::Pending`]: the client cannot be told (no elicitation), or a bound refuses the
+    /// hold, so the call is answered pending at once.
+    async fn hold(&self, approval_id: &str, ctx: &RequestContext<RoleServer>) -> Held {
         let can_elicit = ctx
             .client_capabilities()
             .or_else(|| ctx.peer.peer_info().map(|i| i.capabilities.clone()))
@@ -362,10 +371,16 @@ impl Front {
             .protocol_version()
             .is_none_or(|v| v < rmcp::model::ProtocolVersion::V_2026_07_28);
         if !can_elicit || !legacy {
-            return None;
+            return Held::Pending(None);
         }
-        let who = crate::gateway::authenticate(&self.gw, self.credential(&ctx.extensions)).ok()?;
-        let _slot = HoldSlot::take(&who.uid.to_string(), approval_id)?;
+        let Ok(who) = crate::gateway::authenticate(&self.gw, self.credential(&ctx.extensions))
+        else {
+            return Held::Pending(None);
+        };
+        let _slot = match HoldSlot::take(&self.gw, &who, approval_id) {
+            Ok(slot) => slot,
+            Err(why) => return Held::Pending(why),
+        };
         let message = format!(
             "toolgate: this tool call waits for a human approval (approval {approval_id}). An approver decides it with `toolgate approvals approve {approval_id}` (or POST /v1/approvals/{approval_id}/approve); the call runs as soon as it is approved."
         );
@@ -375,7 +390,7 @@ impl Front {
             "requestedSchema": {"type": "object", "properties": {}}
         }));
         let Ok(params) = params else {
-            return None;
+            return Held::Pending(None);
         };
         let told =
             tokio::time::timeout(Duration::from_secs(30), ctx.peer.create_elicitation(params))
@@ -383,31 +398,31 @@ impl Front {
         if let Ok(Ok(r)) = &told
             && r.action != rmcp::model::ElicitationAction::Accept
         {
-            return Some(Held::Ended(format!(
+            return Held::Ended(format!(
                 "the user declined to wait for approval {approval_id}; the call did not run (the approval stays open: send the same call again once it is approved)"
-            )));
+            ));
         }
         let deadline = tokio::time::Instant::now() + self.gw.mcp.hold_max;
         loop {
             match self.status(approval_id) {
-                Some(crate::approvals::Status::Approved) => return Some(Held::Approved),
+                Some(crate::approvals::Status::Approved) => return Held::Approved,
                 Some(crate::approvals::Status::Pending) => {}
                 Some(other) => {
-                    return Some(Held::Ended(format!(
+                    return Held::Ended(format!(
                         "approval {approval_id} ended {}: the call did not run",
                         crate::gateway::word(&other)
-                    )));
+                    ));
                 }
                 None => {
-                    return Some(Held::Ended(format!(
+                    return Held::Ended(format!(
                         "approval {approval_id} is gone: the call did not run"
-                    )));
+                    ));
                 }
             }
             if tokio::time::Instant::now() >= deadline || ctx.ct.is_cancelled() {
-                return Some(Held::Ended(format!(
+                return Held::Ended(format!(
                     "approval {approval_id} was not decided while the call was held; send the same call again once it is approved"
-                )));
+                ));
             }
             tokio::select! {
                 () = tokio::time::sleep(Duration::from_millis(200)) => {}
@@ -519,6 +534,8 @@ impl Front {
 enum Held {
     Approved,
     Ended(String),
+    /// Not held: answered pending at once (with why, when a bound refused the hold).
+    Pending(Option<String>),
 }
 
 /// The tool as MCP lists it: the manifest's schema, toolgate's classification as hints, and
@@ -582,15 +599,20 @@ fn error_result(text: &str, structured: Value) -> CallToolResult {
     serde_json::from_value(v).unwrap_or_else(|_| CallToolResult::error(Vec::new()))
 }
 
-/// A call waiting for approval `id`, as an error result that names it.
+/// A call waiting for approval `id`, as an error result that names it (and, in `not_held`,
+/// why it was not held while a human decides).
 fn pending_result(
     id: &str,
     decision_id: Option<String>,
     reasons: Option<Vec<String>>,
+    not_held: Option<&str>,
 ) -> CallToolResult {
+    let not_held = not_held
+        .map(|why| format!(" Not held while a human decides: {why}"))
+        .unwrap_or_default();
     error_result(
         &format!(
-            "pending approval {id}: a human must approve this call first. Send the same call (same arguments) again once it is approved; toolgate matches it to the approval (or pass `_meta: {{\"toolgate/approval_id\": \"{id}\"}}`)."
+            "pending approval {id}: a human must approve this call first. Send the same call (same arguments) again once it is approved; toolgate matches it to the approval (or pass `_meta: {{\"toolgate/approval_id\": \"{id}\"}}`).{not_held}"
         ),
         json!({"decision": "pending_approval", "approval_id": id,
                "decision_id": decision_id, "reasons": reasons}),
@@ -604,6 +626,7 @@ fn to_result(answer: Result<(Progress, ExecAnswer), Error>) -> CallToolResult {
             &a.approval_id.clone().unwrap_or_default(),
             Some(a.metadata.decision_id.clone()),
             a.decision.as_ref().map(|d| d.reasons.clone()),
+            None,
         ),
         Ok((Progress::Done, a)) => done(a),
         Err(Error::Execution(_, a)) => done(*a),

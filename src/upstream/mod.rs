@@ -49,7 +49,21 @@ pub struct McpSettings {
     pub allowed_hosts: Vec<String>,
     /// Longest a held pending call waits for its human (capped by the approval's TTL).
     pub hold_max: Duration,
+    /// MCP sessions one principal may have open at once over HTTP.
+    pub max_sessions_per_principal: usize,
+    /// How long an MCP session over HTTP with no request in progress lives.
+    pub session_idle: Duration,
+    /// Calls one principal may have held at once while humans decide (more are answered
+    /// pending at once).
+    pub max_held_calls_per_principal: usize,
 }
+
+/// Default `[mcp] max_sessions_per_principal`.
+pub const DEFAULT_MAX_SESSIONS_PER_PRINCIPAL: usize = 64;
+/// Default `[mcp] session_idle_secs`.
+pub const DEFAULT_SESSION_IDLE_SECS: u64 = 600;
+/// Default `[mcp] max_held_calls_per_principal`.
+pub const DEFAULT_MAX_HELD_CALLS_PER_PRINCIPAL: usize = 4;
 
 impl Default for McpSettings {
     fn default() -> Self {
@@ -60,6 +74,9 @@ impl Default for McpSettings {
             token_file: None,
             allowed_hosts: Vec::new(),
             hold_max: Duration::from_secs(3600),
+            max_sessions_per_principal: DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
+            session_idle: Duration::from_secs(DEFAULT_SESSION_IDLE_SECS),
+            max_held_calls_per_principal: DEFAULT_MAX_HELD_CALLS_PER_PRINCIPAL,
         }
     }
 }

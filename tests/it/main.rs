@@ -15,6 +15,7 @@ mod approvals;
 mod audit;
 mod audit_keys;
 mod auth;
+mod bounds;
 mod callgate;
 mod cedar_warnings;
 mod cli;

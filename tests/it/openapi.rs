@@ -648,6 +648,43 @@ const NOT_EXERCISED: &[(&str, &str, u16, &str)] = &[
         "an MCP client closing: tests/it/mcp.rs",
     ),
     ("DELETE", "/mcp", 404, "an ended session"),
+    // The bounds on what one caller holds need floods or many open streams (issue 39).
+    (
+        "POST",
+        "/mcp",
+        429,
+        "a principal past its sessions: tests/it/bounds.rs",
+    ),
+    (
+        "GET",
+        "/mcp",
+        429,
+        "a principal past its streams: tests/it/bounds.rs",
+    ),
+    (
+        "GET",
+        "/mcp",
+        503,
+        "agents holding every connection they may: the same rule as tests/it/bounds.rs's long polls",
+    ),
+    (
+        "GET",
+        "/v1/approvals/{id}",
+        429,
+        "a principal past its long polls: tests/it/bounds.rs",
+    ),
+    (
+        "GET",
+        "/v1/approvals/{id}",
+        503,
+        "agents holding every connection they may: tests/it/bounds.rs",
+    ),
+    (
+        "GET",
+        "/v1/approvals/events",
+        429,
+        "a human past their streams: tests/it/bounds.rs",
+    ),
     (
         "POST",
         "/v1/mcp/descriptors/approve",
