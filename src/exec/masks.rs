@@ -202,8 +202,15 @@ fn own_processes_only() -> Result<(), IsolationError> {
 /// link has no mode of its own, and its target is in the set too.
 fn cover_all(masks: &[PathBuf]) -> Result<(), IsolationError> {
     let fail = |what: &str, path: &Path, e: nix::Error| {
+        // A user namespace that may not mount (Ubuntu's AppArmor restriction on unprivileged
+        // user namespaces, a seccomp profile that refuses `mount`): say what to change.
+        let hint = if e == nix::Error::EPERM {
+            "; the system lets this user make namespaces but not mount in them: allow mounts in unprivileged user namespaces (on Ubuntu, an AppArmor profile for toolgate with `userns,`; in a container, a seccomp profile that permits `mount`), or run toolgate as root so that programs run as `[exec] run_as`"
+        } else {
+            ""
+        };
         IsolationError(format!(
-            "cannot hide `{}` from the run ({what}: {e})",
+            "cannot hide `{}` from the run ({what}: {e}){hint}; refused",
             path.display()
         ))
     };
