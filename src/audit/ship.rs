@@ -42,6 +42,15 @@ pub struct ShipSettings {
     pub keep: usize,
 }
 
+impl ShipSettings {
+    /// The file and every rotated copy it may have: what no tool may reach.
+    pub fn files(&self) -> Vec<PathBuf> {
+        std::iter::once(self.path.clone())
+            .chain((1..=self.keep).map(|n| rotated(&self.path, n)))
+            .collect()
+    }
+}
+
 /// What `/metrics` shows of the shipper.
 #[derive(Debug, Default)]
 pub struct ShipStats {

@@ -772,14 +772,11 @@ impl Config {
         exec.protected.extend(known_secret_files);
         // The audit ship file and its rotated copies: a tool that could write them could
         // forge what log shippers read, one that could read them reads every decision.
-        if let Some(ship) = &audit_ship {
-            exec.protected.push(ship.path.clone());
-            for n in 1..=ship.keep {
-                let mut name = ship.path.clone().into_os_string();
-                name.push(format!(".{n}"));
-                exec.protected.push(PathBuf::from(name));
-            }
-        }
+        exec.protected.extend(
+            audit_ship
+                .iter()
+                .flat_map(crate::audit::ShipSettings::files),
+        );
         exec.protected.extend(raw.mcp.token_file(base));
         let mcp = problems.take_all(
             mcp::settings(raw.mcp, base, exec.root.is_some()),
