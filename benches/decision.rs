@@ -382,6 +382,26 @@ fn sandbox(c: &mut Criterion) {
         ..ex
     };
     let mut g = c.benchmark_group("sandbox");
+    // The floor: listing every directory of the same tree (names and types, as `read_dir`
+    // gives them), with no look at any entry and no plan.
+    g.bench_function("walk_checkout_root_floor", |b| {
+        b.iter(|| {
+            let mut seen = 0usize;
+            let mut stack = vec![root.clone()];
+            while let Some(dir) = stack.pop() {
+                let Ok(rd) = std::fs::read_dir(&dir) else {
+                    continue;
+                };
+                for e in rd.flatten() {
+                    seen += 1;
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        stack.push(e.path());
+                    }
+                }
+            }
+            seen
+        })
+    });
     g.bench_function("plan_checkout_root", |b| {
         b.iter(|| {
             let mut plan = Plan::default();

@@ -3,12 +3,14 @@
 //! file's directory, so a config works from any working directory.
 
 mod anomaly;
+mod auth;
 mod exec;
 mod fleet;
 mod gates;
 mod mcp;
 mod outputs;
 mod problems;
+mod protected;
 mod provenance;
 mod server;
 mod telemetry;
@@ -16,6 +18,7 @@ mod telemetry;
 use outputs::{console_url, otlp_settings, ship_settings, webhook};
 
 use anomaly::{RawAnomaly, detector_config, quarantine_kinds};
+pub use auth::{AuthConfig, JwtConfig};
 use problems::Problems;
 pub use problems::{ConfigError, KeyProblem};
 pub use server::ServerSettings;
@@ -73,7 +76,7 @@ struct RawConfig {
     schemas_dir: Option<PathBuf>,
     max_body_bytes: Option<usize>,
     #[serde(default)]
-    auth: RawAuth,
+    auth: auth::RawAuth,
     #[serde(default)]
     reload: RawReload,
     data_dir: Option<PathBuf>,
@@ -153,45 +156,6 @@ struct RawReload {
     watch: Option<bool>,
     poll_ms: Option<u64>,
     debounce_ms: Option<u64>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawAuth {
-    tokens_file: Option<PathBuf>,
-    dev_principal: Option<String>,
-    jwt: Option<RawJwt>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawJwt {
-    issuer: String,
-    audience: String,
-    #[serde(default = "default_principal_claim")]
-    principal_claim: String,
-    #[serde(default = "default_roles_claim")]
-    roles_claim: String,
-    #[serde(default)]
-    hs256_secret_file: Option<PathBuf>,
-    #[serde(default)]
-    rsa_public_key_files: Vec<PathBuf>,
-    #[serde(default)]
-    ed25519_public_key_files: Vec<PathBuf>,
-    #[serde(default)]
-    jwks_file: Option<PathBuf>,
-    #[serde(default = "default_leeway")]
-    leeway_secs: u64,
-}
-
-fn default_principal_claim() -> String {
-    "sub".to_owned()
-}
-fn default_roles_claim() -> String {
-    "roles".to_owned()
-}
-fn default_leeway() -> u64 {
-    30
 }
 
 /// Validated configuration.
@@ -278,40 +242,6 @@ pub struct WebhookSettings {
     pub format: crate::approvals::Format,
     /// `console_url`: the console's address, linked from each notice.
     pub console_url: Option<String>,
-}
-
-/// How callers authenticate. At least one method is needed to serve.
-#[derive(Debug, Clone, Default)]
-pub struct AuthConfig {
-    /// File of SHA-256 token hashes and the principals they stand for.
-    pub tokens_file: Option<PathBuf>,
-    /// Dev mode: every request is this agent. Allowed only on loopback.
-    pub dev_principal: Option<String>,
-    /// JWT verification.
-    pub jwt: Option<JwtConfig>,
-}
-
-/// JWT verification settings.
-#[derive(Debug, Clone)]
-pub struct JwtConfig {
-    /// Required `iss`.
-    pub issuer: String,
-    /// Required `aud`.
-    pub audience: String,
-    /// Claim naming the principal (default `sub`).
-    pub principal_claim: String,
-    /// Claim listing the principal's roles (default `roles`).
-    pub roles_claim: String,
-    /// HS256 shared secret.
-    pub hs256_secret_file: Option<PathBuf>,
-    /// RS256 public keys (PEM).
-    pub rsa_public_key_files: Vec<PathBuf>,
-    /// EdDSA public keys (PEM).
-    pub ed25519_public_key_files: Vec<PathBuf>,
-    /// A JWKS document (e.g. a copy of an OIDC issuer's or the Kubernetes API server's keys).
-    pub jwks_file: Option<PathBuf>,
-    /// Clock skew allowed on `exp` and `nbf`.
-    pub leeway_secs: u64,
 }
 
 impl Config {
@@ -507,51 +437,10 @@ impl Config {
                 "use a value from 1024 to 16777216",
             );
         }
-        if raw.auth.dev_principal.is_some() && !listen.ip().is_loopback() {
-            problems.add(
-                "`auth.dev_principal` (dev mode) is set but `listen` is not a loopback address"
-                    .to_owned(),
-                "dev mode trusts every caller: use it only on 127.0.0.1, or configure tokens or JWT",
-            );
-        }
-        if raw.auth.dev_principal.is_some()
-            && (raw.auth.tokens_file.is_some() || raw.auth.jwt.is_some())
-        {
-            problems.add(
-                "`auth.dev_principal` cannot be combined with `tokens_file` or `jwt`".to_owned(),
-                "dev mode ignores credentials; remove it to use real authentication",
-            );
-        }
-        let jwt = raw.auth.jwt.map(|j| JwtConfig {
-            issuer: j.issuer,
-            audience: j.audience,
-            principal_claim: j.principal_claim,
-            roles_claim: j.roles_claim,
-            hs256_secret_file: j.hs256_secret_file.map(|p| base.join(p)),
-            rsa_public_key_files: j
-                .rsa_public_key_files
-                .into_iter()
-                .map(|p| base.join(p))
-                .collect(),
-            ed25519_public_key_files: j
-                .ed25519_public_key_files
-                .into_iter()
-                .map(|p| base.join(p))
-                .collect(),
-            jwks_file: j.jwks_file.map(|p| base.join(p)),
-            leeway_secs: j.leeway_secs,
-        });
-        if let Some(j) = &jwt
-            && j.hs256_secret_file.is_none()
-            && j.rsa_public_key_files.is_empty()
-            && j.ed25519_public_key_files.is_empty()
-            && j.jwks_file.is_none()
-        {
-            problems.add(
-                "`auth.jwt` has no keys".to_owned(),
-                "set `hs256_secret_file`, `rsa_public_key_files`, `ed25519_public_key_files` or `jwks_file`",
-            );
-        }
+        let auth = problems.take_all(
+            auth::settings(&raw.auth, base, &listen),
+            AuthConfig::default,
+        );
         let defaults = WatchOptions::default();
         let debounce = match raw.reload.debounce_ms {
             Some(ms) if !(10..=10_000).contains(&ms) => {
@@ -739,45 +628,21 @@ impl Config {
             crate::exec::ExecSettings::default,
         );
         sources.programs = exec.programs.clone();
-        // The sidecar's own files stay out of every tool's reach (the protected set; the
-        // data and lock directories are in it already): policies, schemas, this config, and
-        // every credential, key and secret file it names.
-        exec.protected.extend([
-            sources.policies_dir.clone(),
-            sources.schemas_dir.clone(),
-            path.to_path_buf(),
-            // Inside the data directory already; named so /readyz lists the audit keys.
-            crate::audit::keys::keyring_path(&data_dir),
-        ]);
-        exec.protected.extend(
-            [
-                raw.auth.tokens_file.as_ref().map(|p| base.join(p)),
-                raw.audit.hmac_key_file.as_ref().map(|p| base.join(p)),
-                approval_webhook
-                    .as_ref()
-                    .and_then(|w| w.secret_file.clone()),
-                anomaly_webhook.as_ref().and_then(|w| w.secret_file.clone()),
-            ]
-            .into_iter()
-            .flatten(),
-        );
-        if let Some(j) = &jwt {
-            exec.protected.extend(j.hs256_secret_file.iter().cloned());
-            exec.protected
-                .extend(j.rsa_public_key_files.iter().cloned());
-            exec.protected
-                .extend(j.ed25519_public_key_files.iter().cloned());
-            exec.protected.extend(j.jwks_file.iter().cloned());
-        }
-        exec.protected.extend(known_secret_files);
-        // The audit ship file and its rotated copies: a tool that could write them could
-        // forge what log shippers read, one that could read them reads every decision.
-        exec.protected.extend(
-            audit_ship
-                .iter()
-                .flat_map(crate::audit::ShipSettings::files),
-        );
-        exec.protected.extend(raw.mcp.token_file(base));
+        exec.protected
+            .extend(protected::own_files(&protected::Named {
+                sources: &sources,
+                config: path,
+                data_dir: &data_dir,
+                auth: &auth,
+                audit_hmac_key_file: raw.audit.hmac_key_file.as_ref().map(|p| base.join(p)),
+                webhook_secrets: [&approval_webhook, &anomaly_webhook]
+                    .into_iter()
+                    .filter_map(|w| w.as_ref().and_then(|w| w.secret_file.clone()))
+                    .collect(),
+                known_secret_files: &known_secret_files,
+                audit_ship: audit_ship.as_ref(),
+                mcp_token_file: raw.mcp.token_file(base),
+            }));
         let mcp = problems.take_all(
             mcp::settings(raw.mcp, base, exec.root.is_some()),
             crate::upstream::McpSettings::default,
@@ -832,11 +697,7 @@ impl Config {
             listen,
             sources,
             max_body_bytes,
-            auth: AuthConfig {
-                tokens_file: raw.auth.tokens_file.map(|p| base.join(p)),
-                dev_principal: raw.auth.dev_principal,
-                jwt,
-            },
+            auth,
             reload,
             widening: raw.reload.widening.unwrap_or_default(),
         })

@@ -121,6 +121,10 @@ pub struct LaunchSpec {
     /// program reaches the cover, never the file, whatever it does to the path.
     #[serde(default)]
     pub masks: Vec<PathBuf>,
+    /// Give the run a PID namespace of its own (with its own `/proc`) when it gets a mount
+    /// namespace; set where the start probe found one can be made.
+    #[serde(default)]
+    pub own_pids: bool,
     /// Set everything up, start nothing, report (what `/readyz` shows is measured this way).
     #[serde(default)]
     pub probe: bool,
@@ -166,6 +170,9 @@ pub struct Outcome {
     /// the run's mount namespace), `owner` (a root sidecar without a mount namespace:
     /// programs are another user) or `off` (nothing to cover).
     pub protected: String,
+    /// What the program saw of other processes: `namespace` (a PID namespace and `/proc` of
+    /// the run's own), `hidepid` (its own user's processes only) or `shared` (the host's).
+    pub processes: String,
     /// The program could not be started, or the launcher failed: why.
     pub error: Option<String>,
 }
@@ -213,7 +220,7 @@ fn read_spec() -> Result<LaunchSpec, String> {
 }
 
 fn supervise(spec: &LaunchSpec, out: &mut Outcome) -> Result<(), String> {
-    let me = rustix::process::getpid();
+    let mut me = rustix::process::getpid();
     rustix::process::set_child_subreaper(Some(me))
         .map_err(|e| format!("cannot become a subreaper: {e}"))?;
     for cg in spec.cgroup.iter().chain(
@@ -240,10 +247,17 @@ fn supervise(spec: &LaunchSpec, out: &mut Outcome) -> Result<(), String> {
                 |who| (who.uid, who.gid),
             ),
         });
-    let isolation = super::masks::isolate(&spec.masks, spec.isolate_network, scratch)
-        .map_err(|e| e.to_string())?;
+    let isolation =
+        super::masks::isolate(&spec.masks, spec.isolate_network, scratch, spec.own_pids)
+            .map_err(|e| e.to_string())?;
     out.network = isolation.network.to_owned();
     out.protected = isolation.protected.to_owned();
+    out.processes = isolation.processes.to_owned();
+    if isolation.pid_namespace {
+        // From here on this is the init of the run's PID namespace (the launcher that
+        // started it only waits), and everything below runs in it.
+        me = first_process(spec.probe, out)?;
+    }
     if out.network == "none" {
         // No namespace: UDP (and TCP where Landlock is older than ABI 4) would be open.
         return Err(
@@ -361,6 +375,57 @@ fn supervise(spec: &LaunchSpec, out: &mut Outcome) -> Result<(), String> {
     // Deadline or cancellation.
     stop(spec, me, &mut reaper, out);
     Ok(())
+}
+
+/// Forks the init of the run's PID namespace (made by `unshare`, entered by the next child).
+/// The parent waits for it and ends with it: it has written the outcome. The child, pid 1
+/// there, dies with the parent, mounts the namespace's `/proc` (still holding the
+/// capabilities of its user namespace, before Landlock forbids mounts) and returns its pid.
+/// A probe that cannot mount it reports `shared`, so runs go on without a PID namespace.
+fn first_process(probe: bool, out: &mut Outcome) -> Result<Pid, String> {
+    use nix::unistd::{ForkResult, fork};
+    #[allow(unsafe_code)]
+    // SAFETY: the launcher is single-threaded here (`exec-child` is dispatched before
+    // anything starts a thread, and the session's thread starts later, in the child).
+    let forked = unsafe { fork() };
+    match forked {
+        Err(e) => Err(format!("cannot start the run's PID namespace: {e}")),
+        Ok(ForkResult::Parent { child }) => {
+            let pid =
+                Pid::from_raw(child.as_raw()).ok_or_else(|| "fork returned no child".to_owned())?;
+            let status = loop {
+                match rustix::process::waitpid(Some(pid), WaitOptions::empty()) {
+                    Ok(Some((_, status))) => break status,
+                    Err(rustix::io::Errno::INTR) => {}
+                    Ok(None) => {}
+                    Err(e) => return Err(format!("cannot wait for the run's init: {e}")),
+                }
+            };
+            if status.exit_status() == Some(0) {
+                // The child wrote the outcome; there is nothing to add.
+                std::process::exit(0);
+            }
+            Err(match status.terminating_signal() {
+                Some(sig) => format!("the run's init ended by signal {sig} without a report"),
+                None => format!(
+                    "the run's init ended with status {:?} without a report",
+                    status.exit_status()
+                ),
+            })
+        }
+        Ok(ForkResult::Child) => {
+            // A launcher killed by the sidecar (past its deadline) takes the namespace, and
+            // every process in it, with it.
+            rustix::process::set_parent_process_death_signal(Some(Signal::KILL))
+                .map_err(|e| format!("cannot tie the run's init to its launcher: {e}"))?;
+            match super::masks::own_proc() {
+                Ok(()) => out.processes = "namespace".to_owned(),
+                Err(_) if probe => out.processes = "shared".to_owned(),
+                Err(e) => return Err(format!("{e}; refused")),
+            }
+            Ok(rustix::process::getpid())
+        }
+    }
 }
 
 /// The first directory on the way to `dir` (itself included) that `who` may not search, by
@@ -541,9 +606,12 @@ fn members(spec: &LaunchSpec, me: Pid) -> BTreeSet<i32> {
     if let Some(cg) = &spec.cgroup
         && let Ok(text) = std::fs::read_to_string(cg.join("cgroup.procs"))
     {
+        // A process outside the reader's PID namespace (the launcher that started the
+        // run's init) is listed as 0.
         found.extend(
             text.split_whitespace()
-                .filter_map(|p| p.parse::<i32>().ok()),
+                .filter_map(|p| p.parse::<i32>().ok())
+                .filter(|p| *p > 0),
         );
     }
     let me = me.as_raw_nonzero().get();

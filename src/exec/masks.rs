@@ -20,9 +20,15 @@
 //!   own; the covers are a second line, and where no mount namespace can be made (a
 //!   container without `CAP_SYS_ADMIN`) runs go on without them, reported as `owner`.
 //!
-//! Every mount is made private first, so nothing made here propagates to the host. A root
-//! sidecar's runs also get a `/proc` of their own with `hidepid=2`: a program sees its own
-//! processes only.
+//! Every mount is made private first, so nothing made here propagates to the host.
+//!
+//! Where the machine allows it (measured by the start probe), the run also gets a PID
+//! namespace of its own: the launcher's first child is its init, mounts a fresh `/proc`
+//! there, and starts the program, which then sees the run's processes only (not the
+//! sidecar's, nor any other process's command line), whatever its user. Where it does not
+//! (a container whose `/proc` has masked paths refuses a new `/proc` to a user namespace), a
+//! root sidecar's runs get a `/proc` mounted with `hidepid=2` instead (programs are another
+//! user), and a non-root sidecar's runs share the host's.
 //!
 //! Owns: creating the namespaces and the covers. Does not own: what is protected (the
 //! runner's protected set) or the program's uid (the launcher).
@@ -53,6 +59,12 @@ pub struct Isolation {
     /// (root sidecar without a mount namespace: programs are another user), or `off`
     /// (nothing to cover).
     pub protected: &'static str,
+    /// A PID namespace was made: the launcher's next child is its init, which mounts the
+    /// run's `/proc` ([`own_proc`]) before anything else.
+    pub pid_namespace: bool,
+    /// What the run's programs see of other processes: `namespace` (once [`own_proc`] is
+    /// mounted), `hidepid` (their own user's only) or `shared` (the host's `/proc`).
+    pub processes: &'static str,
 }
 
 /// Why the namespaces could not be made (the run is refused).
@@ -62,10 +74,12 @@ pub struct IsolationError(String);
 
 /// Makes the run's namespaces and covers `masks` (absolute paths) in its mount namespace,
 /// where `scratch` gets its tmpfs. `network`: give the run a network namespace of its own.
+/// `own_pids`: and a PID namespace, when a mount namespace is made (its `/proc` needs one).
 pub fn isolate(
     masks: &[PathBuf],
     network: bool,
     scratch: Option<Scratch<'_>>,
+    own_pids: bool,
 ) -> Result<Isolation, IsolationError> {
     let root = rustix::process::geteuid().is_root();
     let mut flags = CloneFlags::empty();
@@ -75,22 +89,35 @@ pub fn isolate(
     let cover = !masks.is_empty();
     if cover || scratch.is_some() {
         flags |= CloneFlags::CLONE_NEWNS;
+        if own_pids {
+            flags |= CloneFlags::CLONE_NEWPID;
+        }
     }
+    let pid_namespace = flags.contains(CloneFlags::CLONE_NEWPID);
     if flags.is_empty() {
         return Ok(Isolation {
             network: "host",
             protected: "off",
+            pid_namespace: false,
+            processes: "shared",
         });
     }
     if root {
         if unshare(flags).is_ok() {
             mounts(masks, scratch)?;
-            if flags.contains(CloneFlags::CLONE_NEWNS) {
+            let processes = if pid_namespace {
+                "namespace"
+            } else if flags.contains(CloneFlags::CLONE_NEWNS) {
                 own_processes_only()?;
-            }
+                "hidepid"
+            } else {
+                "shared"
+            };
             return Ok(Isolation {
                 network: if network { "namespace" } else { "host" },
                 protected: if cover { "namespace" } else { "off" },
+                pid_namespace,
+                processes,
             });
         }
         // No mount namespace here: programs are another user, which the kernel already
@@ -103,6 +130,8 @@ pub fn isolate(
                 (true, false) => "none",
             },
             protected: if cover { "owner" } else { "off" },
+            pid_namespace: false,
+            processes: "shared",
         });
     }
     let uid = rustix::process::geteuid().as_raw();
@@ -116,6 +145,8 @@ pub fn isolate(
         return Ok(Isolation {
             network: "none",
             protected: "off",
+            pid_namespace: false,
+            processes: "shared",
         });
     }
     map_ids(uid, gid)?;
@@ -123,6 +154,26 @@ pub fn isolate(
     Ok(Isolation {
         network: if network { "namespace" } else { "host" },
         protected: if cover { "namespace" } else { "off" },
+        pid_namespace,
+        processes: if pid_namespace { "namespace" } else { "shared" },
+    })
+}
+
+/// Mounts the run's own `/proc`: called by the init of the run's PID namespace (the
+/// launcher's first child there), before Landlock, which forbids mounts. It shows the
+/// namespace's processes only.
+pub fn own_proc() -> Result<(), IsolationError> {
+    mount(
+        Some("proc"),
+        "/proc",
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    )
+    .map_err(|e| {
+        IsolationError(format!(
+            "cannot mount the run's own /proc in its PID namespace ({e})"
+        ))
     })
 }
 
@@ -178,10 +229,9 @@ fn mounts(masks: &[PathBuf], scratch: Option<Scratch<'_>>) -> Result<(), Isolati
     Ok(())
 }
 
-/// A root sidecar's programs run as another user: a `/proc` of the run's own, mounted with
-/// `hidepid=2`, shows them their own processes only (not the sidecar's, nor any other
-/// user's command lines). (A non-root sidecar's programs share its user, whom `hidepid`
-/// would not hide, and it may not mount `/proc` without a PID namespace.)
+/// Where no PID namespace is made, a root sidecar's programs (another user) get a `/proc`
+/// mounted with `hidepid=2`: it shows them their own user's processes only (not the
+/// sidecar's, nor any other user's command lines).
 fn own_processes_only() -> Result<(), IsolationError> {
     mount(
         Some("proc"),

@@ -172,6 +172,10 @@ pub struct Protections {
     /// `namespace` (covered in each run's mount namespace) or `owner` (a root sidecar where
     /// no mount namespace can be made: programs are `run_as`, who owns none of it).
     pub metadata: String,
+    /// What a program sees of other processes: `namespace` (a PID namespace and `/proc` of
+    /// each run's own), `hidepid` (a root sidecar where no PID namespace can be made: its own
+    /// user's processes only) or `shared` (the host's `/proc`).
+    pub processes: String,
     /// Why the probe failed, if it did (execution is then refused).
     pub error: Option<String>,
 }
@@ -237,6 +241,8 @@ pub struct Runner {
     excluded: Vec<PathBuf>,
     /// Covered in every run's mount namespace: the protected set (canonical).
     masks: Vec<PathBuf>,
+    /// Runs get a PID namespace of their own (the start probe could make one).
+    own_pids: bool,
     /// Who programs run as (set when the sidecar is root).
     run_as: Option<RunAs>,
     /// Directory listings below the roots, kept between plans.
@@ -341,9 +347,11 @@ impl Runner {
                 run_as: run_as.map(|r| format!("{}:{}", r.uid, r.gid)),
                 protected: protected.iter().map(|p| p.display().to_string()).collect(),
                 metadata: String::new(),
+                processes: "shared".to_owned(),
                 error: None,
             },
             masks: protected,
+            own_pids: false,
             excluded,
             run_as,
             dir_cache: Arc::default(),
@@ -360,6 +368,7 @@ impl Runner {
             )),
         };
         runner.protections = runner.probe().await;
+        runner.own_pids = runner.protections.processes == "namespace";
         Ok(runner)
     }
 
@@ -437,6 +446,7 @@ impl Runner {
             run_as: self.run_as,
             isolate_network: self.settings.network_namespace,
             masks: self.masks.clone(),
+            own_pids: true,
             probe: true,
             session: false,
         };
@@ -453,6 +463,7 @@ impl Runner {
                     p.landlock = o.landlock;
                     p.network = o.network;
                     p.metadata = o.protected;
+                    p.processes = o.processes;
                     p.rlimits = true;
                     p.no_orphans = true;
                     if self.cgroups.as_ref().is_some_and(|c| c.limits_memory()) {
@@ -764,6 +775,7 @@ impl Runner {
             run_as: self.run_as,
             isolate_network: !ex.access.network && self.settings.network_namespace,
             masks: self.masks.clone(),
+            own_pids: self.own_pids,
             probe: false,
             session: false,
         };

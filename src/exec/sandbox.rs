@@ -165,13 +165,18 @@ impl Plan {
         let near_exempt: Vec<&PathBuf> = ex.exempt.iter().filter(|p| p.starts_with(dir)).collect();
         let mut whole = true;
         let mut granted = Vec::new();
+        // Opened the first time an entry must be looked at: each look is then one `fstatat`
+        // of one name, not a walk of the whole path.
+        let mut at: Option<Option<std::os::fd::OwnedFd>> = None;
         for entry in &listing.entries {
             self.walked += 1;
             if self.walked > MAX_ENTRIES {
                 return Err(PlanError::TooLarge(dir.display().to_string()));
             }
             let path = dir.join(&entry.name);
-            if entry.kind == Kind::Other && !grantable(&path, entry.ino, ex, walk_all) {
+            if entry.kind == Kind::Other
+                && !grantable((&mut at, dir), &entry.name, entry.ino, ex, walk_all)
+            {
                 whole = false;
                 continue;
             }
@@ -204,22 +209,41 @@ impl Plan {
     }
 }
 
-/// Whether a file, device, FIFO or socket entry may be granted: not another name of a
-/// protected file, and below a walked root (`walk_all`) not a regular file with more than
-/// one name. Looked at afresh for every plan (a new name elsewhere changes no listing here);
-/// an entry that cannot be looked at is not granted.
-fn grantable(path: &Path, ino: u64, ex: &Exclusions, walk_all: bool) -> bool {
-    use std::os::unix::fs::MetadataExt;
+/// Whether a file, device, FIFO or socket entry `name` of `dir` may be granted: not another
+/// name of a protected file, and below a walked root (`walk_all`) not a regular file with
+/// more than one name. Looked at afresh for every plan (a new name elsewhere changes no
+/// listing here), through `dir`'s descriptor in `at` (opened on first use, without following
+/// a link); an entry that cannot be looked at is not granted.
+fn grantable(
+    (at, dir): (&mut Option<Option<std::os::fd::OwnedFd>>, &Path),
+    name: &std::ffi::OsStr,
+    ino: u64,
+    ex: &Exclusions,
+    walk_all: bool,
+) -> bool {
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags};
     if !walk_all && !ex.inodes.may_hold(ino) {
         return true;
     }
-    let Ok(meta) = std::fs::symlink_metadata(path) else {
+    let fd = at.get_or_insert_with(|| {
+        rustix::fs::open(
+            dir,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()
+    });
+    let Some(fd) = fd.as_ref() else {
         return false;
     };
-    if ex.inodes.holds(meta.dev(), meta.ino()) {
+    let Ok(st) = rustix::fs::statat(fd, name, AtFlags::SYMLINK_NOFOLLOW) else {
+        return false;
+    };
+    if ex.inodes.holds(st.st_dev, st.st_ino) {
         return false;
     }
-    !(walk_all && meta.is_file() && meta.nlink() > 1)
+    let is_file = FileType::from_raw_mode(st.st_mode) == FileType::RegularFile;
+    !(walk_all && is_file && st.st_nlink > 1)
 }
 
 /// The protected files' inodes, by device and inode number.

@@ -140,6 +140,7 @@ impl Runner {
             run_as: self.run_as,
             isolate_network: !spec.access.network && self.settings.network_namespace,
             masks: self.masks.clone(),
+            own_pids: self.own_pids,
             probe: false,
             session: true,
         };

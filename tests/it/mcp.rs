@@ -862,9 +862,24 @@ fn every_case(front: &Front, d: &Deps, s: &Setup) {
     assert_eq!(text(&r), "hello eve", "{r}");
     // An upstream crash is survived: its tools answer unavailable, then it is back.
     let pid_file = s.workspace.join("state/pid");
-    let pid = std::fs::read_to_string(&pid_file).unwrap();
+    let started = std::fs::read_to_string(&pid_file).unwrap();
+    // The server runs in a PID namespace of its own: find it on the host by its script and
+    // its working directory (this workspace).
+    let workspace = s.workspace.canonicalize().unwrap();
+    let hosts: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok()?;
+            (String::from_utf8_lossy(&cmd).contains("mutable_server.py") && cwd == workspace)
+                .then(|| pid.to_string())
+        })
+        .collect();
+    assert_eq!(hosts.len(), 1, "the mutable server on the host: {hosts:?}");
     Command::new("kill")
-        .args(["-9", pid.trim()])
+        .args(["-9", &hosts[0]])
         .status()
         .unwrap();
     let back = within(Duration::from_secs(30), || {
@@ -872,7 +887,7 @@ fn every_case(front: &Front, d: &Deps, s: &Setup) {
         (text(&r) == "hello again").then_some(r)
     });
     assert_ne!(back["isError"], true);
-    assert_ne!(std::fs::read_to_string(&pid_file).unwrap(), pid);
+    assert_ne!(std::fs::read_to_string(&pid_file).unwrap(), started);
     let r = c.call("everything.echo", json!({"message": "still here"}));
     assert_eq!(text(&r), "Echo: still here");
     // Every call and result is in the audit log, with digests only.
@@ -943,10 +958,74 @@ fn the_gateway_over_streamable_http() {
         "another principal used a session"
     );
     every_case(&front, &d, &s);
+    held_calls_are_bounded(&front, &d);
     // The upstream's stderr was logged, screened: the token it printed is masked.
     let log = std::fs::read_to_string(s.root.join("serve.log")).unwrap();
     assert!(log.contains("debug: using github token"), "{log}");
     assert!(!log.contains("ghp_A1b2C3d4"), "stderr logged unscreened");
+}
+
+/// One agent's client with elicitation (the SDK's default handshake) holds calls while
+/// humans decide: at most `[mcp] max_held_calls_per_principal` (4 by default) at once; the
+/// next is answered pending at once, naming the key, and humans and probes are still
+/// answered. Closing the session gives the places back.
+fn held_calls_are_bounded(front: &Front, d: &Deps) {
+    let mut c = Client::start(d, &(front.client)("demo-dev-token", "accept"));
+    let calls: Vec<u64> = (0..5)
+        .map(|i| {
+            c.send(json!({"op": "call_tool", "name": "mutable.wipe",
+                          "arguments": {"target": format!("held-{i}")}, "timeout_s": 90}))
+        })
+        .collect();
+    let mut refused = Vec::new();
+    let mut told = 0;
+    let until = Instant::now() + Duration::from_secs(60);
+    while told + refused.len() < calls.len() {
+        let v = c.recv(until);
+        if v["event"] == "elicitation" {
+            told += 1;
+        } else if v
+            .get("id")
+            .is_some_and(|id| calls.contains(&id.as_u64().unwrap_or(0)))
+        {
+            refused.push(v);
+        } else {
+            c.events.push(v);
+        }
+    }
+    assert_eq!((told, refused.len()), (4, 1), "{refused:?}");
+    let r = &refused[0]["result"];
+    assert_eq!(
+        r["structuredContent"]["toolgate"]["decision"], "pending_approval",
+        "{r}"
+    );
+    assert!(
+        text(r).contains("mcp.max_held_calls_per_principal"),
+        "the refusal does not name the bound: {r}"
+    );
+    // Humans and probes are answered while the agent holds its four.
+    let health = api(front.api_port, "GET", "/healthz", "demo-bob-token", None);
+    assert_eq!(health["status"], "ok", "{health}");
+    let pending = api(
+        front.api_port,
+        "GET",
+        "/v1/approvals?status=pending",
+        "demo-bob-token",
+        None,
+    );
+    assert!(
+        pending["approvals"]
+            .as_array()
+            .is_some_and(|a| a.len() >= 5),
+        "{pending}"
+    );
+    drop(c);
+    // The session closed, its holds are given back: another session holds again.
+    let mut again = Client::start(d, &(front.client)("demo-dev-token", "accept"));
+    let _ = again.send(json!({"op": "call_tool", "name": "mutable.wipe",
+                              "arguments": {"target": "held-again"}, "timeout_s": 90}));
+    let e = again.event("elicitation", Duration::from_secs(30));
+    assert_eq!(e["event"], "elicitation", "{e}");
 }
 
 #[test]

@@ -117,7 +117,7 @@ fn layout(owner: Option<(u32, u32)>) -> TempSet {
             "if ( {cmd} ) >/dev/null 2>&1; then echo YES:{label}; else echo NO:{label}; fi; "
         ));
     }
-    script.push_str("echo UID:$(id -u); echo PROCS:$(ls /proc | grep -c '^[0-9]')");
+    script.push_str("echo UID:$(id -u); echo PROCS:$(ls /proc | grep -c '^[0-9]'); echo PID1:$(tr '\\0' ' ' < /proc/1/cmdline)");
     let script = script.replace('{', "{{").replace('}', "}}");
     let manifest = json!({
         "name": "attempt",
@@ -227,21 +227,26 @@ fn attempts_change_nothing(ids: Option<(u32, u32)>, expect_uid: u32) {
     let (_, ready) = exchange(server.port, "GET", "/readyz", None, None).unwrap();
     assert_eq!(ready["ready"], true, "{ready}");
     assert_eq!(ready["execution"]["metadata"], "namespace", "{ready}");
+    assert_eq!(ready["execution"]["processes"], "namespace", "{ready}");
     assert!(ready["execution"]["error"].is_null(), "{ready}");
     let before: Vec<_> = own_files(&dir).iter().map(|p| state(p)).collect();
 
     let out = attempt(&server);
     assert!(out.contains(&format!("UID:{expect_uid}")), "{out}");
-    if expect_uid == 65534 {
-        // A root sidecar's programs see their own processes only (`hidepid`): a handful.
-        let procs: usize = out
-            .split("PROCS:")
-            .nth(1)
-            .and_then(|r| r.split_whitespace().next())
-            .and_then(|n| n.parse().ok())
-            .unwrap();
-        assert!(procs <= 8, "{procs} processes visible: {out}");
-    }
+    // Root or not, a run's programs see the run's processes only (a PID namespace of its
+    // own): the launcher's init, the shell and its command substitution.
+    let procs: usize = out
+        .split("PROCS:")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert!(procs <= 6, "{procs} processes visible: {out}");
+    let init = out.split("PID1:").nth(1).unwrap_or_default();
+    assert!(
+        init.contains("exec-child"),
+        "pid 1 is not the run's init: {out}"
+    );
     for (label, _) in ATTEMPTS {
         assert!(
             out.contains(&format!("NO:{label}")),

@@ -236,7 +236,7 @@ def case_mutable(tmp: Path, dump_dir: Path | None) -> None:
         r = ready[1]
         check("mutable: serverInfo.name", r["serverInfo"]["name"] == "mutable", r)
         check("mutable: tools.listChanged advertised", r["capabilities"].get("tools", {}).get("listChanged") is True, r)
-        pid = int((state / "pid").read_text()) if (state / "pid").exists() else -1
+        pid = int((state / "pid").read_text().split()[0]) if (state / "pid").exists() else -1
         check("mutable: pid file names a live process", pid > 0 and pid != d.proc.pid and pid_alive(pid), pid)
 
         listed = d.request({"op": "list_tools"})
@@ -318,7 +318,7 @@ def case_deadline_and_eof(tmp: Path) -> None:
         check("deadline: exits 3 once the deadline passes", rc == 3, rc)
         check("deadline: within the bound", time.monotonic() - start < 3 + 12, time.monotonic() - start)
         check("deadline: deadline event printed", d.event("deadline", 1) is not None, d.lines[-2:])
-        pid = int((state / "pid").read_text())
+        pid = int((state / "pid").read_text().split()[0])
         end = time.monotonic() + 10
         while pid_alive(pid) and time.monotonic() < end:
             time.sleep(0.1)
