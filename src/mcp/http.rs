@@ -216,6 +216,7 @@ impl McpHttp {
         } else {
             None
         };
+        let deleting = req.method() == axum::http::Method::DELETE;
         let mut inner = self.inner.clone();
         let answered = if session.is_none() && req.method() == axum::http::Method::POST {
             // It may open a session: its place is reserved first, so a principal's sessions
@@ -237,6 +238,11 @@ impl McpHttp {
             }),
             Err(never) => match never {},
         };
+        // A session ended by `DELETE`: 204, which clients take as done (the SDK answers 202,
+        // which the spec gives no meaning there, and the Python SDK warns about it).
+        if deleting && resp.status() == StatusCode::ACCEPTED {
+            *resp.status_mut() = StatusCode::NO_CONTENT;
+        }
         // The SDK's refusals (406, 400, …) are plain text without a media type: say so.
         if !resp.headers().contains_key(header::CONTENT_TYPE) && resp.status().as_u16() >= 400 {
             resp.headers_mut().insert(

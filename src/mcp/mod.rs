@@ -14,6 +14,7 @@
 //! the argument digest). `resources/read` and `prompts/get` pass the context gate.
 
 mod http;
+mod rounds;
 mod sessions;
 
 pub use http::{McpHttp, service};
@@ -25,8 +26,8 @@ use std::time::Duration;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, GetPromptRequestParams,
     GetPromptResponse, ListPromptsResult, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
-    ServerConfig,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ResultType,
+    ServerCapabilities, ServerConfig,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
@@ -102,6 +103,9 @@ impl Drop for HoldSlot {
 
 /// The `_meta` key a client names its conversation with (`context.conv_id`).
 pub const CONV_META: &str = "toolgate/conv_id";
+
+/// The conversation of a caller's calls on 2026-07-28 over HTTP that name none.
+pub const UNNAMED_CONV: &str = "mcp-unnamed";
 
 /// One MCP session's state: the approvals it is waiting on, by (tool, argument digest), the
 /// resources it listed, and its conversation.
@@ -193,11 +197,16 @@ impl Front {
         &self,
         params: CallToolRequestParams,
         ctx: &RequestContext<RoleServer>,
-    ) -> CallToolResult {
+    ) -> Result<CallToolResponse, McpError> {
         let name = params.name.to_string();
         let args = Value::Object(params.arguments.clone().unwrap_or_default());
         let digest = crate::audit::args_digest(&args);
         let key = (name.clone(), digest);
+        let modern = rounds::modern(ctx);
+        // 2026-07-28: a retry of a call that waits for a human carries its sealed state.
+        if modern && let Some(state) = params.request_state.as_deref() {
+            return self.resume(state, &params, &args, &key, ctx).await;
+        }
         // The approval this session is waiting on for this exact call (bound to the tool and
         // the argument digest by construction), else one the client names (the pipeline
         // checks that it is this caller's, for this tool and these arguments).
@@ -209,13 +218,21 @@ impl Front {
                 .and_then(|m| m.get("toolgate/approval_id"))
                 .and_then(Value::as_str)
                 .map(str::to_owned)
+                .or_else(|| {
+                    (modern && matches!(self.who, Who::PerRequest))
+                        .then(|| self.approved_for(&key, ctx))
+                        .flatten()
+                })
         });
         // The same call again while its approval is still open: still pending (held, when the
         // client can be told), not a second approval and not a deny.
         if let Some(id) = &remembered
             && self.status(id) == Some(crate::approvals::Status::Pending)
         {
-            return match self.hold(id, ctx).await {
+            if modern {
+                return Ok(self.waiting(id, None, &key, ctx));
+            }
+            return Ok(CallToolResponse::Complete(match self.hold(id, ctx).await {
                 Held::Approved => {
                     let answer = self.execute(&name, &args, Some(id.clone()), ctx).await;
                     self.forget(&key);
@@ -223,23 +240,31 @@ impl Front {
                 }
                 Held::Ended(why) => error_result(&why, json!({"approval_id": id})),
                 Held::Pending(note) => pending_result(id, None, None, note.as_deref()),
-            };
+            }));
         }
         let mut answer = self.execute(&name, &args, named.clone(), ctx).await;
         if let Ok((Progress::Pending, a)) = &answer
             && let Some(id) = a.approval_id.clone()
         {
             self.remember_pending(key.clone(), id.clone());
+            if modern {
+                return Ok(self.waiting(&id, Some(a), &key, ctx));
+            }
             match self.hold(&id, ctx).await {
                 Held::Approved => answer = self.execute(&name, &args, Some(id), ctx).await,
-                Held::Ended(why) => return error_result(&why, json!({"approval_id": id})),
+                Held::Ended(why) => {
+                    return Ok(CallToolResponse::Complete(error_result(
+                        &why,
+                        json!({"approval_id": id}),
+                    )));
+                }
                 Held::Pending(Some(note)) => {
-                    return pending_result(
+                    return Ok(CallToolResponse::Complete(pending_result(
                         &id,
                         Some(a.metadata.decision_id.clone()),
                         a.decision.as_ref().map(|d| d.reasons.clone()),
                         Some(&note),
-                    );
+                    )));
                 }
                 Held::Pending(None) => {}
             }
@@ -247,7 +272,7 @@ impl Front {
         if !matches!(answer, Ok((Progress::Pending, _))) {
             self.forget(&key);
         }
-        to_result(answer)
+        Ok(CallToolResponse::Complete(to_result(answer)))
     }
 
     /// Remembers the approval a call of this session waits on (at most
@@ -333,7 +358,7 @@ impl Front {
         }
         // The conversation: the one `_meta` names (a runtime that also posts the user's
         // words to the input gate), else this session.
-        let conv = self.conv(&ctx.meta);
+        let conv = self.conv(ctx);
         let mut context = json!({"conv_id": conv});
         if let Some(trace) = ctx.meta.get("traceparent").and_then(Value::as_str)
             && let Some(c) = context.as_object_mut()
@@ -381,14 +406,8 @@ impl Front {
             Ok(slot) => slot,
             Err(why) => return Held::Pending(why),
         };
-        let message = format!(
-            "toolgate: this tool call waits for a human approval (approval {approval_id}). An approver decides it with `toolgate approvals approve {approval_id}` (or POST /v1/approvals/{approval_id}/approve); the call runs as soon as it is approved."
-        );
-        let params: Result<rmcp::model::ElicitRequestParams, _> = serde_json::from_value(json!({
-            "mode": "form",
-            "message": message,
-            "requestedSchema": {"type": "object", "properties": {}}
-        }));
+        let params: Result<rmcp::model::ElicitRequestParams, _> =
+            serde_json::from_value(waiting_form(approval_id));
         let Ok(params) = params else {
             return Held::Pending(None);
         };
@@ -398,31 +417,41 @@ impl Front {
         if let Ok(Ok(r)) = &told
             && r.action != rmcp::model::ElicitationAction::Accept
         {
-            return Held::Ended(format!(
-                "the user declined to wait for approval {approval_id}; the call did not run (the approval stays open: send the same call again once it is approved)"
-            ));
+            return Held::Ended(declined(approval_id));
         }
         let deadline = tokio::time::Instant::now() + self.gw.mcp.hold_max;
+        match self.decided(approval_id, deadline, ctx).await {
+            Decided::Approved => Held::Approved,
+            Decided::Ended(why) => Held::Ended(why),
+            Decided::Open => Held::Ended(format!(
+                "approval {approval_id} was not decided while the call was held; send the same call again once it is approved"
+            )),
+        }
+    }
+
+    /// Waits until approval `id` is decided, `deadline` passes or the request is cancelled.
+    async fn decided(
+        &self,
+        id: &str,
+        deadline: tokio::time::Instant,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Decided {
         loop {
-            match self.status(approval_id) {
-                Some(crate::approvals::Status::Approved) => return Held::Approved,
+            match self.status(id) {
+                Some(crate::approvals::Status::Approved) => return Decided::Approved,
                 Some(crate::approvals::Status::Pending) => {}
                 Some(other) => {
-                    return Held::Ended(format!(
-                        "approval {approval_id} ended {}: the call did not run",
+                    return Decided::Ended(format!(
+                        "approval {id} ended {}: the call did not run",
                         crate::gateway::word(&other)
                     ));
                 }
                 None => {
-                    return Held::Ended(format!(
-                        "approval {approval_id} is gone: the call did not run"
-                    ));
+                    return Decided::Ended(format!("approval {id} is gone: the call did not run"));
                 }
             }
             if tokio::time::Instant::now() >= deadline || ctx.ct.is_cancelled() {
-                return Held::Ended(format!(
-                    "approval {approval_id} was not decided while the call was held; send the same call again once it is approved"
-                ));
+                return Decided::Open;
             }
             tokio::select! {
                 () = tokio::time::sleep(Duration::from_millis(200)) => {}
@@ -453,24 +482,40 @@ impl Front {
 
     /// Reads `uri` from the upstream that listed it to this session (a URI never listed, or
     /// listed by an upstream the caller may not reach, is refused).
-    async fn read(&self, uri: &str, reachable: &[String]) -> Result<Value, McpError> {
+    /// `stateless`: no session remembers what was listed (2026-07-28 over HTTP), so a URI
+    /// is looked up in the reachable upstreams' listings now.
+    async fn read(
+        &self,
+        uri: &str,
+        reachable: &[String],
+        stateless: bool,
+    ) -> Result<Value, McpError> {
         let Some(hub) = self.gw.upstreams.clone() else {
             return Err(McpError::resource_not_found("no MCP upstreams", None));
         };
-        let upstream = self
+        let remembered = self
             .session
             .resources
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(uri)
-            .cloned()
-            .filter(|u| reachable.contains(u))
-            .ok_or_else(|| {
-                McpError::resource_not_found(
-                    "no such resource: list resources first (resources/list)",
-                    None,
-                )
-            })?;
+            .cloned();
+        let upstream = match remembered {
+            Some(u) => Some(u),
+            // No session remembers listings: the upstream that lists the URI now.
+            None if stateless => hub.list_resources().await.into_iter().find_map(|(u, r)| {
+                (r.get("uri").and_then(Value::as_str) == Some(uri) && reachable.contains(&u))
+                    .then_some(u)
+            }),
+            None => None,
+        }
+        .filter(|u| reachable.contains(u))
+        .ok_or_else(|| {
+            McpError::resource_not_found(
+                "no such resource: list resources first (resources/list)",
+                None,
+            )
+        })?;
         hub.read_resource(&upstream, uri, Duration::from_secs(60))
             .await
             .map_err(|e| McpError::internal_error(self.screened(&e.to_string()), None))
@@ -491,14 +536,45 @@ impl Front {
         (out.decision != crate::redact::Action::Block).then_some(out.content)
     }
 
-    /// Screens `value` with the context gate (recorded); a block is an error.
-    /// The conversation a request belongs to: the one its `_meta` names, else this session.
-    fn conv<'a>(&'a self, meta: &'a rmcp::model::RequestMetaObject) -> &'a str {
-        meta.get(CONV_META)
-            .and_then(Value::as_str)
-            .unwrap_or(&self.session.conv)
+    /// The conversation a request belongs to (`context.conv_id`, provenance): the one its
+    /// `_meta` names; else, on 2026-07-28 over HTTP (no sessions), the caller's one unnamed
+    /// conversation ([`UNNAMED_CONV`]: provenance then spans all of the caller's unnamed
+    /// calls, which errs toward asking a human, never toward trusting); else this session's.
+    fn conv(&self, ctx: &RequestContext<RoleServer>) -> String {
+        if let Some(named) = ctx.meta.get(CONV_META).and_then(Value::as_str) {
+            return named.to_owned();
+        }
+        if matches!(self.who, Who::PerRequest) && rounds::modern(ctx) {
+            return UNNAMED_CONV.to_owned();
+        }
+        self.session.conv.clone()
     }
 
+    /// An approved, unused approval of this caller for exactly this call (tool and argument
+    /// digest): on 2026-07-28 over HTTP there is no session to remember which approval a call
+    /// waits on, so the same call sent again after the approval finds it here.
+    fn approved_for(
+        &self,
+        (tool, digest): &(String, String),
+        ctx: &RequestContext<RoleServer>,
+    ) -> Option<String> {
+        let who = crate::gateway::authenticate(&self.gw, self.credential(&ctx.extensions)).ok()?;
+        let principal = who.uid.to_string();
+        self.gw
+            .approvals
+            .list(
+                Some(crate::approvals::Status::Approved),
+                crate::clock::now_ms(),
+                1,
+                |a| a.principal == principal && &a.tool == tool && &a.args_sha256 == digest,
+            )
+            .ok()?
+            .into_iter()
+            .next()
+            .map(|a| a.id)
+    }
+
+    /// Screens `value` with the context gate (recorded); a block is an error.
     async fn context_gate(
         &self,
         ctx: &RequestContext<RoleServer>,
@@ -514,9 +590,8 @@ impl Front {
             ));
         }
         let who = self.who(ext)?;
-        let body =
-            serde_json::from_value(json!({"content": value, "conv_id": self.conv(&ctx.meta)}))
-                .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        let body = serde_json::from_value(json!({"content": value, "conv_id": self.conv(ctx)}))
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
         let screened = crate::gateway::screen_content(&self.gw, who, "context", Ok(body))
             .await
             .map_err(|e| McpError::internal_error(e.to_string(), None))?;
@@ -528,6 +603,34 @@ impl Front {
         }
         Ok(screened.get("content").cloned().unwrap_or(Value::Null))
     }
+}
+
+/// What the elicitation that tells the user a call waits for approval `id` shows: a form
+/// with nothing to fill in.
+fn waiting_form(id: &str) -> Value {
+    json!({
+        "mode": "form",
+        "message": format!(
+            "toolgate: this tool call waits for a human approval (approval {id}). An approver decides it with `toolgate approvals approve {id}` (or POST /v1/approvals/{id}/approve); the call runs as soon as it is approved."
+        ),
+        "requestedSchema": {"type": "object", "properties": {}}
+    })
+}
+
+/// The answer when the user will not wait for approval `id`.
+fn declined(id: &str) -> String {
+    format!(
+        "the user declined to wait for approval {id}; the call did not run (the approval stays open: send the same call again once it is approved)"
+    )
+}
+
+/// Where waiting for an approval got to.
+enum Decided {
+    Approved,
+    /// Denied, expired, used or gone: why.
+    Ended(String),
+    /// Still pending at the deadline (or the request was cancelled).
+    Open,
 }
 
 /// How a held call ended.
@@ -688,6 +791,14 @@ fn done(a: ExecAnswer) -> CallToolResult {
     serde_json::from_value(v).unwrap_or_else(|_| CallToolResult::error(Vec::new()))
 }
 
+/// A result read from the JSON toolgate built or an upstream sent. Every result toolgate
+/// answers is then marked `resultType: "complete"`, which revision 2026-07-28 requires
+/// (rmcp's constructors set it, but a result read from JSON has none; rmcp takes it off
+/// again for peers on older revisions).
+fn built<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, McpError> {
+    serde_json::from_value(v).map_err(|e| McpError::internal_error(e.to_string(), None))
+}
+
 impl ServerHandler for Front {
     fn get_info(&self) -> ServerConfig {
         let caps = ServerCapabilities::builder()
@@ -738,8 +849,9 @@ impl ServerHandler for Front {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let tools = self.visible(&context.extensions)?;
-        serde_json::from_value(json!({"tools": tools}))
-            .map_err(|e| McpError::internal_error(e.to_string(), None))
+        let mut r: ListToolsResult = built(json!({"tools": tools}))?;
+        r.result_type = Some(ResultType::COMPLETE);
+        Ok(r)
     }
 
     async fn call_tool(
@@ -747,9 +859,13 @@ impl ServerHandler for Front {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        Ok(CallToolResponse::Complete(
-            self.call(request, &context).await,
-        ))
+        Ok(match self.call(request, &context).await? {
+            CallToolResponse::Complete(mut r) => {
+                r.result_type = Some(ResultType::COMPLETE);
+                CallToolResponse::Complete(r)
+            }
+            other => other,
+        })
     }
 
     async fn list_resources(
@@ -759,7 +875,9 @@ impl ServerHandler for Front {
     ) -> Result<ListResourcesResult, McpError> {
         let reachable = self.reachable(&context.extensions)?;
         let Some(hub) = self.gw.upstreams.clone() else {
-            return Ok(ListResourcesResult::default());
+            let mut r: ListResourcesResult = built(json!({"resources": []}))?;
+            r.result_type = Some(ResultType::COMPLETE);
+            return Ok(r);
         };
         let listed = hub.list_resources().await;
         let mut resources = Vec::new();
@@ -789,8 +907,9 @@ impl ServerHandler for Front {
                 }
             }
         }
-        serde_json::from_value(json!({"resources": resources}))
-            .map_err(|e| McpError::internal_error(e.to_string(), None))
+        let mut r: ListResourcesResult = built(json!({"resources": resources}))?;
+        r.result_type = Some(ResultType::COMPLETE);
+        Ok(r)
     }
 
     async fn read_resource(
@@ -799,11 +918,12 @@ impl ServerHandler for Front {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         let reachable = self.reachable(&context.extensions)?;
-        let value = self.read(&request.uri, &reachable).await?;
+        let stateless = matches!(self.who, Who::PerRequest) && rounds::modern(&context);
+        let value = self.read(&request.uri, &reachable, stateless).await?;
         let screened = self.context_gate(&context, value).await?;
-        serde_json::from_value(screened)
-            .map(ReadResourceResponse::Complete)
-            .map_err(|e| McpError::internal_error(e.to_string(), None))
+        let mut r: rmcp::model::ReadResourceResult = built(screened)?;
+        r.result_type = Some(ResultType::COMPLETE);
+        Ok(ReadResourceResponse::Complete(r))
     }
 
     async fn list_prompts(
@@ -813,7 +933,9 @@ impl ServerHandler for Front {
     ) -> Result<ListPromptsResult, McpError> {
         let reachable = self.reachable(&context.extensions)?;
         let Some(hub) = self.gw.upstreams.clone() else {
-            return Ok(ListPromptsResult::default());
+            let mut r: ListPromptsResult = built(json!({"prompts": []}))?;
+            r.result_type = Some(ResultType::COMPLETE);
+            return Ok(r);
         };
         let prompts: Vec<Value> = hub
             .list_prompts()
@@ -831,8 +953,9 @@ impl ServerHandler for Front {
                 self.screened_value(p)
             })
             .collect();
-        serde_json::from_value(json!({"prompts": prompts}))
-            .map_err(|e| McpError::internal_error(e.to_string(), None))
+        let mut r: ListPromptsResult = built(json!({"prompts": prompts}))?;
+        r.result_type = Some(ResultType::COMPLETE);
+        Ok(r)
     }
 
     async fn get_prompt(
@@ -855,8 +978,8 @@ impl ServerHandler for Front {
             .await
             .map_err(|e| McpError::internal_error(self.screened(&e.to_string()), None))?;
         let screened = self.context_gate(&context, value).await?;
-        serde_json::from_value(screened)
-            .map(GetPromptResponse::Complete)
-            .map_err(|e| McpError::internal_error(e.to_string(), None))
+        let mut r: rmcp::model::GetPromptResult = built(screened)?;
+        r.result_type = Some(ResultType::COMPLETE);
+        Ok(GetPromptResponse::Complete(r))
     }
 }

@@ -296,6 +296,8 @@ fn wait_port(port: u16) {
 
 /// The MCP client: the official Python SDK behind tests/mcp/driver.py.
 struct Client {
+    /// The protocol revision the client and toolgate settled on.
+    protocol: String,
     child: Child,
     stdin: ChildStdin,
     lines: Receiver<Value>,
@@ -327,6 +329,7 @@ impl Client {
             }
         });
         let mut c = Client {
+            protocol: String::new(),
             child,
             stdin,
             lines,
@@ -335,6 +338,10 @@ impl Client {
         };
         let ready = c.event("ready", Duration::from_secs(60));
         assert_eq!(ready["serverInfo"]["name"], "toolgate", "{ready}");
+        c.protocol = ready["protocolVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         c
     }
 
@@ -466,11 +473,26 @@ fn api(port: u16, method: &str, path: &str, token: &str, body: Option<Value>) ->
 /// The client's arguments for a token and an elicitation mode.
 type ClientArgs = Box<dyn Fn(&str, &str) -> Vec<String>>;
 
-/// How a case reaches toolgate: the sidecar's port (for approvers), and the client's args.
+/// How a case reaches toolgate: the sidecar's port (for approvers), the client's args, and
+/// the SDK's protocol mode (`legacy`: the initialize handshake; `default`: no mode given,
+/// the SDK's own default, revision 2026-07-28 where the server offers it).
 struct Front {
     api_port: u16,
     client: ClientArgs,
+    mode: &'static str,
     _serve: Option<Child>,
+}
+
+impl Front {
+    fn args(&self, token: &str, elicit: &str) -> Vec<String> {
+        let mut args = vec!["--mode".to_owned(), self.mode.to_owned()];
+        args.extend((self.client)(token, elicit));
+        args
+    }
+
+    fn modern(&self) -> bool {
+        self.mode != "legacy"
+    }
 }
 
 impl Drop for Front {
@@ -482,7 +504,7 @@ impl Drop for Front {
     }
 }
 
-fn http_front(d: &Deps, s: &Setup) -> Front {
+fn http_front(d: &Deps, s: &Setup, mode: &'static str) -> Front {
     let log = std::fs::File::create(s.root.join("serve.log")).unwrap();
     let child = super::helpers::toolgate()
         .args(["serve", "--config"])
@@ -506,11 +528,12 @@ fn http_front(d: &Deps, s: &Setup) -> Front {
                 token.into(),
             ]
         }),
+        mode,
         _serve: Some(child),
     }
 }
 
-fn stdio_front(d: &Deps, s: &Setup) -> Front {
+fn stdio_front(d: &Deps, s: &Setup, mode: &'static str) -> Front {
     let bin = env!("CARGO_BIN_EXE_toolgate").to_owned();
     let config = s.config.display().to_string();
     let path = path_env(d);
@@ -546,6 +569,7 @@ fn stdio_front(d: &Deps, s: &Setup) -> Front {
                 format!("127.0.0.1:{port}"),
             ]
         }),
+        mode,
         _serve: None,
     }
 }
@@ -563,7 +587,7 @@ fn within<T>(wait: Duration, mut f: impl FnMut() -> Option<T>) -> T {
 }
 
 fn every_case(front: &Front, d: &Deps, s: &Setup) {
-    let mut c = Client::start(d, &(front.client)("demo-dev-token", "none"));
+    let mut c = Client::start(d, &front.args("demo-dev-token", "none"));
     // The list is this principal's: allowed or approvable tools, unclassified ones hidden.
     let tools = c.tools();
     for t in [
@@ -736,6 +760,27 @@ fn every_case(front: &Front, d: &Deps, s: &Setup) {
     );
     let r = c.answer(id, Duration::from_secs(90));
     assert_eq!(text(&r), format!("traceparent={tp}"), "{r}");
+    if front.modern() {
+        // A request state toolgate did not seal for this call is refused, not trusted.
+        let id = c.send(json!({"op": "call_tool", "name": "mutable.wipe",
+            "arguments": {"target": "alpha"}, "request_state": "rs1.forged.state"}));
+        let until = Instant::now() + Duration::from_secs(30);
+        let refused = loop {
+            let v = c.recv(until);
+            if v.get("id") == Some(&json!(id)) {
+                break v;
+            }
+            c.events.push(v);
+        };
+        assert_eq!(refused["ok"], false, "{refused}");
+        assert_eq!(refused["error"]["code"], -32602, "{refused}");
+        assert!(
+            refused["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("requestState")),
+            "{refused}"
+        );
+    }
     // Pending: held as an error result naming the approval; it stays held until a human
     // approves; the same call then runs.
     let r = c.call("mutable.wipe", json!({"target": "alpha"}));
@@ -761,13 +806,13 @@ fn every_case(front: &Front, d: &Deps, s: &Setup) {
     assert_eq!(text(&r), "wiped alpha", "{r}");
     drop(c);
     // Another principal sees only what Cedar lets it have.
-    let mut other = Client::start(d, &(front.client)("demo-sre-token", "none"));
+    let mut other = Client::start(d, &front.args("demo-sre-token", "none"));
     assert_eq!(other.tools(), Vec::<String>::new());
     let r = other.call("everything.echo", json!({"message": "x"}));
     assert_eq!(r["isError"], true, "{r}");
     drop(other);
     // With elicitation, the call is held while the human decides, then runs.
-    let mut c = Client::start(d, &(front.client)("demo-dev-token", "accept"));
+    let mut c = Client::start(d, &front.args("demo-dev-token", "accept"));
     let id = c.send(json!({"op": "call_tool", "name": "mutable.wipe", "arguments": {"target": "beta"}, "timeout_s": 90}));
     let told = c.event("elicitation", Duration::from_secs(30));
     let msg = told["message"].as_str().unwrap().to_owned();
@@ -796,7 +841,10 @@ fn every_case(front: &Front, d: &Deps, s: &Setup) {
     let r = c.call("mutable.greet", json!({"name": "bob"}));
     assert_eq!(text(&r), "hello bob", "{r}");
     c.call("mutable.flip", json!({}));
-    c.event("tools_list_changed", Duration::from_secs(20));
+    if !front.modern() {
+        // 2026-07-28 has no notifications outside a request: the list is read again below.
+        c.event("tools_list_changed", Duration::from_secs(20));
+    }
     within(Duration::from_secs(20), || {
         (!c.tools().iter().any(|t| t == "mutable.greet")).then_some(())
     });
@@ -906,7 +954,7 @@ fn every_case(front: &Front, d: &Deps, s: &Setup) {
 fn the_gateway_over_streamable_http() {
     let Some(d) = deps() else { return };
     let s = setup(&d);
-    let front = http_front(&d, &s);
+    let front = http_front(&d, &s, "legacy");
     // No credential: 401 before the SDK sees the request.
     let r = api(
         s.port,
@@ -970,7 +1018,7 @@ fn the_gateway_over_streamable_http() {
 /// next is answered pending at once, naming the key, and humans and probes are still
 /// answered. Closing the session gives the places back.
 fn held_calls_are_bounded(front: &Front, d: &Deps) {
-    let mut c = Client::start(d, &(front.client)("demo-dev-token", "accept"));
+    let mut c = Client::start(d, &front.args("demo-dev-token", "accept"));
     let calls: Vec<u64> = (0..5)
         .map(|i| {
             c.send(json!({"op": "call_tool", "name": "mutable.wipe",
@@ -1021,7 +1069,7 @@ fn held_calls_are_bounded(front: &Front, d: &Deps) {
     );
     drop(c);
     // The session closed, its holds are given back: another session holds again.
-    let mut again = Client::start(d, &(front.client)("demo-dev-token", "accept"));
+    let mut again = Client::start(d, &front.args("demo-dev-token", "accept"));
     let _ = again.send(json!({"op": "call_tool", "name": "mutable.wipe",
                               "arguments": {"target": "held-again"}, "timeout_s": 90}));
     let e = again.event("elicitation", Duration::from_secs(30));
@@ -1032,6 +1080,31 @@ fn held_calls_are_bounded(front: &Front, d: &Deps) {
 fn the_gateway_over_stdio() {
     let Some(d) = deps() else { return };
     let s = setup(&d);
-    let front = stdio_front(&d, &s);
+    let front = stdio_front(&d, &s, "legacy");
+    every_case(&front, &d, &s);
+}
+
+/// The official Python SDK as a user gets it: no mode given (revision 2026-07-28, no
+/// sessions, pending calls as `input_required` rounds), over `/mcp`.
+#[test]
+fn the_gateway_over_streamable_http_in_the_sdks_default_mode() {
+    let Some(d) = deps() else { return };
+    let s = setup(&d);
+    let front = http_front(&d, &s, "default");
+    let c = Client::start(&d, &front.args("demo-dev-token", "none"));
+    assert_eq!(
+        c.protocol, "2026-07-28",
+        "the SDK's default did not reach the newest revision"
+    );
+    drop(c);
+    every_case(&front, &d, &s);
+}
+
+/// The same through `toolgate mcp` on stdio.
+#[test]
+fn the_gateway_over_stdio_in_the_sdks_default_mode() {
+    let Some(d) = deps() else { return };
+    let s = setup(&d);
+    let front = stdio_front(&d, &s, "default");
     every_case(&front, &d, &s);
 }

@@ -20,9 +20,10 @@ OPTIONS (accepted before or after the transport word)
       every property of requestedSchema (its default, first enum/const, or a value of
       the right type/format), overridden by --elicitation-content.
   --elicitation-content JSON   object merged over the synthesized form content
-  --mode legacy|auto|<modern version>   protocol negotiation (default legacy:
+  --mode legacy|auto|default|<modern version>   protocol negotiation (default legacy:
       initialize handshake at the SDK's newest handshake version; auto first probes
-      server/discover, which a handshake-only server must answer with an error)
+      server/discover, which a handshake-only server must answer with an error;
+      default passes no mode, so the SDK's own default applies)
   --log-level LEVEL     per-request log opt-in on 2026-07-28 connections only
   --client-name NAME    clientInfo.name (default toolgate-test-driver)
   --deadline-s N        (default 120) after N seconds the driver prints
@@ -55,6 +56,7 @@ out of order (match them by id). Each command may carry "timeout_s" (SDK read ti
   {"id":1,"op":"list_tools"}
   {"id":2,"op":"call_tool","name":"x","arguments":{..},"timeout_s":30,"progress":true}
       "meta":{..} is sent as the request's _meta (e.g. {"toolgate/conv_id": "c-1"}).
+      "request_state":".." seeds the call with that requestState (2026-07-28 only).
       progress:true sends _meta.progressToken = "progress-<id>"; notifications for it
       are printed as progress events carrying "id".
   {"id":3,"op":"read_resource","uri":".."}
@@ -303,11 +305,16 @@ async def execute(state: State, cmd: dict[str, Any]) -> Any:
             meta["progressToken"] = PROGRESS_PREFIX + json.dumps(cmd.get("id"))
         # The SDK's read timeout: on expiry it sends notifications/cancelled and
         # raises McpError -32001 (REQUEST_TIMEOUT).
+        seeded: dict[str, Any] = {}
+        if cmd.get("request_state") is not None:
+            # Resume an exchange with this state (2026-07-28), as a client that kept it would.
+            seeded["request_state"] = cmd["request_state"]
         return await client.call_tool(
             cmd["name"],
             cmd.get("arguments") or {},
             read_timeout_seconds=timeout,
             meta=meta,  # type: ignore[arg-type]
+            **seeded,
         )
     with anyio.fail_after(timeout):  # None = no limit; expiry -> kind "client"
         if op == "list_tools":
@@ -463,9 +470,11 @@ async def session(args: argparse.Namespace) -> int:
     server = build_server(args)
     if isinstance(server, tuple):
         server, http = server
+    # --mode default: no `mode=` at all, so the SDK's own default applies (what a user gets).
+    chosen: dict[str, Any] = {} if args.mode == "default" else {"mode": args.mode}
     client = Client(
         server,
-        mode=args.mode,
+        **chosen,
         cache=None,  # every list_* must reach the server (descriptor changes)
         message_handler=on_message,
         elicitation_callback=(
@@ -555,7 +564,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         d = (lambda v: argparse.SUPPRESS) if suppress else (lambda v: v)
         p.add_argument("--elicitation", choices=["accept", "decline", "cancel", "none"], default=d("none"))
         p.add_argument("--elicitation-content", default=d(None), help="JSON object merged into accepted forms")
-        p.add_argument("--mode", default=d("legacy"), help="legacy | auto | a modern protocol version")
+        p.add_argument("--mode", default=d("legacy"), help="legacy | auto | default | a modern protocol version")
         p.add_argument("--log-level", default=d(None))
         p.add_argument("--client-name", default=d("toolgate-test-driver"))
         p.add_argument("--deadline-s", type=float, default=d(120.0))
