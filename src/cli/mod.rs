@@ -5,6 +5,7 @@ mod approvals;
 mod audit;
 mod authorize;
 mod client;
+mod connect;
 mod diff;
 mod explain;
 mod mcp;
@@ -46,6 +47,9 @@ enum Command {
     /// Run the sidecar with an MCP session on stdio (what an MCP client launches), or
     /// `mcp sync`: write the manifests of the configured MCP upstreams' tools.
     Mcp(mcp::McpArgs),
+    /// Add toolgate to an MCP client's config (Claude Desktop, Claude Code, Cursor, VS Code),
+    /// keeping its other entries; `--dry-run` shows the diff.
+    Connect(connect::ConnectArgs),
     /// Load policies, schema, entities and manifests exactly as `serve` does; report every problem.
     Validate(Common),
     /// Decide one call offline, from a JSON file, as the server would.
@@ -123,6 +127,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(c) => serve::run(&c),
         Command::Mcp(m) => mcp::run(&m),
+        Command::Connect(c) => connect::run(&c),
         Command::Validate(c) => validate::run(&c),
         Command::Authorize(a) => authorize::run(&a),
         Command::Schema(s) => schema::run(&s),

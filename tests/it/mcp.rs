@@ -1108,3 +1108,160 @@ fn the_gateway_over_stdio_in_the_sdks_default_mode() {
     let front = stdio_front(&d, &s, "default");
     every_case(&front, &d, &s);
 }
+
+/// `toolgate connect`: the entry it merges into a real client config file (others kept), a
+/// dry run that shows the diff and writes nothing, and the entry started as the client would
+/// start it, beside a running `serve`, with the SDK in its default mode.
+#[test]
+fn connect_writes_client_configs_that_start_beside_a_running_serve() {
+    let Some(d) = deps() else { return };
+    let s = setup(&d);
+    let front = http_front(&d, &s, "default");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = s.config.display().to_string();
+    let connect = |args: &[&str]| {
+        super::helpers::toolgate()
+            .arg("connect")
+            .args(args)
+            .env("TOOLGATE_TOKEN", "demo-dev-token")
+            .output()
+            .unwrap()
+    };
+    let desktop = dir.path().join("claude_desktop_config.json");
+    let desktop_arg = desktop.display().to_string();
+    let before = r#"{"mcpServers": {"other": {"command": "npx", "args": ["-y", "some-server"]}}, "globalShortcut": "Ctrl+Space"}"#;
+    std::fs::write(&desktop, before).unwrap();
+    let out = connect(&[
+        "claude-desktop",
+        "--config",
+        &cfg,
+        "--file",
+        &desktop_arg,
+        "--dry-run",
+    ]);
+    let shown = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{shown}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(shown.contains("+    \"toolgate\": {"), "{shown}");
+    // Its own port and data directory: the `serve` on the config's port keeps both.
+    assert!(
+        shown.contains(&format!("127.0.0.1:{}", s.port + 1)),
+        "{shown}"
+    );
+    assert!(shown.contains("data-mcp"), "{shown}");
+    assert_eq!(
+        std::fs::read_to_string(&desktop).unwrap(),
+        before,
+        "a dry run wrote"
+    );
+    let out = connect(&["claude-desktop", "--config", &cfg, "--file", &desktop_arg]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&desktop).unwrap()).unwrap();
+    assert_eq!(v["globalShortcut"], "Ctrl+Space", "{v}");
+    assert_eq!(v["mcpServers"]["other"]["command"], "npx", "{v}");
+    let again = connect(&["claude-desktop", "--config", &cfg, "--file", &desktop_arg]);
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("already has this entry"),
+        "{again:?}"
+    );
+    // Started as Claude Desktop starts it, while `serve` runs on the config's port.
+    let e = &v["mcpServers"]["toolgate"];
+    let mut args: Vec<String> = vec!["--mode".into(), "default".into(), "stdio".into()];
+    for (k, val) in e["env"].as_object().unwrap() {
+        args.push("--env".into());
+        args.push(format!("{k}={}", val.as_str().unwrap()));
+    }
+    args.extend([
+        "--env".into(),
+        format!("PATH={}", path_env(&d)),
+        "--".into(),
+    ]);
+    args.push(e["command"].as_str().unwrap().to_owned());
+    args.extend(
+        e["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned()),
+    );
+    let mut c = Client::start(&d, &args);
+    assert_eq!(c.protocol, "2026-07-28");
+    assert!(c.tools().iter().any(|t| t == "everything.echo"));
+    let r = c.call("everything.echo", json!({"message": "via connect"}));
+    assert_eq!(text(&r), "Echo: via connect", "{r}");
+    drop(c);
+    let health = api(front.api_port, "GET", "/healthz", "demo-bob-token", None);
+    assert_eq!(health["status"], "ok", "the running serve: {health}");
+    // VS Code over HTTP: the sidecar's /mcp with the bearer; the client reaches it.
+    let vscode = dir.path().join(".vscode/mcp.json");
+    let vscode_arg = vscode.display().to_string();
+    let out = connect(&[
+        "vscode",
+        "--config",
+        &cfg,
+        "--transport",
+        "http",
+        "--file",
+        &vscode_arg,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&vscode).unwrap()).unwrap();
+    let e = &v["servers"]["toolgate"];
+    assert_eq!(e["type"], "http", "{v}");
+    let url = e["url"].as_str().unwrap().to_owned();
+    assert_eq!(url, format!("http://127.0.0.1:{}/mcp", s.port));
+    let auth = e["headers"]["Authorization"].as_str().unwrap().to_owned();
+    let mut c = Client::start(
+        &d,
+        &[
+            "--mode".into(),
+            "default".into(),
+            "http".into(),
+            url,
+            "--header".into(),
+            format!("Authorization: {auth}"),
+        ],
+    );
+    assert!(c.tools().iter().any(|t| t == "everything.echo"));
+    drop(c);
+    // A file that is not JSON (a comment) is refused with its line, and left as it was.
+    let cursor = dir.path().join("cursor.json");
+    std::fs::write(&cursor, "{ // mine\n}").unwrap();
+    let out = connect(&[
+        "cursor",
+        "--config",
+        &cfg,
+        "--file",
+        &cursor.display().to_string(),
+    ]);
+    let said = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("not JSON") && said.contains("line 1"),
+        "{said}"
+    );
+    assert_eq!(std::fs::read_to_string(&cursor).unwrap(), "{ // mine\n}");
+    // Claude Desktop's file launches stdio servers only.
+    let out = connect(&[
+        "claude-desktop",
+        "--config",
+        &cfg,
+        "--transport",
+        "http",
+        "--file",
+        &desktop_arg,
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("stdio only"));
+}
