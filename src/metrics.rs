@@ -253,22 +253,12 @@ impl Metrics {
     }
 
     /// Sets a counter kept by a component to its current `value` (at scrape time).
-    pub fn set_counter(
-        &self,
-        name: &'static str,
-        labels: &[(&'static str, &'static str)],
-        value: u64,
-    ) {
+    pub fn set_counter(&self, name: &'static str, labels: &[(&'static str, &str)], value: u64) {
         self.counter(name, static_labels(labels)).absolute(value);
     }
 
     /// Sets a gauge to `value` (at scrape time).
-    pub fn set_gauge(
-        &self,
-        name: &'static str,
-        labels: &[(&'static str, &'static str)],
-        value: f64,
-    ) {
+    pub fn set_gauge(&self, name: &'static str, labels: &[(&'static str, &str)], value: f64) {
         self.recorder
             .register_gauge(&Key::from_parts(name, static_labels(labels)), &NO_METADATA)
             .set(value);
@@ -291,10 +281,10 @@ impl Metrics {
     }
 }
 
-fn static_labels(labels: &[(&'static str, &'static str)]) -> Vec<Label> {
+fn static_labels(labels: &[(&'static str, &str)]) -> Vec<Label> {
     labels
         .iter()
-        .map(|(k, v)| Label::from_static_parts(k, v))
+        .map(|(k, v)| Label::new(*k, (*v).to_owned()))
         .collect()
 }
 

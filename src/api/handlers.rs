@@ -253,6 +253,18 @@ pub async fn readyz(State(state): State<Gateway>) -> (StatusCode, Json<Value>) {
     let origin = state.policy.origin();
     // The fleet's state unread for too long: every call is denied.
     let fleet = state.fleet.as_ref().map(|f| f.status());
+    // MCP upstreams that are down: their tools answer unavailable, everything else serves.
+    let down: Vec<Value> = state
+        .upstreams
+        .as_ref()
+        .map(|h| {
+            h.status()
+                .into_iter()
+                .filter(|u| u.state == "down")
+                .map(|u| json!({"name": u.name, "error": u.error}))
+                .collect()
+        })
+        .unwrap_or_default();
     let ready = audit_failure.is_none()
         && origin != crate::reload::Origin::Nothing
         && fleet.is_none_or(|f| f.fresh);
@@ -268,7 +280,8 @@ pub async fn readyz(State(state): State<Gateway>) -> (StatusCode, Json<Value>) {
             "policy_origin": origin,
             "stale": state.policy.stale(),
             "held_revision": state.policy.held().map(|h| h.revision),
-            "degraded": failing.is_some(),
+            "degraded": failing.is_some() || !down.is_empty(),
+            "upstreams_down": down,
             "last_reload_error_at": failing,
             "audit_error": audit_failure,
             "audit_mode": state.audit.mode(),

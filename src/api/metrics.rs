@@ -102,6 +102,26 @@ pub async fn render(State(state): State<Gateway>) -> impl IntoResponse {
         );
         m.set_counter("toolgate_shared_state_failures_total", &[], status.failures);
     }
+    if let Some(hub) = &state.upstreams {
+        for u in hub.status() {
+            let name = [("upstream", u.name.as_str())];
+            m.set_gauge(
+                "toolgate_mcp_upstream_up",
+                &name,
+                f64::from(u8::from(u.state == "up")),
+            );
+            m.set_counter("toolgate_mcp_upstream_starts_total", &name, u.starts);
+        }
+        for (name, counts) in hub.call_counts() {
+            for (outcome, n) in counts.get() {
+                m.set_counter(
+                    "toolgate_mcp_upstream_calls_total",
+                    &[("upstream", name), ("outcome", outcome)],
+                    n,
+                );
+            }
+        }
+    }
     let r = &state.policy.stats;
     let reloads = "toolgate_policy_reloads_total";
     m.set_counter(reloads, &[("result", "applied")], get(&r.applied));

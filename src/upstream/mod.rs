@@ -193,9 +193,50 @@ pub struct UpstreamStatus {
     pub server: Option<String>,
 }
 
+/// How forwarded calls ended, in [`CALL_OUTCOMES`] order.
+#[derive(Debug, Default)]
+pub struct CallCounts([std::sync::atomic::AtomicU64; 6]);
+
+/// The outcomes counted per upstream (`toolgate_mcp_upstream_calls_total{outcome}`): a
+/// result, a result marked `isError`, and each [`CallError`].
+pub const CALL_OUTCOMES: [&str; 6] = [
+    "ok",
+    "tool_error",
+    "unavailable",
+    "timeout",
+    "failed",
+    "cancelled",
+];
+
+impl CallCounts {
+    fn add(&self, outcome: &Result<CallToolResult, CallError>) {
+        let i = match outcome {
+            Ok(r) if r.is_error == Some(true) => 1,
+            Ok(_) => 0,
+            Err(CallError::Unavailable(..)) => 2,
+            Err(CallError::Timeout(..)) => 3,
+            Err(CallError::Failed(..)) => 4,
+            Err(CallError::Cancelled(..)) => 5,
+        };
+        if let Some(c) = self.0.get(i) {
+            c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Each outcome with its count.
+    pub fn get(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        CALL_OUTCOMES
+            .iter()
+            .zip(&self.0)
+            .map(|(o, c)| (*o, c.load(std::sync::atomic::Ordering::Relaxed)))
+    }
+}
+
 /// The connected upstreams.
 pub struct Hub {
     links: BTreeMap<String, Arc<link::Link>>,
+    /// Forwarded calls' outcomes, per upstream.
+    calls: BTreeMap<String, CallCounts>,
     changed: tokio::sync::broadcast::Sender<String>,
     separator: String,
 }
@@ -220,7 +261,9 @@ impl Hub {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let (changed, _) = tokio::sync::broadcast::channel(64);
         let mut links = BTreeMap::new();
+        let mut calls = BTreeMap::new();
         for spec in &settings.upstreams {
+            calls.insert(spec.name.clone(), CallCounts::default());
             let link = link::Link::new(spec.clone());
             link::supervise(
                 Arc::clone(&link),
@@ -232,6 +275,7 @@ impl Hub {
         }
         Arc::new(Hub {
             links,
+            calls,
             changed,
             separator: settings.separator.clone(),
         })
@@ -301,8 +345,18 @@ impl Hub {
             CallError::Unavailable(upstream.to_owned(), "not configured".to_owned())
         })?;
         // The upstream's own bound applies too (`call_timeout_ms`).
-        link.call(tool, arguments, timeout.min(link.call_timeout()), progress)
-            .await
+        let outcome = link
+            .call(tool, arguments, timeout.min(link.call_timeout()), progress)
+            .await;
+        if let Some(c) = self.calls.get(upstream) {
+            c.add(&outcome);
+        }
+        outcome
+    }
+
+    /// Forwarded calls' outcomes, per upstream.
+    pub fn call_counts(&self) -> impl Iterator<Item = (&str, &CallCounts)> {
+        self.calls.iter().map(|(n, c)| (n.as_str(), c))
     }
 
     /// Every upstream's resources, as `(upstream, resource)` JSON objects.

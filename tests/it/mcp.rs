@@ -1265,3 +1265,75 @@ fn connect_writes_client_configs_that_start_beside_a_running_serve() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("stdio only"));
 }
+
+/// An upstream that cannot start leaves the sidecar ready but degraded: `/readyz` names it
+/// and why, `/metrics` says it is down and counts its starts and calls' outcomes.
+#[test]
+fn an_upstream_that_is_down_is_named_on_readyz_and_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let ex = repo().join("examples/mcp");
+    copy_dir(&ex.join("policies"), &root.join("policies"));
+    copy_dir(&ex.join("schemas"), &root.join("schemas"));
+    std::fs::copy(
+        repo().join("examples/demo-tokens.json"),
+        root.join("tokens.json"),
+    )
+    .unwrap();
+    std::fs::create_dir(root.join("workspace")).unwrap();
+    let port = free_port();
+    std::fs::write(
+        root.join("toolgate.toml"),
+        format!(
+            "listen = \"127.0.0.1:{port}\"\npolicies_dir = \"policies\"\nschemas_dir = \"schemas\"\n\
+             [auth]\ntokens_file = \"tokens.json\"\n[exec]\nroot = \"workspace\"\n\
+             [[mcp.upstreams]]\nname = \"ghost\"\ncommand = \"ghost-mcp-server\"\n"
+        ),
+    )
+    .unwrap();
+    let mut child = super::helpers::toolgate()
+        .args(["serve", "--config"])
+        .arg(root.join("toolgate.toml"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_port(port);
+    let ready = within(Duration::from_secs(20), || {
+        let r = api(port, "GET", "/readyz", "demo-bob-token", None);
+        (r["upstreams_down"]
+            .as_array()
+            .is_some_and(|d| !d.is_empty()))
+        .then_some(r)
+    });
+    assert_eq!(ready["ready"], true, "{ready}");
+    assert_eq!(ready["degraded"], true, "{ready}");
+    let down = &ready["upstreams_down"][0];
+    assert_eq!(down["name"], "ghost", "{ready}");
+    assert!(
+        down["error"].as_str().is_some_and(|e| e.contains("PATH")),
+        "{ready}"
+    );
+    let metrics = ureq::get(&format!("http://127.0.0.1:{port}/metrics"))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    assert!(
+        metrics.contains("toolgate_mcp_upstream_up{upstream=\"ghost\"} 0"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("toolgate_mcp_upstream_calls_total{upstream=\"ghost\",outcome=\"ok\"} 0"),
+        "{metrics}"
+    );
+    let starts = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("toolgate_mcp_upstream_starts_total{upstream=\"ghost\"} "))
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(starts >= 1, "{metrics}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
