@@ -383,6 +383,12 @@ impl App {
             });
             crate::upstream::Hub::start(&mcp, state.exec.clone(), screen)
         });
+        for (name, found) in upstream_reach(&exec, &mcp) {
+            tracing::warn!(
+                upstream = name,
+                "MCP upstream: {found} (programs run as `[exec] run_as` when toolgate is root; its writes will fail until then)"
+            );
+        }
         if let Some(hub) = &hub {
             // Serving starts once every upstream was tried (up or down), at most 30 s.
             hub.settled(std::time::Duration::from_secs(30)).await;
@@ -661,4 +667,25 @@ fn start_webhook(hook: &WebhookSettings, section: &str) -> anyhow::Result<Webhoo
         format: hook.format,
         console_url: hook.console_url.clone(),
     })?)
+}
+
+/// What the programs' user cannot use of each stdio upstream's working directory and
+/// declared `writes` ([`crate::exec::reach`]), by upstream name.
+pub fn upstream_reach(
+    exec: &crate::exec::ExecSettings,
+    mcp: &crate::upstream::McpSettings,
+) -> Vec<(String, crate::exec::reach::Unusable)> {
+    let Some(root) = &exec.root else {
+        return Vec::new();
+    };
+    let who = crate::exec::reach::program_user(exec);
+    let mut out = Vec::new();
+    for u in &mcp.upstreams {
+        if let crate::upstream::Transport::Stdio(s) = &u.transport {
+            for found in crate::exec::reach::unusable(root, who, &s.cwd, &s.access.writes) {
+                out.push((u.name.clone(), found));
+            }
+        }
+    }
+    out
 }

@@ -8,6 +8,10 @@ use crate::policy::load;
 /// Runs the subcommand.
 pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
     let cfg = common.config()?;
+    // Upstreams whose directories the programs' user cannot use: their writes would fail.
+    for (name, found) in crate::app::upstream_reach(&cfg.exec, &cfg.mcp) {
+        eprintln!("warning: MCP upstream `{name}`: {found}");
+    }
     match load(&cfg.sources) {
         Ok(loaded) => {
             for w in &loaded.warnings {

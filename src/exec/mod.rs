@@ -13,6 +13,7 @@ mod cgroup;
 pub mod launch;
 mod masks;
 mod output;
+pub mod reach;
 mod run;
 pub mod sandbox;
 mod session;

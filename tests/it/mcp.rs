@@ -1267,7 +1267,8 @@ fn connect_writes_client_configs_that_start_beside_a_running_serve() {
 }
 
 /// An upstream that cannot start leaves the sidecar ready but degraded: `/readyz` names it
-/// and why, `/metrics` says it is down and counts its starts and calls' outcomes.
+/// and why, `/metrics` says it is down and counts its starts and calls' outcomes. A declared
+/// `writes` directory the programs' user cannot write is named by `validate`, with its fix.
 #[test]
 fn an_upstream_that_is_down_is_named_on_readyz_and_metrics() {
     let dir = tempfile::tempdir().unwrap();
@@ -1287,10 +1288,33 @@ fn an_upstream_that_is_down_is_named_on_readyz_and_metrics() {
         format!(
             "listen = \"127.0.0.1:{port}\"\npolicies_dir = \"policies\"\nschemas_dir = \"schemas\"\n\
              [auth]\ntokens_file = \"tokens.json\"\n[exec]\nroot = \"workspace\"\n\
-             [[mcp.upstreams]]\nname = \"ghost\"\ncommand = \"ghost-mcp-server\"\n"
+             [[mcp.upstreams]]\nname = \"ghost\"\ncommand = \"ghost-mcp-server\"\n\
+             writes = [\"notes\"]\n"
         ),
     )
     .unwrap();
+    // The directory it may write, as a checkout leaves it (0755, the checkout's owner): a root
+    // sidecar's programs (nobody) cannot write there, and `validate` says how to fix it.
+    std::fs::create_dir(root.join("workspace/notes")).unwrap();
+    let validate = super::helpers::toolgate()
+        .args(["validate", "--config"])
+        .arg(root.join("toolgate.toml"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&validate.stderr).to_string();
+    assert!(validate.status.success(), "{said}");
+    if rustix::process::geteuid().is_root() {
+        assert!(
+            said.contains("not writable by 65534:65534")
+                && said.contains(&format!(
+                    "chown -R 65534:65534 {}",
+                    root.join("workspace/notes").display()
+                )),
+            "{said}"
+        );
+    } else {
+        assert!(!said.contains("not writable"), "{said}");
+    }
     let mut child = super::helpers::toolgate()
         .args(["serve", "--config"])
         .arg(root.join("toolgate.toml"))
