@@ -3,13 +3,16 @@
 //! `/mcp` → decision, durable audit record, forward, output screen, result record → the same
 //! upstream), alternating call by call at one connection each, in one run.
 //! `cargo run --release --example mcp_overhead -- DIRECT_URL TOOLGATE_URL TOKEN [CALLS]`
-//! (benches/mcp.sh starts both and runs this.)
+//! (benches/mcp.sh starts both and runs this.) `MCP_REVISION`: `2026-07-28` (default: the
+//! revision today's SDKs use by default, `server/discover` and no sessions) or `legacy` (the
+//! `initialize` handshake and a session).
 #![allow(missing_docs)]
 
 use std::time::{Duration, Instant};
 
 use rmcp::ServiceExt;
-use rmcp::model::CallToolRequestParams;
+use rmcp::model::{CallToolRequestParams, ProtocolVersion};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 
@@ -31,16 +34,44 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let calls: usize = args.get(4).map_or(Ok(2000), |s| s.parse())?;
     // reqwest under rmcp uses rustls without a default provider: ring, as toolgate does.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let direct_client = ()
-        .serve(StreamableHttpClientTransport::from_config(
-            StreamableHttpClientTransportConfig::with_uri(direct.clone()),
-        ))
-        .await?;
-    let gate_client = ()
-        .serve(StreamableHttpClientTransport::from_config(
-            StreamableHttpClientTransportConfig::with_uri(gate.clone()).auth_header(token.clone()),
-        ))
-        .await?;
+    let modern = std::env::var("MCP_REVISION").as_deref() != Ok("legacy");
+    let connect = |uri: &str, auth: Option<&String>| {
+        let mut config = StreamableHttpClientTransportConfig::with_uri(uri.to_owned());
+        if let Some(token) = auth {
+            config = config.auth_header(token.clone());
+        }
+        let transport = StreamableHttpClientTransport::from_config(config);
+        async move {
+            let running: RunningService<RoleClient, ()> = if modern {
+                ().serve_with_lifecycle(
+                    transport,
+                    // The upstream may speak only the handshake (server-everything
+                    // 2026.8.31 does): it is then reached the way it can be.
+                    ClientLifecycleMode::Auto {
+                        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                        legacy_version: None,
+                    },
+                )
+                .await?
+            } else {
+                ().serve(transport).await?
+            };
+            Ok::<_, Box<dyn std::error::Error>>(running)
+        }
+    };
+    let direct_client = connect(direct, None).await?;
+    let gate_client = connect(gate, Some(token)).await?;
+    let revision = |c: &RunningService<RoleClient, ()>| {
+        c.peer().peer_info().map_or_else(
+            || "2026-07-28".to_owned(),
+            |i| i.protocol_version.to_string(),
+        )
+    };
+    println!(
+        "revision: direct {}, through toolgate {}",
+        revision(&direct_client),
+        revision(&gate_client)
+    );
     let call = |name: &str| {
         let mut p = CallToolRequestParams::new(name.to_owned());
         p.arguments = serde_json::json!({"message": "bench"}).as_object().cloned();
