@@ -367,16 +367,22 @@ impl Client {
         }
     }
 
-    fn answer(&mut self, id: u64, wait: Duration) -> Value {
+    /// The whole reply to command `id` (`ok` true or false), other lines kept as events.
+    fn reply(&mut self, id: u64, wait: Duration) -> Value {
         let until = Instant::now() + wait;
         loop {
             let v = self.recv(until);
             if v.get("id") == Some(&json!(id)) && v.get("event").is_none() {
-                assert_eq!(v["ok"], true, "protocol error: {v}");
-                return v["result"].clone();
+                return v;
             }
             self.events.push(v);
         }
+    }
+
+    fn answer(&mut self, id: u64, wait: Duration) -> Value {
+        let v = self.reply(id, wait);
+        assert_eq!(v["ok"], true, "protocol error: {v}");
+        v["result"].clone()
     }
 
     fn event(&mut self, kind: &str, wait: Duration) -> Value {
@@ -634,14 +640,7 @@ fn every_case(front: &Front, d: &Deps, s: &Setup) {
     let read = c.answer(id, Duration::from_secs(30));
     assert!(!read["contents"].as_array().unwrap().is_empty(), "{read}");
     let id = c.send(json!({"op": "read_resource", "uri": "file:///etc/passwd"}));
-    let until = Instant::now() + Duration::from_secs(30);
-    let refused = loop {
-        let v = c.recv(until);
-        if v.get("id") == Some(&json!(id)) {
-            break v;
-        }
-        c.events.push(v);
-    };
+    let refused = c.reply(id, Duration::from_secs(30));
     assert_eq!(refused["ok"], false, "an unlisted URI was read: {refused}");
     let r = c.call("git.git_status", json!({"repo_path": "."}));
     assert_ne!(r["isError"], true, "{r}");
@@ -764,14 +763,7 @@ fn every_case(front: &Front, d: &Deps, s: &Setup) {
         // A request state toolgate did not seal for this call is refused, not trusted.
         let id = c.send(json!({"op": "call_tool", "name": "mutable.wipe",
             "arguments": {"target": "alpha"}, "request_state": "rs1.forged.state"}));
-        let until = Instant::now() + Duration::from_secs(30);
-        let refused = loop {
-            let v = c.recv(until);
-            if v.get("id") == Some(&json!(id)) {
-                break v;
-            }
-            c.events.push(v);
-        };
+        let refused = c.reply(id, Duration::from_secs(30));
         assert_eq!(refused["ok"], false, "{refused}");
         assert_eq!(refused["error"]["code"], -32602, "{refused}");
         assert!(
