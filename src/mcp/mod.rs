@@ -843,6 +843,49 @@ impl ServerHandler for Front {
         });
     }
 
+    /// On 2026-07-28 a client opts in to change notifications with `subscriptions/listen`:
+    /// toolgate sends `tools/list_changed` there (as it does to a session on older revisions).
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &rmcp::model::SubscriptionFilter,
+    ) -> Option<rmcp::model::SubscriptionFilter> {
+        Some(
+            rmcp::model::SubscriptionFilter::builder()
+                .tools_list_changed()
+                .build(),
+        )
+    }
+
+    /// One `subscriptions/listen` stream: a place among the principal's held streams
+    /// (`[server] max_streams_per_principal`), then a `tools/list_changed` whenever an
+    /// upstream's tools may show differently, until the client cancels it.
+    async fn listen(&self, context: rmcp::service::SubscriptionContext) -> Result<(), McpError> {
+        let who = self.who(&context.request_context().extensions)?;
+        let _held = crate::gateway::hold(&self.gw, &who, crate::limits::HeldKind::Stream)
+            .map_err(|e| McpError::invalid_request(e.to_string(), None))?;
+        let Some(hub) = self.gw.upstreams.clone() else {
+            context.cancelled().await;
+            return Ok(());
+        };
+        let mut changes = hub.subscribe();
+        loop {
+            tokio::select! {
+                () = context.cancelled() => return Ok(()),
+                changed = changes.recv() => match changed {
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        if context.sink().notify_tool_list_changed().await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                        context.cancelled().await;
+                        return Ok(());
+                    }
+                },
+            }
+        }
+    }
+
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,

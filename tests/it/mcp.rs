@@ -832,11 +832,13 @@ fn every_case(front: &Front, d: &Deps, s: &Setup) {
     // A changed descriptor hides its tool and denies it until a director approves it.
     let r = c.call("mutable.greet", json!({"name": "bob"}));
     assert_eq!(text(&r), "hello bob", "{r}");
-    c.call("mutable.flip", json!({}));
-    if !front.modern() {
-        // 2026-07-28 has no notifications outside a request: the list is read again below.
-        c.event("tools_list_changed", Duration::from_secs(20));
+    if front.modern() {
+        // 2026-07-28: changes reach a client that listens (`subscriptions/listen`).
+        c.send(json!({"op": "listen", "timeout_s": 120}));
+        c.event("listening", Duration::from_secs(20));
     }
+    c.call("mutable.flip", json!({}));
+    c.event("tools_list_changed", Duration::from_secs(20));
     within(Duration::from_secs(20), || {
         (!c.tools().iter().any(|t| t == "mutable.greet")).then_some(())
     });

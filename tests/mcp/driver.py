@@ -63,6 +63,9 @@ out of order (match them by id). Each command may carry "timeout_s" (SDK read ti
   {"id":4,"op":"get_prompt","name":"..","arguments":{..}}
   {"id":5,"op":"list_resources"}   {"id":6,"op":"list_prompts"}
   {"id":7,"op":"ping"}             (handshake-era connections only)
+  {"id":12,"op":"listen"}          (2026-07-28) subscriptions/listen for tool list changes:
+      prints {"event":"listening"} once acknowledged, then a tools_list_changed event per
+      change; answers when the stream ends
   {"id":9,"op":"cancel","target":2}   cancel in-flight command 2 (the SDK then sends
       notifications/cancelled); answers {"cancelled":true|false}
   {"id":10,"op":"list_resource_templates"}  {"id":11,"op":"set_logging_level","level":"debug"}
@@ -298,6 +301,14 @@ async def execute(state: State, cmd: dict[str, Any]) -> Any:
     client = state.client
     op = cmd.get("op")
     timeout = _timeout(cmd)
+    if op == "listen":
+        # 2026-07-28: a subscriptions/listen stream for tool list changes; "listening" once
+        # acknowledged, then one tools_list_changed event per change, until close.
+        async with client.listen(tools_list_changed=True) as sub:
+            emit({"event": "listening", "id": cmd.get("id")})
+            async for _ in sub:
+                emit({"event": "tools_list_changed", "via": "listen"})
+        return {}
     if op == "call_tool":
         meta = dict(cmd.get("meta") or {}) or None
         if cmd.get("progress"):
