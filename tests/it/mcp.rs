@@ -23,6 +23,8 @@ struct Deps {
     git_python: PathBuf,
     git_server: PathBuf,
     client_python: PathBuf,
+    /// Where the official TypeScript client is installed.
+    ts_client: PathBuf,
 }
 
 fn deps() -> Option<Deps> {
@@ -34,11 +36,15 @@ fn deps() -> Option<Deps> {
         git_python: root.join("git/bin/python3"),
         git_server: root.join("git/bin/mcp-server-git"),
         client_python: root.join("client/bin/python3"),
+        ts_client: root.join("tsclient"),
     };
     let have = d.bin.join("mcp-server-everything").exists()
         && d.bin.join("mcp-server-filesystem").exists()
         && d.git_server.exists()
-        && d.client_python.exists();
+        && d.client_python.exists()
+        && d.ts_client
+            .join("node_modules/@modelcontextprotocol/client")
+            .exists();
     if have {
         return Some(d);
     }
@@ -1354,4 +1360,89 @@ fn an_upstream_that_is_down_is_named_on_readyz_and_metrics() {
     assert!(starts >= 1, "{metrics}");
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// The official TypeScript client (v2) over `/mcp`, in its default mode (the `initialize`
+/// handshake: v2 keeps it as the default) and with `versionNegotiation: auto` (revision
+/// 2026-07-28): it lists, calls, is denied, and waits on a pending call (held with an
+/// elicitation, or an `input_required` round), which runs once a human approves.
+#[test]
+fn the_typescript_client_in_its_default_and_auto_modes() {
+    let Some(d) = deps() else { return };
+    let s = setup(&d);
+    let front = http_front(&d, &s, "default");
+    for (mode, revision) in [("default", "2025-11-25"), ("auto", "2026-07-28")] {
+        typescript_client(&d, &s, &front, mode, revision);
+    }
+}
+
+fn typescript_client(d: &Deps, s: &Setup, front: &Front, mode: &str, revision: &str) {
+    let mut child = Command::new("node")
+        .arg(repo().join("tests/mcp/ts_client.mjs"))
+        .arg(&d.ts_client)
+        .arg(format!("http://127.0.0.1:{}/mcp", s.port))
+        .arg("demo-dev-token")
+        .arg(mode)
+        .env("PATH", path_env(d))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, lines) = channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Ok(v) = serde_json::from_str::<Value>(&line)
+                && tx.send(v).is_err()
+            {
+                return;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let mut next = |what: &str| -> Value {
+        loop {
+            match lines.recv_timeout(Duration::from_secs(90)) {
+                Ok(v) if v["event"] == what || v["step"] == what => return v,
+                Ok(v) => seen.push(v),
+                Err(e) => panic!("{mode}: no `{what}` from the TypeScript client ({e}): {seen:?}"),
+            }
+        }
+    };
+    let ready = next("ready");
+    assert_eq!(ready["protocolVersion"], revision, "{mode}: {ready}");
+    let tools = next("tools");
+    assert!(
+        tools["names"]
+            .as_array()
+            .is_some_and(|n| n.iter().any(|t| t == "everything.echo")),
+        "{tools}"
+    );
+    let echo = next("echo");
+    assert_eq!(text(&echo["result"]), "Echo: from ts", "{echo}");
+    let deny = next("deny");
+    assert_eq!(deny["result"]["isError"], true, "{deny}");
+    assert_eq!(
+        deny["result"]["structuredContent"]["toolgate"]["decision"], "deny",
+        "{deny}"
+    );
+    let told = next("elicitation");
+    let approval = told["message"]
+        .as_str()
+        .and_then(|m| m.split("(approval ").nth(1))
+        .and_then(|m| m.split(')').next())
+        .unwrap_or_else(|| panic!("{told}"))
+        .to_owned();
+    let ok = api(
+        front.api_port,
+        "POST",
+        &format!("/v1/approvals/{approval}/approve"),
+        "demo-bob-token",
+        Some(json!({"reason": mode})),
+    );
+    assert_eq!(ok["status"], "approved", "{ok}");
+    let done = next("pending");
+    assert_eq!(text(&done["result"]), format!("wiped ts-{mode}"), "{done}");
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
 }
