@@ -29,10 +29,8 @@ use rmcp::service::{RequestContext, RoleServer};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{
-    Decided, ExecAnswer, Front, HoldSlot, declined, error_result, pending_result, to_result,
-    waiting_form,
-};
+use super::answers::{declined, error_result, pending_result, to_result, waiting_form};
+use super::{Decided, ExecAnswer, Front, HoldSlot};
 
 /// The key of toolgate's one input request (the elicitation) in `inputRequests`.
 pub(super) const INPUT_KEY: &str = "toolgate/approval";
