@@ -466,6 +466,7 @@ mod approvals_bench {
         Approval {
             id: uuid::Uuid::now_v7().to_string(),
             principal: format!("Agent::\"agent-{}\"", i % 50),
+            on_behalf_of: None,
             tool: "write_file".to_owned(),
             risk: "high".to_owned(),
             args_sha256: format!("{i:064x}"),

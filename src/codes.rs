@@ -243,6 +243,9 @@ codes! {
     GrantNotFound = "grant_not_found", 404, "error body",
         "no grant with this id is alive",
         "GET /v1/grants lists the grants alive";
+    NotAProtectedResource = "not_a_protected_resource", 404, "error body",
+        "no OAuth protected resource metadata here (`auth.jwt.audience` is not a URL, or the path names another resource)",
+        "set `auth.jwt.audience` to the URL clients use for /mcp; its metadata is at /.well-known/oauth-protected-resource/<that path>";
     UnknownGate = "unknown_gate", 404, "error body",
         "no such gate",
         "POST /v1/gates/{input|context|tool_call|output|stream}";

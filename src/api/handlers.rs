@@ -233,6 +233,41 @@ pub async fn policies(
     Ok(Json(serde_json::to_value(body).unwrap_or(Value::Null)))
 }
 
+/// `GET /.well-known/oauth-protected-resource[/<resource path>]`: the OAuth protected
+/// resource metadata (RFC 9728), when `auth.jwt.audience` is a URL; otherwise, and at any
+/// other path below it, 404. No credential: a client reads it to find where to sign in.
+pub async fn protected_resource(
+    State(state): State<Gateway>,
+    uri: axum::http::Uri,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    let found = state.auth.protected_resource().filter(|r| {
+        let path = uri.path().trim_end_matches('/');
+        path == r.path || path == "/.well-known/oauth-protected-resource"
+    });
+    match found {
+        Some(r) => (
+            [
+                (axum::http::header::CACHE_CONTROL, "max-age=300"),
+                (axum::http::header::ACCESS_CONTROL_ALLOW_ORIGIN, "*"),
+            ],
+            Json(r.metadata.clone()),
+        )
+            .into_response(),
+        None => Error::Coded {
+            code: crate::codes::Code::NotAProtectedResource,
+            message: match state.auth.protected_resource() {
+                Some(r) => format!(
+                    "no such protected resource here; this sidecar's metadata is at {}",
+                    r.path
+                ),
+                None => "this sidecar is not an OAuth protected resource: `auth.jwt.audience` is not an http(s) URL".to_owned(),
+            },
+        }
+        .into_response(),
+    }
+}
+
 /// `GET /healthz`: the process is up.
 pub async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))

@@ -31,6 +31,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/grants"),
     ("POST", "/v1/grants"),
     ("POST", "/v1/grants/{id}/revoke"),
+    ("GET", "/.well-known/oauth-protected-resource"),
+    ("GET", "/.well-known/oauth-protected-resource/{resource}"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),
@@ -68,6 +70,7 @@ pub fn router_at(state: Gateway, listen: Option<std::net::SocketAddr>) -> Router
     let dev = state.auth.dev_principal().is_some();
     let hosts = Arc::new(own_hosts(&state, listen));
     let mcp = crate::mcp::service(state.clone(), listen);
+    let challenge_value = state.auth.challenge();
     let sessions = crate::console::sessions();
     Router::new()
         .route(
@@ -89,6 +92,14 @@ pub fn router_at(state: Gateway, listen: Option<std::net::SocketAddr>) -> Router
             get(routes::list_grants).post(routes::create_grant),
         )
         .route("/v1/grants/{id}/revoke", post(routes::revoke_grant))
+        .route(
+            "/.well-known/oauth-protected-resource",
+            get(handlers::protected_resource),
+        )
+        .route(
+            "/.well-known/oauth-protected-resource/{*resource}",
+            get(handlers::protected_resource),
+        )
         .route("/healthz", get(handlers::healthz))
         .route("/readyz", get(handlers::readyz))
         .route("/metrics", get(metrics::render))
@@ -124,7 +135,23 @@ pub fn router_at(state: Gateway, listen: Option<std::net::SocketAddr>) -> Router
         .layer(axum::middleware::from_fn(move |req, next| {
             host_guard(dev.then(|| Arc::clone(&hosts)), req, next)
         }))
+        .layer(axum::middleware::map_response(move |resp| {
+            challenge(challenge_value.clone(), resp)
+        }))
         .with_state(state)
+}
+
+/// Every 401 names how to get a credential: the bare `Bearer` the routes send becomes the
+/// configured challenge (with the protected resource metadata's address, when there is one).
+async fn challenge(
+    value: axum::http::HeaderValue,
+    mut resp: axum::response::Response,
+) -> axum::response::Response {
+    if resp.status() == axum::http::StatusCode::UNAUTHORIZED {
+        resp.headers_mut()
+            .insert(axum::http::header::WWW_AUTHENTICATE, value);
+    }
+    resp
 }
 
 /// The names the sidecar answers to: loopback, its `listen` address, `[mcp] allowed_hosts`.

@@ -66,6 +66,10 @@ pub struct Approval {
     pub id: String,
     /// The requesting agent, e.g. `Agent::"dev-agent"`.
     pub principal: String,
+    /// The human the agent asked for, when its token said so (`Human::"alice"`): only a
+    /// call for the same human can use the approval.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub on_behalf_of: Option<String>,
     /// The tool.
     pub tool: String,
     /// Its risk tier.
@@ -205,13 +209,16 @@ impl Approval {
     /// This approval used by the exact call it was granted for.
     pub fn redeemed(
         &self,
-        principal: &str,
+        (principal, on_behalf_of): (&str, Option<&str>),
         tool: &str,
         args_sha256: &str,
         now_ms: u64,
     ) -> Result<Approval, Refusal> {
         if self.principal != principal {
             return Err(Refusal::Mismatch("principal"));
+        }
+        if self.on_behalf_of.as_deref() != on_behalf_of {
+            return Err(Refusal::Mismatch("human the agent acts for"));
         }
         if self.tool != tool {
             return Err(Refusal::Mismatch("tool"));

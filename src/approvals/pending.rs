@@ -65,10 +65,15 @@ pub struct Full {
 }
 
 /// The exact call an approval is for.
-type CallKey = (String, String, String);
+type CallKey = (String, Option<String>, String, String);
 
 fn key(a: &Approval) -> CallKey {
-    (a.principal.clone(), a.tool.clone(), a.args_sha256.clone())
+    (
+        a.principal.clone(),
+        a.on_behalf_of.clone(),
+        a.tool.clone(),
+        a.args_sha256.clone(),
+    )
 }
 
 /// The pending approvals, indexed three ways.
@@ -233,6 +238,7 @@ mod tests {
         Approval {
             id: id.to_owned(),
             principal: principal.to_owned(),
+            on_behalf_of: None,
             tool: "write_file".to_owned(),
             risk: "high".to_owned(),
             args_sha256: digest.to_owned(),
@@ -310,5 +316,50 @@ mod tests {
         // Approvals loaded from the store at start are listed at once.
         let w = &mut Waiting::of(vec![approval("2", "b", "y", 10_000)], 0);
         assert_eq!(w.newest(0, 10, |_| true).len(), 1);
+    }
+
+    /// An agent acting for one human never reuses, or redeems, the approval of the same call
+    /// made for another.
+    #[test]
+    fn approvals_are_bound_to_the_human_the_agent_acts_for() {
+        let mut w = Waiting::default();
+        let bounds = Bounds::default();
+        let for_alice = Approval {
+            on_behalf_of: Some("Human::\"alice\"".to_owned()),
+            ..approval("1", "a", "x", 10_000)
+        };
+        assert_eq!(w.reuse_or_reserve(&for_alice, bounds, 0), Ok(None));
+        w.stored("1");
+        let for_bob = Approval {
+            on_behalf_of: Some("Human::\"bob\"".to_owned()),
+            ..approval("2", "a", "x", 10_000)
+        };
+        assert_eq!(w.reuse_or_reserve(&for_bob, bounds, 0), Ok(None));
+        let approved = Approval {
+            status: Status::Approved,
+            ..for_alice.clone()
+        };
+        assert_eq!(
+            approved
+                .redeemed(("a", Some("Human::\"bob\"")), "write_file", "x", 0)
+                .map(|a| a.id),
+            Err(crate::approvals::Refusal::Mismatch(
+                "human the agent acts for"
+            ))
+        );
+        assert_eq!(
+            approved
+                .redeemed(("a", None), "write_file", "x", 0)
+                .map(|a| a.id),
+            Err(crate::approvals::Refusal::Mismatch(
+                "human the agent acts for"
+            ))
+        );
+        assert_eq!(
+            approved
+                .redeemed(("a", Some("Human::\"alice\"")), "write_file", "x", 0)
+                .map(|a| a.status),
+            Ok(Status::Used)
+        );
     }
 }

@@ -28,6 +28,8 @@ pub struct Decision {
     pub id: String,
     /// The caller, when authenticated.
     pub principal: Option<String>,
+    /// The human the caller acted for, when its token said so.
+    pub on_behalf_of: Option<String>,
     /// The tool named in the call.
     pub tool: Option<String>,
     /// Its risk tier, when registered.
@@ -232,6 +234,7 @@ impl From<Event> for Entry {
                     id: d.id,
                     at_ms: now_ms(),
                     principal: d.principal,
+                    on_behalf_of: d.on_behalf_of,
                     tool: d.tool,
                     risk: d.risk,
                     decision: d.outcome,

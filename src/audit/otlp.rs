@@ -174,6 +174,7 @@ fn export(
             ("toolgate.audit.stage", &e.stage),
             ("toolgate.audit.tool", &e.tool),
             ("toolgate.audit.principal", &e.principal),
+            ("toolgate.audit.on_behalf_of", &e.on_behalf_of),
         ] {
             if let Some(v) = value {
                 attributes.push(string_attr(key, v));

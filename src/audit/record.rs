@@ -78,6 +78,10 @@ pub struct Entry {
     pub iter: Option<i64>,
     /// What the entry is about.
     pub kind: EntryKind,
+    /// The human the agent acted for (`Human::"alice"`), when its verified token said so.
+    /// Never on records of calls without one, so their hashes are unchanged.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub on_behalf_of: Option<String>,
     /// The W3C trace id (32 hex digits) of the request that made the entry: its span's when
     /// traces are on, else the incoming `traceparent`'s. Absent when neither; never on
     /// records written before traces existed, so their hashes are unchanged.
@@ -128,6 +132,7 @@ impl Entry {
             id: String::new(),
             iter: None,
             kind: EntryKind::Decision,
+            on_behalf_of: None,
             otel_trace_id: None,
             policy_revision: None,
             principal: None,
@@ -569,6 +574,7 @@ mod tests {
             id: "d\"1".into(),
             at_ms: 7,
             principal: Some("Agent::\"a\"".into()),
+            on_behalf_of: Some("Human::\"h\"".into()),
             tool: Some("t".into()),
             risk: Some("high".into()),
             decision: "allow".into(),

@@ -2,14 +2,20 @@
 //! credential, never from a request body.
 //!
 //! Owns: the tokens file (SHA-256 hashes only, never tokens in clear), JWT verification
-//! (HS256, RS256, EdDSA; PEM keys or a JWKS file) and dev mode. Does not decide anything about
-//! tools: an authenticated principal still goes through every policy.
+//! (HS256, RS256, EdDSA; PEM keys, a JWKS file or an issuer's JWKS URL), the OAuth protected
+//! resource this sidecar is to MCP clients (RFC 9728 metadata, the `WWW-Authenticate`
+//! challenge that points at it) and dev mode. Does not decide anything about tools: an
+//! authenticated principal still goes through every policy.
 
+mod jwks;
 mod jwt;
 mod tokens;
 
 pub use jwt::JwtVerifier;
 pub use tokens::TokenTable;
+
+use axum::http::HeaderValue;
+use serde_json::{Value, json};
 
 use crate::authz::{Principal, PrincipalKind};
 use crate::config::AuthConfig;
@@ -69,12 +75,23 @@ const DEMO_TOKENS: [&str; 7] = [
     "demo-grace-token",
 ];
 
+/// The OAuth protected resource this sidecar is (when `auth.jwt.audience` is a URL).
+#[derive(Debug)]
+pub struct ProtectedResource {
+    /// Where its metadata document is served on this listener.
+    pub path: String,
+    /// The metadata document (RFC 9728 §2).
+    pub metadata: Value,
+    challenge: HeaderValue,
+}
+
 /// Turns credentials into principals.
 #[derive(Debug)]
 pub struct Authenticator {
     tokens: Option<TokenTable>,
     jwt: Option<JwtVerifier>,
     dev: Option<Principal>,
+    resource: Option<ProtectedResource>,
 }
 
 impl Authenticator {
@@ -93,7 +110,28 @@ impl Authenticator {
         if tokens.is_none() && jwt.is_none() && dev.is_none() {
             return Err(AuthSetupError::NoneConfigured);
         }
-        Ok(Authenticator { tokens, jwt, dev })
+        let resource = cfg.jwt.as_ref().and_then(protected_resource);
+        Ok(Authenticator {
+            tokens,
+            jwt,
+            dev,
+            resource,
+        })
+    }
+
+    /// The protected resource this sidecar is to OAuth clients, if it is one.
+    pub fn protected_resource(&self) -> Option<&ProtectedResource> {
+        self.resource.as_ref()
+    }
+
+    /// The `WWW-Authenticate` value of a 401: `Bearer`, naming the resource's metadata
+    /// document (and the scopes to ask for) when there is one, so a client that starts with
+    /// no token can find the issuer (MCP authorization, RFC 9728 §5.1).
+    pub fn challenge(&self) -> HeaderValue {
+        self.resource.as_ref().map_or_else(
+            || HeaderValue::from_static("Bearer"),
+            |r| r.challenge.clone(),
+        )
     }
 
     /// Whether dev mode is on (every caller is one fixed agent).
@@ -142,4 +180,27 @@ impl Authenticator {
             _ => Err(AuthError::Invalid("unknown token".to_owned())),
         }
     }
+}
+
+fn protected_resource(jwt: &crate::config::JwtConfig) -> Option<ProtectedResource> {
+    let r = jwt.resource()?;
+    let mut metadata = serde_json::Map::new();
+    metadata.insert("resource".to_owned(), json!(r.id));
+    metadata.insert("authorization_servers".to_owned(), json!([jwt.issuer]));
+    metadata.insert("bearer_methods_supported".to_owned(), json!(["header"]));
+    metadata.insert("resource_name".to_owned(), json!("toolgate"));
+    let mut challenge = format!("Bearer resource_metadata=\"{}\"", r.metadata_url);
+    if !jwt.scopes_supported.is_empty() {
+        metadata.insert("scopes_supported".to_owned(), json!(jwt.scopes_supported));
+        challenge.push_str(&format!(", scope=\"{}\"", jwt.scopes_supported.join(" ")));
+    }
+    // Quotes and control characters cannot be in a URL or a scope token; a value that still
+    // does not fit a header falls back to the bare challenge.
+    let challenge =
+        HeaderValue::from_str(&challenge).unwrap_or_else(|_| HeaderValue::from_static("Bearer"));
+    Some(ProtectedResource {
+        path: r.metadata_path,
+        metadata: Value::Object(metadata),
+        challenge,
+    })
 }

@@ -49,7 +49,7 @@ pub(super) fn evaluate(
         &tool.action_uid,
         tool,
         entities,
-        call_context(&args_expr, false, ids, signals),
+        call_context(&args_expr, false, principal, ids, signals),
     ) {
         Ok(r) => r,
         Err(v) => return *v,
@@ -70,7 +70,7 @@ pub(super) fn evaluate(
         &tool.action_uid,
         tool,
         entities,
-        call_context(&args_expr, true, ids, signals),
+        call_context(&args_expr, true, principal, ids, signals),
     ) {
         Ok(r) => r,
         Err(v) => return *v,
@@ -457,6 +457,7 @@ impl CallArgs {
 fn call_context(
     call: &CallArgs,
     granted: bool,
+    principal: &Principal,
     ids: &Correlation,
     signals: &Signals,
 ) -> Result<Context, String> {
@@ -505,6 +506,12 @@ fn call_context(
     ])
     .map_err(|e| e.to_string())?;
     pairs.push(("anomaly".to_owned(), anomaly));
+    if let Some(human) = principal.on_behalf_of_uid() {
+        pairs.push((
+            "on_behalf_of".to_owned(),
+            RestrictedExpression::new_entity_uid(human),
+        ));
+    }
     if let Some(c) = &ids.conv_id {
         pairs.push((
             "conv_id".to_owned(),
@@ -549,7 +556,22 @@ fn request_entities(
         }
         parents.insert(uid);
     }
-    let mut list = vec![Entity::new_no_attrs(principal.uid.clone(), parents)];
+    // The deployment's attributes of the same id (e.g. `owner`) stay: policies compare them
+    // with what the token says (`context.on_behalf_of == principal.owner`).
+    let attrs = snap
+        .entities
+        .get(&principal.uid)
+        .map(|e| e.clone().into_inner().1)
+        .unwrap_or_default();
+    let me = Entity::new(principal.uid.clone(), attrs, parents).map_err(|e| {
+        tracing::error!(error = %e, "could not build the principal's entity; denying");
+        Advice::new(
+            Code::InvalidPrincipal,
+            "the credential's principal could not be evaluated",
+            "check the token's claims and the entities file",
+        )
+    })?;
+    let mut list = vec![me];
     // The tool, and the action with its groups (from the schema): `action in Action::"read"`
     // needs the action entity in the store.
     for uid in [resource, action] {
@@ -583,7 +605,7 @@ pub(super) fn each_policy(
         .map_err(|a| a.message)?;
     let entities = entities.as_ref().unwrap_or(&snap.entities);
     let request = |granted: bool| {
-        call_context(&call, granted, ids, signals).and_then(|ctx| {
+        call_context(&call, granted, principal, ids, signals).and_then(|ctx| {
             Request::new(
                 principal.uid.clone(),
                 tool.action_uid.clone(),

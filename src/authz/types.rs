@@ -40,6 +40,9 @@ pub struct Principal {
     /// Roles asserted by a verified token (JWT claims). `None` means: use the roles the
     /// entities file gives this principal.
     pub token_roles: Option<Vec<String>>,
+    /// The human this agent acts for, as a verified token says (RFC 8693 `act`, or the
+    /// configured on-behalf-of claim): `context.on_behalf_of` in Cedar.
+    pub on_behalf_of: Option<String>,
 }
 
 impl Principal {
@@ -51,12 +54,26 @@ impl Principal {
             kind,
             id,
             token_roles: None,
+            on_behalf_of: None,
         }
     }
 
     /// A principal whose roles come from a verified token.
     pub fn with_token_roles(mut self, roles: Vec<String>) -> Self {
         self.token_roles = Some(roles);
+        self
+    }
+
+    /// `Human::"id"` of the human this agent acts for, if any.
+    pub fn on_behalf_of_uid(&self) -> Option<EntityUid> {
+        self.on_behalf_of
+            .as_deref()
+            .map(|h| entity_uid(PrincipalKind::Human.type_name(), h))
+    }
+
+    /// An agent acting for the human `id`, as a verified token says.
+    pub fn on_behalf_of(mut self, id: impl Into<String>) -> Self {
+        self.on_behalf_of = Some(id.into());
         self
     }
 }

@@ -1,5 +1,6 @@
 //! `[auth]`: how callers authenticate (a tokens file, JWTs, or dev mode on loopback), with
-//! the key files resolved against the config file's directory.
+//! the key files resolved against the config file's directory, and the OAuth protected
+//! resource this sidecar is when the audience is a URL.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -31,6 +32,14 @@ struct RawJwt {
     ed25519_public_key_files: Vec<PathBuf>,
     #[serde(default)]
     jwks_file: Option<PathBuf>,
+    #[serde(default)]
+    jwks_url: Option<String>,
+    #[serde(default = "default_jwks_refresh")]
+    jwks_refresh_secs: u64,
+    #[serde(default)]
+    on_behalf_of_claim: Option<String>,
+    #[serde(default)]
+    scopes_supported: Vec<String>,
     #[serde(default = "default_leeway")]
     leeway_secs: u64,
 }
@@ -43,6 +52,9 @@ fn default_roles_claim() -> String {
 }
 fn default_leeway() -> u64 {
     30
+}
+fn default_jwks_refresh() -> u64 {
+    300
 }
 
 /// How callers authenticate. At least one method is needed to serve.
@@ -75,8 +87,77 @@ pub struct JwtConfig {
     pub ed25519_public_key_files: Vec<PathBuf>,
     /// A JWKS document (e.g. a copy of an OIDC issuer's or the Kubernetes API server's keys).
     pub jwks_file: Option<PathBuf>,
+    /// The issuer's JWKS endpoint, fetched at start, every `jwks_refresh_secs`, and when a
+    /// token names a key id not held.
+    pub jwks_url: Option<JwksUrl>,
+    /// How often the JWKS URL is fetched again.
+    pub jwks_refresh_secs: u64,
+    /// A claim naming the human the agent acts for, besides RFC 8693's `act`.
+    pub on_behalf_of_claim: Option<String>,
+    /// Scopes listed in the protected resource metadata.
+    pub scopes_supported: Vec<String>,
     /// Clock skew allowed on `exp` and `nbf`.
     pub leeway_secs: u64,
+}
+
+/// An `https` URL, or `http` to a loopback host (a provider beside the sidecar, or a test).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JwksUrl(String);
+
+impl JwksUrl {
+    /// Checks the scheme and host.
+    pub fn parse(raw: &str) -> Result<JwksUrl, String> {
+        let url = url::Url::parse(raw).map_err(|e| format!("`{raw}` is not a URL: {e}"))?;
+        let loopback = match url.host() {
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+            None => false,
+        };
+        match url.scheme() {
+            "https" => Ok(JwksUrl(raw.to_owned())),
+            "http" if loopback => Ok(JwksUrl(raw.to_owned())),
+            "http" => Err(format!(
+                "`{raw}` is plain http to a host that is not loopback: keys fetched so can be swapped on the way"
+            )),
+            other => Err(format!("`{raw}` has scheme `{other}`: use https")),
+        }
+    }
+
+    /// The URL as configured.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The protected resource this sidecar is, when `auth.jwt.audience` is an absolute http(s)
+/// URL (RFC 8707 resource indicator): the metadata document's address (RFC 9728).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resource {
+    /// The resource identifier (the audience).
+    pub id: String,
+    /// Where its metadata is served, absolute: `/.well-known/oauth-protected-resource` with
+    /// the resource's path appended.
+    pub metadata_url: String,
+    /// The same, as a path on this listener.
+    pub metadata_path: String,
+}
+
+impl JwtConfig {
+    /// The resource this sidecar is to OAuth clients, if the audience is a URL.
+    pub fn resource(&self) -> Option<Resource> {
+        let url = url::Url::parse(&self.audience).ok()?;
+        if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+            return None;
+        }
+        let path = url.path().trim_end_matches('/');
+        let metadata_path = format!("/.well-known/oauth-protected-resource{path}");
+        Some(Resource {
+            id: self.audience.clone(),
+            metadata_url: format!("{}{metadata_path}", url.origin().ascii_serialization()),
+            metadata_path,
+        })
+    }
 }
 
 /// Checks `[auth]` (dev mode only on a loopback `listen`, and alone; JWTs with keys) and
@@ -100,6 +181,39 @@ pub(super) fn settings(
             "dev mode ignores credentials; remove it to use real authentication",
         ));
     }
+    let jwks_url = match raw.jwt.as_ref().and_then(|j| j.jwks_url.as_deref()) {
+        Some(u) => match JwksUrl::parse(u) {
+            Ok(u) => Some(u),
+            Err(m) => {
+                problems.push((
+                    format!("`auth.jwt.jwks_url`: {m}"),
+                    "give the issuer's `jwks_uri` (from its /.well-known/openid-configuration) over https",
+                ));
+                None
+            }
+        },
+        None => None,
+    };
+    if raw.jwt.as_ref().is_some_and(|j| j.jwks_refresh_secs < 30) {
+        problems.push((
+            "`auth.jwt.jwks_refresh_secs` is under 30".to_owned(),
+            "fetch keys at most every 30 s (300 is the default); a key id not held triggers a fetch anyway",
+        ));
+    }
+    for scope in raw.jwt.iter().flat_map(|j| &j.scopes_supported) {
+        let ok = !scope.is_empty()
+            && scope
+                .bytes()
+                .all(|b| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b));
+        if !ok {
+            problems.push((
+                format!(
+                    "`auth.jwt.scopes_supported` has `{scope}`, which is not an OAuth scope token"
+                ),
+                "a scope is printable ASCII without spaces, `\"` or `\\` (RFC 6749 §3.3)",
+            ));
+        }
+    }
     let jwt = raw.jwt.as_ref().map(|j| JwtConfig {
         issuer: j.issuer.clone(),
         audience: j.audience.clone(),
@@ -117,6 +231,10 @@ pub(super) fn settings(
             .map(|p| base.join(p))
             .collect(),
         jwks_file: j.jwks_file.as_ref().map(|p| base.join(p)),
+        jwks_url: jwks_url.clone(),
+        jwks_refresh_secs: j.jwks_refresh_secs,
+        on_behalf_of_claim: j.on_behalf_of_claim.clone(),
+        scopes_supported: j.scopes_supported.clone(),
         leeway_secs: j.leeway_secs,
     });
     if let Some(j) = &jwt
@@ -124,10 +242,11 @@ pub(super) fn settings(
         && j.rsa_public_key_files.is_empty()
         && j.ed25519_public_key_files.is_empty()
         && j.jwks_file.is_none()
+        && raw.jwt.as_ref().is_some_and(|r| r.jwks_url.is_none())
     {
         problems.push((
             "`auth.jwt` has no keys".to_owned(),
-            "set `hs256_secret_file`, `rsa_public_key_files`, `ed25519_public_key_files` or `jwks_file`",
+            "set `jwks_url`, `jwks_file`, `hs256_secret_file`, `rsa_public_key_files` or `ed25519_public_key_files`",
         ));
     }
     if !problems.is_empty() {

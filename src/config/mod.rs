@@ -18,7 +18,7 @@ mod telemetry;
 use outputs::{console_url, otlp_settings, ship_settings, webhook};
 
 use anomaly::{RawAnomaly, detector_config, quarantine_kinds};
-pub use auth::{AuthConfig, JwtConfig};
+pub use auth::{AuthConfig, JwksUrl, JwtConfig, Resource};
 use problems::Problems;
 pub use problems::{ConfigError, KeyProblem};
 pub use server::ServerSettings;

@@ -70,11 +70,19 @@ pub(super) async fn settle(
     }
     let now = now_ms();
     let principal = who.uid.to_string();
+    let on_behalf_of = who.on_behalf_of_uid().map(|u| u.to_string());
     let tool = snap.tools.get(&call.tool);
     if let Some(id) = approval_id {
         return match state
             .approvals
-            .transition(&id, |a| a.redeemed(&principal, &call.tool, digest, now))
+            .transition(&id, |a| {
+                a.redeemed(
+                    (&principal, on_behalf_of.as_deref()),
+                    &call.tool,
+                    digest,
+                    now,
+                )
+            })
             .await
         {
             // Used only once the allow is recorded, with the change: until then, the lock
@@ -112,6 +120,7 @@ pub(super) async fn settle(
     let new = Approval {
         id: uuid::Uuid::now_v7().to_string(),
         principal,
+        on_behalf_of,
         tool: call.tool.clone(),
         expires_ms: now + state.approvals.ttl.for_risk_ms(&risk),
         risk,

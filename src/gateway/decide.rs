@@ -528,6 +528,7 @@ fn audit_entry(
     Event::Decision(DecisionEvent {
         id: body.decision_id.clone(),
         principal: who.map(|w| w.uid.to_string()),
+        on_behalf_of: who.and_then(|w| w.on_behalf_of_uid().map(|u| u.to_string())),
         tool: call.map(|c| c.tool.chars().take(128).collect()),
         risk: body.risk.map(|r| r.as_str().to_owned()),
         outcome: body.decision.as_str().to_owned(),

@@ -562,13 +562,19 @@ impl Front {
     ) -> Option<String> {
         let who = crate::gateway::authenticate(&self.gw, self.credential(&ctx.extensions)).ok()?;
         let principal = who.uid.to_string();
+        let human = who.on_behalf_of_uid().map(|u| u.to_string());
         self.gw
             .approvals
             .list(
                 Some(crate::approvals::Status::Approved),
                 crate::clock::now_ms(),
                 1,
-                |a| a.principal == principal && &a.tool == tool && &a.args_sha256 == digest,
+                |a| {
+                    a.principal == principal
+                        && a.on_behalf_of == human
+                        && &a.tool == tool
+                        && &a.args_sha256 == digest
+                },
             )
             .ok()?
             .into_iter()

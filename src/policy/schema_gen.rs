@@ -69,7 +69,9 @@ type Anomaly = {
 //   findings          what the detectors found in the arguments: `kinds` (every kind and
 //                     category found), `args.<arg>` (the same, per top-level argument);
 //   provenance.<arg>  where a text argument's value came from in this conversation:
-//                     \"user\", \"tool\", \"none\" or \"unknown\" (see docs/applications.md).
+//                     \"user\", \"tool\", \"none\" or \"unknown\" (see docs/applications.md);
+//   on_behalf_of      the human the agent acts for, when its verified token says so (an
+//                     RFC 8693 `act` claim, or `auth.jwt.on_behalf_of_claim`).
 
 // Action groups: every tool action is in the group of its classification.
 action \"read\", \"write\", \"destructive\";
@@ -244,7 +246,7 @@ pub fn generate<'a>(tools: impl IntoIterator<Item = &'a Tool>, attrs: &Attribute
             out.push_str("    }");
         }
         out.push_str(
-            ",\n    approval: Approval,\n    usage: Usage,\n    anomaly: Anomaly,\n    conv_id?: String,\n    trace_id?: String,\n    iter?: Long,\n  },\n};\n",
+            ",\n    approval: Approval,\n    usage: Usage,\n    anomaly: Anomaly,\n    on_behalf_of?: Human,\n    conv_id?: String,\n    trace_id?: String,\n    iter?: Long,\n  },\n};\n",
         );
     }
     out

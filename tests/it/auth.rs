@@ -304,3 +304,108 @@ fn dev_mode_refuses_a_foreign_host_on_every_route() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// `[auth.jwt]` settings that would weaken sign-in are refused at load, each naming its fix.
+#[test]
+fn unsafe_oauth_settings_are_refused_with_their_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    for (jwt, said) in [
+        (
+            "jwks_url = \"http://idp.example.com/jwks\"",
+            "plain http to a host that is not loopback",
+        ),
+        ("jwks_url = \"ftp://idp.example.com/jwks\"", "use https"),
+        ("jwks_url = \"not a url\"", "is not a URL"),
+        (
+            "jwks_url = \"https://idp.example.com/jwks\"\njwks_refresh_secs = 1",
+            "jwks_refresh_secs",
+        ),
+        (
+            "jwks_url = \"https://idp.example.com/jwks\"\nscopes_supported = [\"a b\"]",
+            "not an OAuth scope token",
+        ),
+        ("leeway_secs = 0", "has no keys"),
+    ] {
+        std::fs::write(
+            &path,
+            format!(
+                "[auth.jwt]\nissuer = \"https://idp.example.com\"\naudience = \"https://tg.example.com/mcp\"\n{jwt}\n"
+            ),
+        )
+        .unwrap();
+        let err = format!("{:?}", Config::from_file(&path).unwrap_err());
+        assert!(err.contains(said), "{jwt}: `{said}` not in {err}");
+    }
+}
+
+/// A delegation token (RFC 8693 `act`) names the agent in `act.sub` and the human in `sub`;
+/// `on_behalf_of_claim` names the human for tokens without `act`. Cedar sees the human as
+/// `context.on_behalf_of`; a token naming the same id twice, or an `act` without `sub`, is
+/// refused.
+#[tokio::test]
+async fn the_human_an_agent_acts_for_reaches_cedar() {
+    let set = TempSet::new();
+    set.write(
+        "policies/own_user.cedar",
+        "@id(\"for-alice-only\")\npermit (principal == Agent::\"pay-agent\", action == Action::\"echo\", resource)\nwhen { context has on_behalf_of && context.on_behalf_of == Human::\"alice\" };\n",
+    );
+    let snapshot = toolgate::policy::load(&set.sources()).unwrap().snapshot;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[auth.jwt]\nissuer = \"https://issuer.test\"\naudience = \"toolgate\"\nhs256_secret_file = \"{}\"\non_behalf_of_claim = \"user\"\n",
+            fixture("hs256.secret").display()
+        ),
+    )
+    .unwrap();
+    let config = Config::from_file(&path).unwrap();
+    let app = app_with(snapshot, Authenticator::from_config(&config.auth).unwrap());
+    let token = |extra: Value| {
+        let mut c = json!({"iss": "https://issuer.test", "aud": "toolgate", "exp": now() + 600});
+        for (k, v) in extra.as_object().unwrap() {
+            c[k] = v.clone();
+        }
+        hs(&c)
+    };
+    for (claims, decision) in [
+        (
+            json!({"sub": "alice", "act": {"sub": "pay-agent"}}),
+            "allow",
+        ),
+        (
+            json!({"sub": "bob", "act": {"sub": "pay-agent", "act": {"sub": "x"}}}),
+            "deny",
+        ),
+        (json!({"sub": "pay-agent", "user": "alice"}), "allow"),
+        (json!({"sub": "pay-agent"}), "deny"),
+        (
+            json!({"sub": "alice", "act": {"sub": "other-agent"}}),
+            "deny",
+        ),
+    ] {
+        let (status, got) = decide(&app, &token(claims.clone()), &echo()).await;
+        assert_eq!(status, StatusCode::OK, "{claims}: {got}");
+        assert_eq!(got["decision"], decision, "{claims}: {got}");
+    }
+    for (claims, said) in [
+        (
+            json!({"sub": "alice", "act": {"iss": "x"}}),
+            "no `sub` naming the agent",
+        ),
+        (json!({"sub": "pay-agent", "user": "pay-agent"}), "same id"),
+        (
+            json!({"sub": "pay-agent", "user": 7}),
+            "not a non-empty string",
+        ),
+    ] {
+        let (status, got) = decide(&app, &token(claims.clone()), &echo()).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{claims}: {got}");
+        assert!(
+            got.to_string().contains(said),
+            "{claims}: `{said}` not in {got}"
+        );
+    }
+}

@@ -43,6 +43,7 @@ fn decision(n: u64) -> Entry {
     Event::Decision(DecisionEvent {
         id: uuid::Uuid::now_v7().to_string(),
         principal: Some(format!("Agent::\"agent-{}\"", n % 4)),
+        on_behalf_of: None,
         tool: Some("read_file".into()),
         risk: Some("low".into()),
         outcome: "allow".into(),

@@ -51,6 +51,7 @@ mod limits;
 mod mcp;
 mod metadata;
 mod metrics;
+mod oauth;
 mod openapi;
 mod operators;
 mod paths_agree;

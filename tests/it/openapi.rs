@@ -52,8 +52,12 @@ async fn routes_match_the_openapi_document() {
         assert_ne!(answer["error"], "not_found", "{method} {path}");
         assert!(
             status != StatusCode::NOT_FOUND
-                || ["approval_not_found", "unknown_gate"]
-                    .contains(&answer["error"].as_str().unwrap_or("")),
+                || [
+                    "approval_not_found",
+                    "unknown_gate",
+                    "not_a_protected_resource"
+                ]
+                .contains(&answer["error"].as_str().unwrap_or("")),
             "{method} {path}"
         );
         assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
@@ -588,6 +592,12 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 const NOT_EXERCISED: &[(&str, &str, u16, &str)] = &[
     (
         "GET",
+        "/.well-known/oauth-protected-resource",
+        404,
+        "only where `auth.jwt.audience` is not a URL: routes_match_the_openapi_document",
+    ),
+    (
+        "GET",
         "/v1/approvals/events",
         200,
         "an event stream never ends: tests/it/console.rs reads its events",
@@ -728,15 +738,46 @@ fn every_documented_operation_answers_as_the_document_says() {
     });
     set.write("schemas/tools/shout.json", &shout.to_string());
     set.regenerate_schema();
-    let config = "[exec]\nroot = \"work\"\n[approvals]\nmax_pending_per_agent = 2\n\
-                  [gates.stream]\nblock = [\"secret\"]\n";
-    let server = start_configured(&set, config, "widening = \"hold\"", &[]);
+    // JWTs for an OAuth resource: its metadata is served.
+    let config = format!(
+        "[exec]\nroot = \"work\"\n[approvals]\nmax_pending_per_agent = 2\n\
+         [gates.stream]\nblock = [\"secret\"]\n[auth.jwt]\nissuer = \"https://issuer.test\"\n\
+         audience = \"https://toolgate.test/mcp\"\nscopes_supported = [\"toolgate\"]\n\
+         hs256_secret_file = \"{}\"\n",
+        repo().join("tests/fixtures/jwt/hs256.secret").display()
+    );
+    let server = start_configured(&set, &config, "widening = \"hold\"", &[]);
     let mut s = Session {
         spec,
         port: server.port,
         seen: BTreeSet::new(),
         failures: Vec::new(),
     };
+
+    // OAuth protected resource metadata, at the resource's path and the bare one.
+    let meta = s.ask(
+        200,
+        "GET",
+        "/.well-known/oauth-protected-resource/mcp",
+        None,
+        None,
+    );
+    assert_eq!(meta["resource"], "https://toolgate.test/mcp", "{meta}");
+    s.ask(
+        200,
+        "GET",
+        "/.well-known/oauth-protected-resource",
+        None,
+        None,
+    );
+    let other = s.ask(
+        404,
+        "GET",
+        "/.well-known/oauth-protected-resource/other",
+        None,
+        None,
+    );
+    assert_eq!(other["error"], "not_a_protected_resource", "{other}");
 
     // Liveness, readiness, metrics.
     s.ask(200, "GET", "/healthz", None, None);

@@ -10,7 +10,13 @@ Invocation
       spawn CMD as an MCP server and talk to it over stdio. The driver's whole
       environment is passed through, plus each --env K=V.
   driver.py [OPTIONS] http URL [--bearer TOKEN] [--header 'Name: value']...
+                           [--oauth-client ID:SECRET --oauth-issuer URL]
       streamable-HTTP client for URL; --bearer sends "Authorization: Bearer TOKEN".
+      --oauth-client signs in with the SDK's own OAuth client (client_credentials grant,
+      ClientCredentialsOAuthProvider): no token at first, then the SDK follows the 401's
+      resource_metadata to the authorization server named there (which must be
+      --oauth-issuer), gets a token for this resource and retries. Emits
+      {"event":"oauth_token","sub":..,"aud":..} (the token's unverified claims) once signed in.
       Proxy variables are ignored (loopback tests).
 
 OPTIONS (accepted before or after the transport word)
@@ -77,6 +83,7 @@ EOF on stdin = close (no answer). Exit codes: 0 closed, 2 connect error, 3 deadl
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import math
 import os
@@ -449,13 +456,55 @@ def build_server(args: argparse.Namespace) -> Any:
         if not sep:
             raise SystemExit(f"--header expects 'Name: value', got {item!r}")
         headers[name.strip()] = value.strip()
+    auth = None
+    if args.oauth_client:
+        from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+
+        client_id, sep, secret = args.oauth_client.partition(":")
+        if not sep or not args.oauth_issuer:
+            raise SystemExit("--oauth-client expects ID:SECRET, with --oauth-issuer URL")
+        auth = ClientCredentialsOAuthProvider(
+            server_url=args.url,
+            storage=MemoryTokens(),
+            client_id=client_id,
+            client_secret=secret,
+            issuer=args.oauth_issuer,
+        )
     http = httpx2.AsyncClient(
         headers=headers,
+        auth=auth,
         timeout=httpx2.Timeout(30.0, read=300.0),
         trust_env=False,
         event_hooks={"response": [_record_http_status]},
     )
     return streamable_http_client(args.url, http_client=http), http
+
+
+class MemoryTokens:
+    """The SDK's TokenStorage, in memory; tells the test once a token is stored."""
+
+    def __init__(self) -> None:
+        self.tokens: Any = None
+        self.client: Any = None
+
+    async def get_tokens(self) -> Any:
+        return self.tokens
+
+    async def set_tokens(self, tokens: Any) -> None:
+        self.tokens = tokens
+        claims: dict[str, Any] = {}
+        try:
+            body = tokens.access_token.split(".")[1]
+            claims = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+        except Exception:  # an opaque token: nothing to show
+            pass
+        emit({"event": "oauth_token", "sub": claims.get("sub"), "aud": claims.get("aud")})
+
+    async def get_client_info(self) -> Any:
+        return self.client
+
+    async def set_client_info(self, client_info: Any) -> None:
+        self.client = client_info
 
 
 # The SDK maps an HTTP error status without a JSON-RPC body to a generic -32603;
@@ -592,6 +641,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p_http.add_argument("url")
     p_http.add_argument("--bearer", default=None)
     p_http.add_argument("--header", action="append", metavar="'Name: value'")
+    p_http.add_argument("--oauth-client", default=None, metavar="ID:SECRET")
+    p_http.add_argument("--oauth-issuer", default=None, metavar="URL")
     args = parser.parse_args(argv)
     args.command = command
     if args.transport == "stdio" and not command:

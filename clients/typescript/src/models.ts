@@ -68,6 +68,8 @@ export interface Decision {
 export interface Approval {
   id: string;
   principal: string;
+  /** The human the requesting agent acted for (`Human::"alice"`), when its verified token said so (RFC 8693 `act`, or `auth.jwt.on_behalf_of_claim`). Only a call for the same human can use the approval. */
+  on_behalf_of?: string;
   tool: string;
   risk: string;
   args_sha256: string;
@@ -191,6 +193,8 @@ export interface AuditEntry {
   /** Agent loop iteration. */
   iter?: number;
   kind: "decision" | "approval" | "reload" | "admin" | "anomaly" | "gate" | "result" | "execution";
+  /** Decisions: the human the agent acted for (`Human::"alice"`), when its verified token said so. */
+  on_behalf_of?: string;
   policy_revision?: string;
   /** `Agent::"x"` or `Human::"y"`, when known. */
   principal?: string;

@@ -79,6 +79,8 @@ class Decision(TypedDict):
 class Approval(TypedDict):
     id: "str"
     principal: "str"
+    # The human the requesting agent acted for (`Human::"alice"`), when its verified token said so (RFC 8693 `act`, or `auth.jwt.on_behalf_of_claim`). Only a call for the same human can use the approval.
+    on_behalf_of: NotRequired["str"]
     tool: "str"
     risk: "str"
     args_sha256: "str"
@@ -204,6 +206,8 @@ class AuditEntry(TypedDict):
     # Agent loop iteration.
     iter: NotRequired["int"]
     kind: "Literal['decision', 'approval', 'reload', 'admin', 'anomaly', 'gate', 'result', 'execution']"
+    # Decisions: the human the agent acted for (`Human::"alice"`), when its verified token said so.
+    on_behalf_of: NotRequired["str"]
     policy_revision: NotRequired["str"]
     # `Agent::"x"` or `Human::"y"`, when known.
     principal: NotRequired["str"]
