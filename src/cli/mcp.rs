@@ -160,6 +160,16 @@ fn sync(common: &Common) -> anyhow::Result<ExitCode> {
                     open_world,
                 } => {
                     let path = tools_dir.join(format!("{name}.json"));
+                    if let Some(owner) = owned_by_another(&path, &u.name) {
+                        eprintln!(
+                            "error: `{}`'s tool `{name}` would replace {} ({owner}); it is not exposed. Give the upstream a `prefix`, or hide the tool in {} (`\"expose\": false`)",
+                            u.name,
+                            path.display(),
+                            overlay_path.display()
+                        );
+                        failed = true;
+                        continue;
+                    }
                     let mut text = serde_json::to_string_pretty(manifest)?;
                     text.push('\n');
                     if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
@@ -189,6 +199,22 @@ fn sync(common: &Common) -> anyhow::Result<ExitCode> {
     std::fs::write(&path, &text)?;
     println!("wrote {} ({} tools)", path.display(), tools.len());
     Ok(ExitCode::from(u8::from(failed)))
+}
+
+/// Whose manifest `path` is when it is not `upstream`'s: a tool of another upstream, or one
+/// of the sidecar's own (an upstream mounted without a prefix may name its tools anything).
+fn owned_by_another(path: &Path, upstream: &str) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let owner = serde_json::from_str::<Value>(&text).ok().and_then(|v| {
+        v.pointer("/mcp/upstream")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    });
+    match owner {
+        Some(o) if o == upstream => None,
+        Some(o) => Some(format!("a tool of the upstream `{o}`")),
+        None => Some("a tool that is not an MCP upstream's".to_owned()),
+    }
 }
 
 /// Removes `upstream`'s generated manifests that are no longer exposed.

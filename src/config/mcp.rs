@@ -105,7 +105,9 @@ pub(super) fn settings(
             ));
         }
         let prefix = u.prefix.clone().unwrap_or_else(|| u.name.clone());
-        if !plain(&prefix) {
+        // `prefix = ""` mounts the upstream's tools under their own names (opt-in; `toolgate
+        // mcp sync` refuses a name another tool has).
+        if !prefix.is_empty() && !plain(&prefix) {
             problems.push((
                 format!("`{at}.prefix = \"{prefix}\"` is not a plain name"),
                 "use 1 to 48 characters from a-z, A-Z, 0-9, `_` and `-`".to_owned(),
@@ -113,7 +115,13 @@ pub(super) fn settings(
         }
         if !prefixes.insert(prefix.clone()) {
             problems.push((
-                format!("`{at}.prefix`: two upstreams share the prefix `{prefix}`"),
+                if prefix.is_empty() {
+                    format!(
+                        "`{at}.prefix = \"\"`: another upstream is mounted without a prefix already"
+                    )
+                } else {
+                    format!("`{at}.prefix`: two upstreams share the prefix `{prefix}`")
+                },
                 "their tools would collide; give one a `prefix` of its own".to_owned(),
             ));
         }

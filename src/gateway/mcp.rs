@@ -298,55 +298,80 @@ fn text_like(mime: &str) -> bool {
         )
 }
 
-/// JSON pointers and values of the base64 payloads in an MCP result (`content[i].data` of
-/// images and audio, `content[i].resource.blob`), replaced by a placeholder. A resource blob
-/// of a text-like (or no) media type that decodes to UTF-8 becomes a text resource instead,
-/// so the output gate screens it.
-fn take_blobs(v: &mut Value) -> Vec<(String, String)> {
-    use base64::Engine as _;
+/// JSON pointers and values of the base64 payloads in an MCP result, a resource read or a
+/// prompt (`data` of image and audio content, `blob` of resource contents, in `content`,
+/// `contents`, `messages` and `resource`),
+/// replaced by a placeholder. A blob of a text-like (or no) media type that decodes to UTF-8
+/// becomes `text` instead, so the gate screens it.
+pub fn take_blobs(v: &mut Value) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    let Some(items) = v.get_mut("content").and_then(Value::as_array_mut) else {
-        return out;
-    };
-    for item in items.iter_mut() {
-        let Some(res) = item.get_mut("resource").and_then(Value::as_object_mut) else {
-            continue;
-        };
-        let mime = res
-            .get("mimeType")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let text = res
-            .get("blob")
-            .and_then(Value::as_str)
-            .filter(|_| text_like(&mime))
-            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
-            .and_then(|bytes| String::from_utf8(bytes).ok());
-        if let Some(text) = text {
-            res.remove("blob");
-            res.insert("text".to_owned(), Value::String(text));
-        }
-    }
-    for (i, item) in items.iter_mut().enumerate() {
-        let kind = item.get("type").and_then(Value::as_str).unwrap_or_default();
-        let at = match kind {
-            "image" | "audio" => Some((format!("/content/{i}/data"), "data")),
-            _ => None,
-        };
-        if let Some((ptr, key)) = at
-            && let Some(Value::String(s)) = item.get_mut(key)
-        {
-            out.push((ptr, std::mem::take(s)));
-        }
-        if let Some(Value::String(s)) = item.get_mut("resource").and_then(|r| r.get_mut("blob")) {
-            out.push((format!("/content/{i}/resource/blob"), std::mem::take(s)));
-        }
-    }
+    walk_blobs(v, &mut String::new(), &mut out, 0);
     out
 }
 
-fn put_blobs(v: &mut Value, blobs: Vec<(String, String)>) {
+fn walk_blobs(v: &mut Value, at: &mut String, out: &mut Vec<(String, String)>, depth: usize) {
+    use base64::Engine as _;
+    // Deeper than any MCP shape: the rest is screened as it is.
+    if depth > 16 {
+        return;
+    }
+    match v {
+        Value::Object(obj) => {
+            if matches!(
+                obj.get("type").and_then(Value::as_str),
+                Some("image" | "audio")
+            ) && let Some(Value::String(s)) = obj.get_mut("data")
+            {
+                out.push((format!("{at}/data"), std::mem::take(s)));
+            }
+            let mime = obj
+                .get("mimeType")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            let text = obj
+                .get("blob")
+                .and_then(Value::as_str)
+                .filter(|_| text_like(&mime))
+                .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+                .and_then(|bytes| String::from_utf8(bytes).ok());
+            if let Some(text) = text {
+                obj.remove("blob");
+                obj.insert("text".to_owned(), Value::String(text));
+            } else if let Some(Value::String(s)) = obj.get_mut("blob") {
+                out.push((format!("{at}/blob"), std::mem::take(s)));
+            }
+            // Only where MCP puts content (never `structuredContent` or other fields, which
+            // the gate must see whole).
+            for (key, child) in obj.iter_mut() {
+                if !matches!(
+                    key.as_str(),
+                    "content" | "contents" | "messages" | "resource"
+                ) {
+                    continue;
+                }
+                let len = at.len();
+                at.push('/');
+                at.push_str(&key.replace('~', "~0").replace('/', "~1"));
+                walk_blobs(child, at, out, depth + 1);
+                at.truncate(len);
+            }
+        }
+        Value::Array(items) => {
+            for (i, child) in items.iter_mut().enumerate() {
+                let len = at.len();
+                at.push('/');
+                at.push_str(&i.to_string());
+                walk_blobs(child, at, out, depth + 1);
+                at.truncate(len);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Puts back what [`take_blobs`] set aside.
+pub fn put_blobs(v: &mut Value, blobs: Vec<(String, String)>) {
     for (ptr, data) in blobs {
         if let Some(slot) = v.pointer_mut(&ptr) {
             *slot = Value::String(data);

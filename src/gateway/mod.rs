@@ -43,7 +43,10 @@ pub use grants::{
     GrantBody, RevokeBody, create_grant, describe, expire_grants, expiry_timer, forget_ended,
     grant_expired_entry, list_grants, revoke_grant,
 };
-pub use mcp::{ApproveDescriptorBody, Exposure, approve_descriptor, descriptors_view, exposure};
+pub use mcp::{
+    ApproveDescriptorBody, Exposure, approve_descriptor, descriptors_view, exposure, put_blobs,
+    take_blobs,
+};
 pub use notices::{Seen, look as look_for_notices};
 pub use policies::{ApproveBody, approve_held};
 pub use results::{RESULTS_MAX_BODY, ResultAnswer, ResultBody, report_result};

@@ -482,16 +482,11 @@ impl Front {
         Ok(ups)
     }
 
-    /// Reads `uri` from the upstream that listed it to this session (a URI never listed, or
-    /// listed by an upstream the caller may not reach, is refused).
-    /// `stateless`: no session remembers what was listed (2026-07-28 over HTTP), so a URI
-    /// is looked up in the reachable upstreams' listings now.
-    async fn read(
-        &self,
-        uri: &str,
-        reachable: &[String],
-        stateless: bool,
-    ) -> Result<Value, McpError> {
+    /// Reads `uri` from the upstream that listed it to this session, else from the first
+    /// reachable upstream that lists it now (a client may read a URI it knows without
+    /// listing first, and on 2026-07-28 over HTTP no session remembers listings). A URI no
+    /// reachable upstream lists is refused.
+    async fn read(&self, uri: &str, reachable: &[String]) -> Result<Value, McpError> {
         let Some(hub) = self.gw.upstreams.clone() else {
             return Err(McpError::resource_not_found("no MCP upstreams", None));
         };
@@ -504,17 +499,15 @@ impl Front {
             .cloned();
         let upstream = match remembered {
             Some(u) => Some(u),
-            // No session remembers listings: the upstream that lists the URI now.
-            None if stateless => hub.list_resources().await.into_iter().find_map(|(u, r)| {
+            None => hub.list_resources().await.into_iter().find_map(|(u, r)| {
                 (r.get("uri").and_then(Value::as_str) == Some(uri) && reachable.contains(&u))
                     .then_some(u)
             }),
-            None => None,
         }
         .filter(|u| reachable.contains(u))
         .ok_or_else(|| {
             McpError::resource_not_found(
-                "no such resource: list resources first (resources/list)",
+                "no such resource: no upstream you may reach lists this URI (resources/list)",
                 None,
             )
         })?;
@@ -598,6 +591,9 @@ impl Front {
             ));
         }
         let who = self.who(ext)?;
+        // Images, audio and binary blobs are not text for the gate: set aside, put back.
+        let mut value = value;
+        let blobs = crate::gateway::take_blobs(&mut value);
         let body = serde_json::from_value(json!({"content": value, "conv_id": self.conv(ctx)}))
             .map_err(|e| McpError::internal_error(e.to_string(), None))?;
         let screened = crate::gateway::screen_content(&self.gw, who, "context", Ok(body))
@@ -609,7 +605,9 @@ impl Front {
                 Some(json!({"violations": screened.get("violations")})),
             ));
         }
-        Ok(screened.get("content").cloned().unwrap_or(Value::Null))
+        let mut content = screened.get("content").cloned().unwrap_or(Value::Null);
+        crate::gateway::put_blobs(&mut content, blobs);
+        Ok(content)
     }
 }
 
@@ -844,8 +842,7 @@ impl ServerHandler for Front {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         let reachable = self.reachable(&context.extensions)?;
-        let stateless = matches!(self.who, Who::PerRequest) && rounds::modern(&context);
-        let value = self.read(&request.uri, &reachable, stateless).await?;
+        let value = self.read(&request.uri, &reachable).await?;
         let screened = self.context_gate(&context, value).await?;
         let mut r: rmcp::model::ReadResourceResult = built(screened)?;
         r.result_type = Some(ResultType::COMPLETE);
@@ -868,13 +865,18 @@ impl ServerHandler for Front {
             .await
             .into_iter()
             .filter(|(upstream, _, _)| reachable.contains(upstream))
-            .filter_map(|(_, prefix, mut p)| {
+            .filter_map(|(upstream, prefix, mut p)| {
                 let named = p
                     .get("name")
                     .and_then(Value::as_str)
-                    .map(|n| format!("{prefix}{}{n}", hub.separator()));
-                if let (Some(n), Some(obj)) = (named, p.as_object_mut()) {
-                    obj.insert("name".to_owned(), json!(n));
+                    .map(|n| crate::upstream::mounted(&prefix, hub.separator(), n))?;
+                // Listed only under a name `prompts/get` brings back to this upstream: an
+                // unprefixed prompt named like another upstream's prefix is left out.
+                if hub.split(&named).map(|(u, _)| u) != Some(upstream) {
+                    return None;
+                }
+                if let Some(obj) = p.as_object_mut() {
+                    obj.insert("name".to_owned(), json!(named));
                 }
                 self.screened_value(p)
             })

@@ -17,6 +17,8 @@ mod link;
 pub mod pin;
 pub mod sync;
 
+pub use sync::mounted;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -408,13 +410,23 @@ impl Hub {
         link.get_prompt(prompt, arguments, timeout).await
     }
 
-    /// The upstream whose prefix starts `name` (`<prefix><separator><rest>`), and the rest.
+    /// The upstream whose prefix starts `name` (`<prefix><separator><rest>`), and the rest;
+    /// else the upstream mounted without a prefix, if there is one, and the whole name.
     pub fn split<'a>(&self, name: &'a str) -> Option<(String, &'a str)> {
-        self.links.iter().find_map(|(upstream, link)| {
-            name.strip_prefix(link.prefix())
-                .and_then(|r| r.strip_prefix(self.separator.as_str()))
-                .map(|rest| (upstream.clone(), rest))
-        })
+        self.links
+            .iter()
+            .filter(|(_, link)| !link.prefix().is_empty())
+            .find_map(|(upstream, link)| {
+                name.strip_prefix(link.prefix())
+                    .and_then(|r| r.strip_prefix(self.separator.as_str()))
+                    .map(|rest| (upstream.clone(), rest))
+            })
+            .or_else(|| {
+                self.links
+                    .iter()
+                    .find(|(_, link)| link.prefix().is_empty())
+                    .map(|(upstream, _)| (upstream.clone(), name))
+            })
     }
 
     /// Stops every upstream (their sessions end; stdio programs are stopped and cleaned

@@ -55,6 +55,16 @@ impl Overlay {
     }
 }
 
+/// An upstream's tool or prompt name as clients see it: `<prefix><separator><name>`, or the
+/// name itself for an upstream mounted without a prefix (`prefix = ""`).
+pub fn mounted(prefix: &str, separator: &str, name: &str) -> String {
+    if prefix.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{prefix}{separator}{name}")
+    }
+}
+
 /// What becomes of one upstream tool.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Placed {
@@ -148,7 +158,7 @@ fn place_one(
     } else {
         "annotations"
     };
-    let name = format!("{prefix}{separator}{}", d.name);
+    let name = mounted(prefix, separator, &d.name);
     let open_world = hint("openWorldHint") == Some(true);
     let description = d
         .raw

@@ -1446,3 +1446,113 @@ fn typescript_client(d: &Deps, s: &Setup, front: &Front, mode: &str, revision: &
     let status = child.wait().unwrap();
     assert!(status.success(), "{status}");
 }
+
+/// An upstream mounted without a prefix (`prefix = ""`, opt-in) exposes its tools under their
+/// own names; `toolgate mcp sync` refuses a name another tool has (here one of the sidecar's
+/// own), exposes the others, and says how to fix it; a second unprefixed upstream is refused
+/// by the config.
+#[test]
+fn an_upstream_mounted_without_a_prefix_never_replaces_another_tool() {
+    let Some(d) = deps() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::set_permissions(root, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    for sub in ["policies", "schemas/tools", "schemas/mcp", "workspace"] {
+        std::fs::create_dir_all(root.join(sub)).unwrap();
+    }
+    std::fs::copy(
+        repo().join("tests/mcp/conformance/fixture_server.py"),
+        root.join("workspace/fixture_server.py"),
+    )
+    .unwrap();
+    let _ = Command::new("chmod")
+        .args(["-R", "a+rX"])
+        .arg(root)
+        .status();
+    // One of the sidecar's own tools, with the name an upstream tool has.
+    let mut own: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("schemas/tools/echo.json")).unwrap(),
+    )
+    .unwrap();
+    own["name"] = json!("test_simple_text");
+    std::fs::write(
+        root.join("schemas/tools/test_simple_text.json"),
+        own.to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("schemas/mcp/fixture.json"),
+        json!({"tools": {
+            "test_simple_text": {"classification": "read", "risk": "low"},
+            "test_image_content": {"classification": "read", "risk": "low"},
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let config = |upstreams: &str| {
+        let path = root.join("toolgate.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "listen = \"127.0.0.1:{}\"\npolicies_dir = \"policies\"\nschemas_dir = \"schemas\"\n\
+                 [auth]\ntokens_file = \"{}\"\n[exec]\nroot = \"workspace\"\n{upstreams}",
+                free_port(),
+                repo().join("examples/demo-tokens.json").display()
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let fixture = format!(
+        "[[mcp.upstreams]]\nname = \"fixture\"\nprefix = \"\"\ncommand = \"{}\"\nargs = [\"fixture_server.py\"]\n",
+        d.client_python.display()
+    );
+    let path = config(&fixture);
+    let out = super::helpers::toolgate()
+        .args(["mcp", "sync", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    let errors = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}\n{errors}");
+    assert!(
+        errors.contains("`fixture`'s tool `test_simple_text` would replace")
+            && errors.contains("a tool that is not an MCP upstream's")
+            && errors.contains("Give the upstream a `prefix`"),
+        "{errors}"
+    );
+    assert!(
+        said.contains("exposed test_image_content (read low"),
+        "{said}"
+    );
+    let kept: Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("schemas/tools/test_simple_text.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        kept.get("mcp").is_none(),
+        "the sidecar's own tool was replaced: {kept}"
+    );
+    let mounted: Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("schemas/tools/test_image_content.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(mounted["mcp"]["upstream"], "fixture", "{mounted}");
+    // Two upstreams without a prefix: refused before anything starts.
+    let path = config(&format!(
+        "{fixture}[[mcp.upstreams]]\nname = \"other\"\nprefix = \"\"\nurl = \"http://127.0.0.1:9/mcp\"\n"
+    ));
+    let out = super::helpers::toolgate()
+        .args(["validate", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let errors =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{errors}");
+    assert!(
+        errors.contains("another upstream is mounted without a prefix already"),
+        "{errors}"
+    );
+}
