@@ -46,6 +46,9 @@ pub struct McpHttp {
 pub fn service(gw: Gateway, listen: Option<std::net::SocketAddr>) -> McpHttp {
     let mut config = StreamableHttpServerConfig::default();
     config.legacy_session_mode = true;
+    // A stateless (2026-07-28) request whose first message is its answer gets it as
+    // `application/json`, not an SSE stream; one that notifies first still streams.
+    config.json_response = true;
     config.sse_keep_alive = Some(std::time::Duration::from_secs(15));
     config.max_request_body_bytes = gw.max_body_bytes.max(1024 * 1024);
     let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1", "[::1]"]
