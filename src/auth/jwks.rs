@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use jsonwebtoken::jwk::JwkSet;
 
-use super::jwt::{Key, keys_from_set};
+use super::keys::{Key, keys_from_set};
 use crate::config::JwksUrl;
 
 /// The least time between two fetches that a token asked for.

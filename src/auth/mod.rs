@@ -9,6 +9,7 @@
 
 mod jwks;
 mod jwt;
+mod keys;
 mod tokens;
 
 pub use jwt::JwtVerifier;
