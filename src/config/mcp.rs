@@ -12,7 +12,7 @@ use serde::Deserialize;
 use crate::tools::{Access, LimitOverrides};
 use crate::upstream::{
     DEFAULT_MAX_HELD_CALLS_PER_PRINCIPAL, DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, DEFAULT_SEPARATOR,
-    DEFAULT_SESSION_IDLE_SECS, HttpSpec, McpSettings, StdioSpec, Transport, UpstreamSpec,
+    DEFAULT_SESSION_IDLE_SECS, HttpSpec, McpSettings, RelaySet, StdioSpec, Transport, UpstreamSpec,
 };
 
 #[derive(Debug, Default, Deserialize)]
@@ -60,6 +60,8 @@ struct RawUpstream {
     url: Option<String>,
     bearer_env: Option<String>,
     call_timeout_ms: Option<u64>,
+    #[serde(default)]
+    relay: Vec<String>,
 }
 
 /// Names of upstreams and prefixes: what a file name and a tool-name part may hold.
@@ -199,11 +201,27 @@ pub(super) fn settings(
                 "omit it for the default (120000)".to_owned(),
             ));
         }
+        let mut relay = RelaySet::default();
+        for what in &u.relay {
+            match what.as_str() {
+                "logging" => relay.logging = true,
+                "sampling" => relay.sampling = true,
+                "elicitation" => relay.elicitation = true,
+                other => problems.push((
+                    format!("`{at}.relay` lists `{other}`, which is not something toolgate relays"),
+                    format!(
+                        "list any of {}: what the upstream may send to the client of the call it runs",
+                        RelaySet::NAMES.map(|n| format!("\"{n}\"")).join(", ")
+                    ),
+                )),
+            }
+        }
         upstreams.push(UpstreamSpec {
             name: u.name,
             prefix,
             transport,
             call_timeout: Duration::from_millis(call_timeout_ms.max(1)),
+            relay,
         });
     }
     let token_env = raw.token_env.unwrap_or_else(|| "TOOLGATE_TOKEN".to_owned());

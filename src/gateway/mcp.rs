@@ -139,7 +139,14 @@ pub(super) async fn run_mcp(
     let started = Instant::now();
     let timeout = Duration::from_millis(tool.limits.timeout_ms);
     let forwarded = tracing::Instrument::instrument(
-        hub.call(&b.upstream, &b.tool, arguments, timeout, hooks.progress),
+        hub.call(
+            &b.upstream,
+            &b.tool,
+            arguments,
+            timeout,
+            hooks.progress,
+            hooks.relay,
+        ),
         crate::telemetry::spans::stage("execution"),
     );
     // A cancelled call is dropped (the upstream is told) and recorded as cancelled.

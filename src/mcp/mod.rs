@@ -15,6 +15,7 @@
 
 mod answers;
 mod http;
+mod relay;
 mod rounds;
 mod sessions;
 
@@ -25,9 +26,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, GetPromptRequestParams, GetPromptResponse,
-    ListPromptsResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResponse, ResultType, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
+    GetPromptRequestParams, GetPromptResponse, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ResultType, ServerCapabilities, ServerConfig, SubscribeRequestParams,
+    UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
@@ -53,6 +56,12 @@ const MAX_CONTEXT_BYTES: usize = 1024 * 1024;
 
 /// Resource URIs one session remembers (which upstream listed each).
 const MAX_RESOURCES_PER_SESSION: usize = 4096;
+
+/// Resources one session may be subscribed to at once.
+const MAX_SUBSCRIPTIONS_PER_SESSION: usize = 256;
+
+/// How long toolgate waits for an upstream's answer to a resource or prompt request.
+const UPSTREAM_ASK_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Approvals one session remembers waiting on.
 const MAX_PENDING_PER_SESSION: usize = 256;
@@ -117,6 +126,13 @@ struct Session {
     /// The conversation this session's calls and outputs belong to (`context.conv_id`,
     /// provenance), unless a call's `_meta` names one.
     conv: String,
+    /// The least severe upstream log message passed on (`logging/setLevel`; all until set).
+    level: relay::Level,
+    /// The resources this session subscribed to, and the upstream of each.
+    subscribed: Mutex<HashMap<String, String>>,
+    /// This session as a subscriber (made at its first `resources/subscribe`); the hub holds
+    /// it weakly, so the session's end ends its subscriptions.
+    subscriber: Mutex<Option<Arc<dyn crate::upstream::Subscriber>>>,
 }
 
 impl Default for Session {
@@ -125,6 +141,9 @@ impl Default for Session {
             pending: Mutex::default(),
             resources: Mutex::default(),
             conv: format!("mcp-{}", uuid::Uuid::now_v7()),
+            level: Arc::default(),
+            subscribed: Mutex::default(),
+            subscriber: Mutex::default(),
         }
     }
 }
@@ -378,9 +397,19 @@ impl Front {
             suggestion: "send `name` and an `arguments` object",
         });
         let ct = ctx.ct.clone();
+        let relay: Arc<dyn crate::upstream::Relay> = Arc::new(relay::ClientRelay {
+            peer: ctx.peer.clone(),
+            level: Arc::clone(&self.session.level),
+            gates: self.gw.gates.clone(),
+            capabilities: ctx
+                .client_capabilities()
+                .or_else(|| ctx.peer.peer_info().map(|i| i.capabilities.clone())),
+            stateless: rounds::modern(ctx),
+        });
         let hooks = crate::upstream::CallHooks {
             progress: progress_sink(ctx, self.gw.gates.clone()),
             cancelled: Some(Box::pin(async move { ct.cancelled().await })),
+            relay: Some(relay),
         };
         crate::gateway::execute_for(&self.gw, known, raw, hooks).await
     }
@@ -482,11 +511,11 @@ impl Front {
         Ok(ups)
     }
 
-    /// Reads `uri` from the upstream that listed it to this session, else from the first
+    /// The upstream `uri` belongs to: the one that listed it to this session, else the first
     /// reachable upstream that lists it now (a client may read a URI it knows without
-    /// listing first, and on 2026-07-28 over HTTP no session remembers listings). A URI no
-    /// reachable upstream lists is refused.
-    async fn read(&self, uri: &str, reachable: &[String]) -> Result<Value, McpError> {
+    /// listing first, and on 2026-07-28 over HTTP no session remembers listings), else the
+    /// first reachable upstream with a resource template it matches. Any other URI is refused.
+    async fn owner(&self, uri: &str, reachable: &[String]) -> Result<String, McpError> {
         let Some(hub) = self.gw.upstreams.clone() else {
             return Err(McpError::resource_not_found("no MCP upstreams", None));
         };
@@ -497,23 +526,60 @@ impl Front {
             .unwrap_or_else(PoisonError::into_inner)
             .get(uri)
             .cloned();
-        let upstream = match remembered {
+        let listed = match remembered {
             Some(u) => Some(u),
             None => hub.list_resources().await.into_iter().find_map(|(u, r)| {
                 (r.get("uri").and_then(Value::as_str) == Some(uri) && reachable.contains(&u))
                     .then_some(u)
             }),
-        }
-        .filter(|u| reachable.contains(u))
-        .ok_or_else(|| {
+        };
+        let found = match listed {
+            Some(u) => Some(u),
+            None => hub
+                .list_resource_templates()
+                .await
+                .into_iter()
+                .find_map(|(u, t)| {
+                    let template = t.get("uriTemplate").and_then(Value::as_str)?;
+                    (reachable.contains(&u) && crate::upstream::template_matches(template, uri))
+                        .then_some(u)
+                }),
+        };
+        found.filter(|u| reachable.contains(u)).ok_or_else(|| {
             McpError::resource_not_found(
-                "no such resource: no upstream you may reach lists this URI (resources/list)",
+                "no such resource: no upstream you may reach lists this URI or a template it matches (resources/list, resources/templates/list)",
                 None,
             )
-        })?;
-        hub.read_resource(&upstream, uri, Duration::from_secs(60))
+        })
+    }
+
+    /// Reads `uri` from the upstream it belongs to ([`Front::owner`]).
+    async fn read(&self, uri: &str, reachable: &[String]) -> Result<Value, McpError> {
+        let upstream = self.owner(uri, reachable).await?;
+        let hub = self.hub()?;
+        hub.read_resource(&upstream, uri, UPSTREAM_ASK_TIMEOUT)
             .await
             .map_err(|e| McpError::internal_error(self.screened(&e.to_string()), None))
+    }
+
+    fn hub(&self) -> Result<Arc<crate::upstream::Hub>, McpError> {
+        self.gw
+            .upstreams
+            .clone()
+            .ok_or_else(|| McpError::resource_not_found("no MCP upstreams", None))
+    }
+
+    /// This session as a resource subscriber (made once, from the session's peer).
+    fn subscriber(&self, ctx: &RequestContext<RoleServer>) -> Arc<dyn crate::upstream::Subscriber> {
+        let mut held = self
+            .session
+            .subscriber
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(held.get_or_insert_with(|| {
+            Arc::new(relay::SessionSubscriber(ctx.peer.clone()))
+                as Arc<dyn crate::upstream::Subscriber>
+        }))
     }
 
     /// Upstream text shown to the client outside a tool result, screened (masked).
@@ -682,11 +748,15 @@ fn progress_sink(
 
 impl ServerHandler for Front {
     fn get_info(&self) -> ServerConfig {
+        #[allow(deprecated, reason = "logging still serves clients on 2025-11-25")]
         let caps = ServerCapabilities::builder()
+            .enable_logging()
+            .enable_completions()
+            .enable_prompts()
+            .enable_resources()
+            .enable_resources_subscribe()
             .enable_tools()
             .enable_tool_list_changed()
-            .enable_resources()
-            .enable_prompts()
             .build();
         let mut info = ServerConfig::new(caps);
         info.server_info = rmcp::model::Implementation::new("toolgate", env!("CARGO_PKG_VERSION"));
@@ -849,6 +919,158 @@ impl ServerHandler for Front {
         Ok(ReadResourceResponse::Complete(r))
     }
 
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        let reachable = self.reachable(&context.extensions)?;
+        let templates: Vec<Value> = match self.gw.upstreams.clone() {
+            None => Vec::new(),
+            Some(hub) => hub
+                .list_resource_templates()
+                .await
+                .into_iter()
+                .filter(|(upstream, _)| reachable.contains(upstream))
+                .filter_map(|(_, t)| self.screened_value(t))
+                .collect(),
+        };
+        let mut r: ListResourceTemplatesResult = built(json!({"resourceTemplates": templates}))?;
+        r.result_type = Some(ResultType::COMPLETE);
+        Ok(r)
+    }
+
+    /// `resources/subscribe` (2025-11-25): passed to the upstream the URI belongs to (once per
+    /// URI for all sessions); its `notifications/resources/updated` come back to this session
+    /// until it unsubscribes or ends.
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let reachable = self.reachable(&context.extensions)?;
+        if rounds::modern(&context) {
+            return Err(McpError::invalid_request(
+                "resources/subscribe needs a session (MCP 2025-11-25); on 2026-07-28 toolgate offers tools/list_changed through subscriptions/listen",
+                None,
+            ));
+        }
+        let uri = request.uri;
+        let upstream = self.owner(&uri, &reachable).await?;
+        {
+            let held = self
+                .session
+                .subscribed
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if held.len() >= MAX_SUBSCRIPTIONS_PER_SESSION && !held.contains_key(&uri) {
+                return Err(McpError::invalid_request(
+                    format!(
+                        "this session has {MAX_SUBSCRIPTIONS_PER_SESSION} subscriptions already; unsubscribe from one first"
+                    ),
+                    None,
+                ));
+            }
+        }
+        let subscriber = self.subscriber(&context);
+        self.hub()?
+            .subscribe_resource(&upstream, &uri, &subscriber, UPSTREAM_ASK_TIMEOUT)
+            .await
+            .map_err(|e| McpError::internal_error(self.screened(&e.to_string()), None))?;
+        self.session
+            .subscribed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(uri, upstream);
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.reachable(&context.extensions)?;
+        let upstream = self
+            .session
+            .subscribed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&request.uri);
+        let Some(upstream) = upstream else {
+            return Ok(());
+        };
+        let subscriber = self.subscriber(&context);
+        self.hub()?
+            .unsubscribe_resource(&upstream, &request.uri, &subscriber, UPSTREAM_ASK_TIMEOUT)
+            .await
+            .map_err(|e| McpError::internal_error(self.screened(&e.to_string()), None))
+    }
+
+    /// `logging/setLevel`: the least severe upstream log message this session is sent.
+    #[allow(deprecated, reason = "logging still serves clients on 2025-11-25")]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.who(&context.extensions)?;
+        *self
+            .session
+            .level
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(request.level);
+        Ok(())
+    }
+
+    /// `completion/complete`: a prompt's arguments from the upstream of the prompt, a
+    /// template's variables from the upstream that lists the template; values screened.
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        let reachable = self.reachable(&context.extensions)?;
+        let hub = self.hub()?;
+        let mut request = request;
+        let upstream = match &mut request.r#ref {
+            rmcp::model::Reference::Prompt(p) => {
+                let (upstream, name) = hub
+                    .split(&p.name)
+                    .filter(|(u, _)| reachable.contains(u))
+                    .ok_or_else(|| McpError::invalid_params("no such prompt", None))?;
+                p.name = name.to_owned();
+                upstream
+            }
+            rmcp::model::Reference::Resource(r) => hub
+                .list_resource_templates()
+                .await
+                .into_iter()
+                .find_map(|(u, t)| {
+                    (reachable.contains(&u)
+                        && t.get("uriTemplate").and_then(Value::as_str) == Some(r.uri.as_str()))
+                    .then_some(u)
+                })
+                .ok_or_else(|| McpError::invalid_params("no such resource template", None))?,
+            _ => {
+                return Err(McpError::invalid_params(
+                    "unknown completion reference",
+                    None,
+                ));
+            }
+        };
+        let answer = hub
+            .complete(&upstream, request, UPSTREAM_ASK_TIMEOUT)
+            .await
+            .map_err(|e| McpError::internal_error(self.screened(&e.to_string()), None))?;
+        let answer = self
+            .screened_value(answer)
+            .unwrap_or_else(|| json!({"completion": {"values": []}}));
+        let mut r: CompleteResult = built(answer)?;
+        r.result_type = Some(ResultType::COMPLETE);
+        Ok(r)
+    }
+
     async fn list_prompts(
         &self,
         _request: Option<PaginatedRequestParams>,
@@ -902,7 +1124,7 @@ impl ServerHandler for Front {
             return Err(McpError::invalid_params("no such prompt", None));
         };
         let value = hub
-            .get_prompt(&upstream, name, request.arguments, Duration::from_secs(60))
+            .get_prompt(&upstream, name, request.arguments, UPSTREAM_ASK_TIMEOUT)
             .await
             .map_err(|e| McpError::internal_error(self.screened(&e.to_string()), None))?;
         let screened = self.context_gate(&context, value).await?;

@@ -5,19 +5,39 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
+#[allow(
+    deprecated,
+    reason = "logging and sampling still serve clients on 2025-11-25"
+)]
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, CancelledNotificationParam, ClientRequest,
-    GetPromptRequestParams, JsonObject, ProgressNotificationParam, ProgressToken,
-    ReadResourceRequestParams, Request, ServerResult,
+    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
+    GetPromptRequestParams, JsonObject, LoggingMessageNotificationParam, ProgressNotificationParam,
+    ProgressToken, ReadResourceRequestParams, Request, ResourceUpdatedNotificationParam,
+    ServerResult,
 };
-use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RoleClient, ServiceExt};
+use rmcp::service::{
+    NotificationContext, Peer, PeerRequestOptions, RequestContext, RoleClient, ServiceExt,
+};
 use serde_json::Value;
 use tokio::io::AsyncBufReadExt;
 
-use super::{CallError, Descriptor, Live, Transport, UpstreamSpec, UpstreamStatus};
+use super::{
+    CallError, Descriptor, Live, Relay, RelaySet, Subscriber, Transport, UpstreamSpec,
+    UpstreamStatus,
+};
+
+/// The client of the call an upstream runs now, when its `relay` allows anything.
+type Current = Arc<Mutex<Option<Arc<dyn Relay>>>>;
+
+/// The sessions subscribed to each of an upstream's resource URIs.
+type Subscriptions = Arc<Mutex<HashMap<String, Vec<Weak<dyn Subscriber>>>>>;
+
+/// Resource URIs one upstream keeps subscriptions for (across every session).
+const MAX_SUBSCRIBED_URIS: usize = 4096;
 
 /// Masks secrets in an upstream's stderr line before it is logged (the output gate).
 pub type Screen = Arc<dyn Fn(&str) -> String + Send + Sync>;
@@ -55,6 +75,28 @@ pub(super) struct Link {
     stop: tokio::sync::watch::Sender<bool>,
     stopped: tokio::sync::watch::Sender<bool>,
     progress: Arc<Mutex<HashMap<ProgressToken, ProgressSink>>>,
+    /// With `relay`: one request at a time, so what the upstream sends meanwhile is known to
+    /// belong to it.
+    turn: tokio::sync::Mutex<()>,
+    current: Current,
+    subscriptions: Subscriptions,
+    /// Subscribing and unsubscribing one at a time (the upstream is asked once per URI).
+    subscribing: tokio::sync::Mutex<()>,
+}
+
+/// An upstream's turn: its request is the only one in flight, and `current` names its client.
+struct Turn<'a> {
+    _turn: tokio::sync::MutexGuard<'a, ()>,
+    _current: CurrentGuard,
+}
+
+/// Clears the call's client from its upstream when the call ends.
+struct CurrentGuard(Current);
+
+impl Drop for CurrentGuard {
+    fn drop(&mut self) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
 }
 
 impl Link {
@@ -67,7 +109,42 @@ impl Link {
             stop: tokio::sync::watch::channel(false).0,
             stopped: tokio::sync::watch::channel(false).0,
             progress: Arc::default(),
+            turn: tokio::sync::Mutex::new(()),
+            current: Arc::default(),
+            subscriptions: Arc::default(),
+            subscribing: tokio::sync::Mutex::new(()),
         })
+    }
+
+    /// With `relay`: waits for the upstream's turn (within `timeout`, which the wait uses up
+    /// part of: what is left is returned), and makes `client` the one the upstream's messages
+    /// go to until the turn is dropped. Without `relay`: no wait.
+    async fn take_turn(
+        &self,
+        timeout: Duration,
+        client: Option<Arc<dyn Relay>>,
+    ) -> Result<(Option<Turn<'_>>, Duration), CallError> {
+        if !self.spec.relay.any() {
+            return Ok((None, timeout));
+        }
+        let started = tokio::time::Instant::now();
+        let guard = tokio::time::timeout(timeout, self.turn.lock())
+            .await
+            .map_err(|_| {
+                CallError::Timeout(
+                    self.spec.name.clone(),
+                    u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+                )
+            })?;
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = client;
+        let left = timeout.saturating_sub(started.elapsed());
+        Ok((
+            Some(Turn {
+                _turn: guard,
+                _current: CurrentGuard(Arc::clone(&self.current)),
+            }),
+            left,
+        ))
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -161,7 +238,9 @@ impl Link {
         arguments: JsonObject,
         timeout: Duration,
         progress: Option<ProgressSink>,
+        relay: Option<Arc<dyn Relay>>,
     ) -> Result<CallToolResult, CallError> {
+        let (_turn, timeout) = self.take_turn(timeout, relay).await?;
         let peer = self.peer()?;
         let name = self.spec.name.clone();
         let failed =
@@ -240,9 +319,127 @@ impl Link {
         uri: &str,
         timeout: Duration,
     ) -> Result<Value, CallError> {
+        let (_turn, timeout) = self.take_turn(timeout, None).await?;
         let peer = self.peer()?;
         let params = ReadResourceRequestParams::new(uri.to_owned());
         self.bounded(timeout, peer.read_resource(params)).await
+    }
+
+    pub(super) async fn list_resource_templates(&self) -> Vec<Value> {
+        let Ok(peer) = self.peer() else {
+            return Vec::new();
+        };
+        let offered = peer
+            .peer_info()
+            .is_some_and(|i| i.capabilities.resources.is_some());
+        if !offered {
+            return Vec::new();
+        }
+        match tokio::time::timeout(self.spec.call_timeout, peer.list_all_resource_templates()).await
+        {
+            Ok(Ok(list)) => list
+                .into_iter()
+                .filter_map(|t| serde_json::to_value(t).ok())
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// `completion/complete`, when the upstream offers completions; otherwise no values.
+    pub(super) async fn complete(
+        &self,
+        request: rmcp::model::CompleteRequestParams,
+        timeout: Duration,
+    ) -> Result<Value, CallError> {
+        let (_turn, timeout) = self.take_turn(timeout, None).await?;
+        let peer = self.peer()?;
+        let offered = peer
+            .peer_info()
+            .is_some_and(|i| i.capabilities.completions.is_some());
+        if !offered {
+            return Ok(serde_json::json!({"completion": {"values": []}}));
+        }
+        self.bounded(timeout, peer.complete(request)).await
+    }
+
+    pub(super) async fn subscribe(
+        &self,
+        uri: &str,
+        subscriber: &Arc<dyn Subscriber>,
+        timeout: Duration,
+    ) -> Result<(), CallError> {
+        let _one = self.subscribing.lock().await;
+        let first = {
+            let mut subs = self
+                .subscriptions
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if !subs.contains_key(uri) && subs.len() >= MAX_SUBSCRIBED_URIS {
+                return Err(CallError::Failed(
+                    self.spec.name.clone(),
+                    format!(
+                        "toolgate holds subscriptions to {MAX_SUBSCRIBED_URIS} of its resources already"
+                    ),
+                ));
+            }
+            let list = subs.entry(uri.to_owned()).or_default();
+            list.retain(|w| w.strong_count() > 0);
+            if list.iter().any(|w| same(w, subscriber)) {
+                return Ok(());
+            }
+            let first = list.is_empty();
+            list.push(Arc::downgrade(subscriber));
+            first
+        };
+        if !first {
+            return Ok(());
+        }
+        let asked = match self.peer() {
+            Ok(peer) => {
+                #[allow(deprecated, reason = "clients on 2025-11-25 subscribe this way")]
+                let asked = peer.subscribe(rmcp::model::SubscribeRequestParams::new(uri));
+                self.bounded(timeout, asked).await.map(|_| ())
+            }
+            Err(e) => Err(e),
+        };
+        if asked.is_err() {
+            self.subscriptions
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(uri);
+        }
+        asked
+    }
+
+    pub(super) async fn unsubscribe(
+        &self,
+        uri: &str,
+        subscriber: &Arc<dyn Subscriber>,
+        timeout: Duration,
+    ) -> Result<(), CallError> {
+        let _one = self.subscribing.lock().await;
+        let last = {
+            let mut subs = self
+                .subscriptions
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let Some(list) = subs.get_mut(uri) else {
+                return Ok(());
+            };
+            list.retain(|w| w.strong_count() > 0 && !same(w, subscriber));
+            let last = list.is_empty();
+            if last {
+                subs.remove(uri);
+            }
+            last
+        };
+        if !last {
+            return Ok(());
+        }
+        let peer = self.peer()?;
+        #[allow(deprecated, reason = "clients on 2025-11-25 unsubscribe this way")]
+        let asked = peer.unsubscribe(rmcp::model::UnsubscribeRequestParams::new(uri));
+        self.bounded(timeout, asked).await.map(|_| ())
     }
 
     /// A request's answer as JSON, within `timeout`.
@@ -283,11 +480,17 @@ impl Link {
         arguments: Option<JsonObject>,
         timeout: Duration,
     ) -> Result<Value, CallError> {
+        let (_turn, timeout) = self.take_turn(timeout, None).await?;
         let peer = self.peer()?;
         let mut params = GetPromptRequestParams::new(prompt.to_owned());
         params.arguments = arguments;
         self.bounded(timeout, peer.get_prompt(params)).await
     }
+}
+
+/// Whether `held` is `subscriber`.
+fn same(held: &Weak<dyn Subscriber>, subscriber: &Arc<dyn Subscriber>) -> bool {
+    std::ptr::addr_eq(held.as_ptr(), Arc::as_ptr(subscriber))
 }
 
 /// Sends `notifications/cancelled` upstream when a forwarded call is dropped unanswered.
@@ -320,13 +523,52 @@ impl Drop for CancelGuard {
 }
 
 /// The client side toolgate runs against an upstream: relists on `list_changed`, passes
-/// progress on, declines what it does not offer.
+/// progress on, passes resource updates to the sessions subscribed, and relays what the
+/// upstream's `relay` allows (log, sampling, elicitation) to the client of the call it is
+/// running; declines the rest.
 #[derive(Clone)]
 struct Watcher {
+    name: String,
     relist: tokio::sync::mpsc::UnboundedSender<()>,
     progress: Arc<Mutex<HashMap<ProgressToken, ProgressSink>>>,
+    allow: RelaySet,
+    current: Current,
+    subscriptions: Subscriptions,
 }
 
+impl Watcher {
+    /// The client of the call running now, if `allowed`.
+    fn client(&self, allowed: bool) -> Option<Arc<dyn Relay>> {
+        if !allowed {
+            return None;
+        }
+        self.current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn refused(&self, what: &str, allowed: bool) -> rmcp::ErrorData {
+        let why = if allowed {
+            format!(
+                "toolgate passes {what} from the upstream `{}` only to the client of the tool call it is running, and none is",
+                self.name
+            )
+        } else {
+            format!(
+                "toolgate does not pass {what} from the upstream `{}` to clients (its `relay` does not list it)",
+                self.name
+            )
+        };
+        tracing::info!(upstream = self.name, what, "MCP upstream request declined");
+        rmcp::ErrorData::invalid_request(why, None)
+    }
+}
+
+#[allow(
+    deprecated,
+    reason = "logging and sampling still serve clients on 2025-11-25"
+)]
 impl rmcp::ClientHandler for Watcher {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         let _ = self.relist.send(());
@@ -348,9 +590,97 @@ impl rmcp::ClientHandler for Watcher {
         }
     }
 
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if let Some(client) = self.client(self.allow.logging) {
+            client.log(params).await;
+        }
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, rmcp::ErrorData> {
+        match self.client(self.allow.sampling) {
+            Some(client) => {
+                tracing::info!(
+                    upstream = self.name,
+                    "relaying a sampling request to the caller"
+                );
+                client.sample(params).await
+            }
+            None => Err(self.refused("sampling requests", self.allow.sampling)),
+        }
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, rmcp::ErrorData> {
+        match self.client(self.allow.elicitation) {
+            Some(client) => {
+                tracing::info!(
+                    upstream = self.name,
+                    "relaying an elicitation request to the caller"
+                );
+                client.elicit(params).await
+            }
+            None => Err(self.refused("elicitation requests", self.allow.elicitation)),
+        }
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        context: NotificationContext<RoleClient>,
+    ) {
+        let live: Vec<Arc<dyn Subscriber>> = {
+            let mut subs = self
+                .subscriptions
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let Some(list) = subs.get_mut(&params.uri) else {
+                return;
+            };
+            let live: Vec<_> = list.iter().filter_map(Weak::upgrade).collect();
+            list.retain(|w| w.strong_count() > 0);
+            if list.is_empty() {
+                subs.remove(&params.uri);
+            }
+            live
+        };
+        if live.is_empty() {
+            // Every subscribed session has ended: the upstream need not say more.
+            let peer = context.peer.clone();
+            let uri = params.uri.clone();
+            tokio::spawn(async move {
+                #[allow(deprecated, reason = "the subscription was made on 2025-11-25")]
+                let asked = peer.unsubscribe(rmcp::model::UnsubscribeRequestParams::new(uri));
+                let _ = tokio::time::timeout(Duration::from_secs(10), asked).await;
+            });
+            return;
+        }
+        for subscriber in live {
+            subscriber.updated(&params.uri).await;
+        }
+    }
+
     fn get_info(&self) -> rmcp::model::ClientConfig {
+        // What toolgate relays, it offers the upstream (it asks the real client per call).
+        let mut caps = rmcp::model::ClientCapabilities::default();
+        if self.allow.sampling {
+            caps.sampling = serde_json::from_value(serde_json::json!({})).ok();
+        }
+        if self.allow.elicitation {
+            caps.elicitation = serde_json::from_value(serde_json::json!({"form": {}})).ok();
+        }
         rmcp::model::ClientConfig::new(
-            rmcp::model::ClientCapabilities::default(),
+            caps,
             rmcp::model::Implementation::new("toolgate", env!("CARGO_PKG_VERSION")),
         )
     }
@@ -417,8 +747,12 @@ async fn run_once(
 ) -> Result<(), String> {
     let (relist_tx, mut relist) = tokio::sync::mpsc::unbounded_channel();
     let watcher = Watcher {
+        name: link.spec.name.clone(),
         relist: relist_tx,
         progress: Arc::clone(&link.progress),
+        allow: link.spec.relay,
+        current: Arc::clone(&link.current),
+        subscriptions: Arc::clone(&link.subscriptions),
     };
     let name = link.spec.name.clone();
     let mut session_child = None;
@@ -487,6 +821,7 @@ async fn run_once(
         None => format!("protocol {}", i.protocol_version),
     });
     let tools = list(&peer).await?;
+    resubscribe(link, &peer).await;
     {
         let mut s = link.state();
         s.peer = Some(peer.clone());
@@ -532,6 +867,35 @@ async fn run_once(
         }
     }
     ended
+}
+
+/// A restarted upstream is asked again for the subscriptions sessions still hold.
+async fn resubscribe(link: &Link, peer: &Peer<RoleClient>) {
+    let uris: Vec<String> = {
+        let mut subs = link
+            .subscriptions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        subs.retain(|_, list| {
+            list.retain(|w| w.strong_count() > 0);
+            !list.is_empty()
+        });
+        subs.keys().cloned().collect()
+    };
+    for uri in uris {
+        #[allow(deprecated, reason = "the subscription was made on 2025-11-25")]
+        let asked = peer.subscribe(rmcp::model::SubscribeRequestParams::new(uri.clone()));
+        if !matches!(
+            tokio::time::timeout(CONNECT_TIMEOUT, asked).await,
+            Ok(Ok(()))
+        ) {
+            tracing::warn!(
+                upstream = link.spec.name,
+                uri,
+                "MCP upstream refused a resubscription"
+            );
+        }
+    }
 }
 
 /// Lists `link`'s tools again and tells subscribers when they changed (`announced`: the

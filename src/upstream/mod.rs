@@ -16,6 +16,7 @@
 mod link;
 pub mod pin;
 pub mod sync;
+mod template;
 
 pub use sync::mounted;
 
@@ -28,6 +29,7 @@ use serde::Serialize;
 
 pub use link::{ProgressSink, Screen};
 pub use pin::{Descriptor, descriptor_pin};
+pub use template::template_matches;
 
 use crate::tools::{Access, LimitOverrides};
 
@@ -94,6 +96,64 @@ pub struct UpstreamSpec {
     pub transport: Transport,
     /// Longest a call to it may take, unless the tool's manifest says less.
     pub call_timeout: Duration,
+    /// What of the upstream's own messages during a call reach the calling client.
+    pub relay: RelaySet,
+}
+
+/// What an upstream may send on to the client whose call it is running
+/// (`[[mcp.upstreams]] relay`). Nothing by default: an upstream is not trusted to talk to the
+/// agent's client or its human outside its tool results.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RelaySet {
+    /// `notifications/message` (its log), screened by the output gate.
+    pub logging: bool,
+    /// `sampling/createMessage`: asking the client's model for a completion.
+    pub sampling: bool,
+    /// `elicitation/create`: asking the client's human for input.
+    pub elicitation: bool,
+}
+
+impl RelaySet {
+    /// The names `relay` accepts.
+    pub const NAMES: [&str; 3] = ["logging", "sampling", "elicitation"];
+
+    /// Whether anything is relayed (calls to the upstream then go one at a time, so what it
+    /// sends during a call is known to belong to that call).
+    pub fn any(self) -> bool {
+        self.logging || self.sampling || self.elicitation
+    }
+}
+
+/// A boxed future, for the relay's object-safe methods.
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// The client a forwarded call came from, as the upstream may reach it during the call (what
+/// the upstream's `relay` allows): the MCP front end implements it over the client's session.
+/// (Logging and sampling are deprecated by SEP-2577, but clients on 2025-11-25 still use them.)
+#[allow(
+    deprecated,
+    reason = "logging and sampling still serve clients on 2025-11-25"
+)]
+pub trait Relay: Send + Sync {
+    /// Passes on one log message (the relay filters by the client's level and screens it).
+    fn log(&self, message: rmcp::model::LoggingMessageNotificationParam) -> BoxFuture<'_, ()>;
+    /// Asks the client's model for a completion.
+    fn sample(
+        &self,
+        request: rmcp::model::CreateMessageRequestParams,
+    ) -> BoxFuture<'_, Result<rmcp::model::CreateMessageResult, rmcp::ErrorData>>;
+    /// Asks the client's human for input.
+    fn elicit(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+    ) -> BoxFuture<'_, Result<rmcp::model::ElicitResult, rmcp::ErrorData>>;
+}
+
+/// A client session subscribed to an upstream resource (`resources/subscribe`); held weakly by
+/// the hub, so a session that ends stops being told and its subscription lapses.
+pub trait Subscriber: Send + Sync {
+    /// The resource at `uri` changed (`notifications/resources/updated`).
+    fn updated(&self, uri: &str) -> BoxFuture<'_, ()>;
 }
 
 /// How an upstream is reached.
@@ -172,6 +232,8 @@ pub struct CallHooks {
     pub progress: Option<ProgressSink>,
     /// Completes when the caller cancels the call.
     pub cancelled: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
+    /// The calling client, for what the upstream's `relay` lets it send there during the call.
+    pub relay: Option<Arc<dyn Relay>>,
 }
 
 /// One upstream's state, for `/readyz` and `GET /v1/mcp/upstreams`.
@@ -342,13 +404,18 @@ impl Hub {
         arguments: JsonObject,
         timeout: Duration,
         progress: Option<ProgressSink>,
+        relay: Option<Arc<dyn Relay>>,
     ) -> Result<CallToolResult, CallError> {
-        let link = self.links.get(upstream).ok_or_else(|| {
-            CallError::Unavailable(upstream.to_owned(), "not configured".to_owned())
-        })?;
+        let link = self.link(upstream)?;
         // The upstream's own bound applies too (`call_timeout_ms`).
         let outcome = link
-            .call(tool, arguments, timeout.min(link.call_timeout()), progress)
+            .call(
+                tool,
+                arguments,
+                timeout.min(link.call_timeout()),
+                progress,
+                relay,
+            )
             .await;
         if let Some(c) = self.calls.get(upstream) {
             c.add(&outcome);
@@ -379,10 +446,7 @@ impl Hub {
         uri: &str,
         timeout: Duration,
     ) -> Result<serde_json::Value, CallError> {
-        let link = self.links.get(upstream).ok_or_else(|| {
-            CallError::Unavailable(upstream.to_owned(), "not configured".to_owned())
-        })?;
-        link.read_resource(uri, timeout).await
+        self.link(upstream)?.read_resource(uri, timeout).await
     }
 
     /// Every upstream's prompts, as `(upstream, prefix, prompt)`.
@@ -404,10 +468,65 @@ impl Hub {
         arguments: Option<JsonObject>,
         timeout: Duration,
     ) -> Result<serde_json::Value, CallError> {
-        let link = self.links.get(upstream).ok_or_else(|| {
-            CallError::Unavailable(upstream.to_owned(), "not configured".to_owned())
-        })?;
-        link.get_prompt(prompt, arguments, timeout).await
+        self.link(upstream)?
+            .get_prompt(prompt, arguments, timeout)
+            .await
+    }
+
+    fn link(&self, upstream: &str) -> Result<&Arc<link::Link>, CallError> {
+        self.links
+            .get(upstream)
+            .ok_or_else(|| CallError::Unavailable(upstream.to_owned(), "not configured".to_owned()))
+    }
+
+    /// Every upstream's resource templates, as `(upstream, template)` JSON objects.
+    pub async fn list_resource_templates(&self) -> Vec<(String, serde_json::Value)> {
+        let mut out = Vec::new();
+        for (name, link) in &self.links {
+            for t in link.list_resource_templates().await {
+                out.push((name.clone(), t));
+            }
+        }
+        out
+    }
+
+    /// Asks `upstream` for completions (`completion/complete`; a prompt reference names the
+    /// upstream's own prompt).
+    pub async fn complete(
+        &self,
+        upstream: &str,
+        request: rmcp::model::CompleteRequestParams,
+        timeout: Duration,
+    ) -> Result<serde_json::Value, CallError> {
+        self.link(upstream)?.complete(request, timeout).await
+    }
+
+    /// Subscribes `subscriber` to `upstream`'s resource `uri`: the upstream is asked once per
+    /// URI, however many sessions subscribe, and its updates go to each live subscriber.
+    pub async fn subscribe_resource(
+        &self,
+        upstream: &str,
+        uri: &str,
+        subscriber: &Arc<dyn Subscriber>,
+        timeout: Duration,
+    ) -> Result<(), CallError> {
+        self.link(upstream)?
+            .subscribe(uri, subscriber, timeout)
+            .await
+    }
+
+    /// Ends `subscriber`'s subscription to `upstream`'s `uri` (the upstream is told when no
+    /// session is left subscribed).
+    pub async fn unsubscribe_resource(
+        &self,
+        upstream: &str,
+        uri: &str,
+        subscriber: &Arc<dyn Subscriber>,
+        timeout: Duration,
+    ) -> Result<(), CallError> {
+        self.link(upstream)?
+            .unsubscribe(uri, subscriber, timeout)
+            .await
     }
 
     /// The upstream whose prefix starts `name` (`<prefix><separator><rest>`), and the rest;

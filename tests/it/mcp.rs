@@ -1556,3 +1556,309 @@ fn an_upstream_mounted_without_a_prefix_never_replaces_another_tool() {
         "{errors}"
     );
 }
+
+/// A gateway in front of two copies of the conformance fixture: `open.*` relays the
+/// upstream's log, sampling and elicitation to the caller, `closed.*` is as shipped (nothing).
+fn relay_gateway(d: &Deps) -> (tempfile::TempDir, Child, u16) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::set_permissions(root, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    for sub in ["policies", "schemas/tools", "schemas/mcp", "workspace"] {
+        std::fs::create_dir_all(root.join(sub)).unwrap();
+    }
+    std::fs::copy(
+        repo().join("tests/mcp/conformance/fixture_server.py"),
+        root.join("workspace/fixture_server.py"),
+    )
+    .unwrap();
+    let _ = Command::new("chmod")
+        .args(["-R", "a+rX"])
+        .arg(root)
+        .status();
+    std::fs::write(
+        root.join("policies/entities.json"),
+        json!([
+            {"uid": {"type": "Role", "id": "developer"}, "attrs": {}, "parents": []},
+            {"uid": {"type": "Agent", "id": "dev-agent"}, "attrs": {},
+             "parents": [{"type": "Role", "id": "developer"}]}
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("policies/fixture.cedar"),
+        "@id(\"developers-use-the-fixture\")\npermit (principal in Role::\"developer\", action in [Action::\"read\"], resource);\n",
+    )
+    .unwrap();
+    let tools = [
+        "test_tool_with_logging",
+        "test_sampling",
+        "test_elicitation",
+        "toolgate_log_env",
+        "toolgate_touch",
+    ];
+    let overlay = json!({"tools": tools.iter().map(|t| (t.to_string(), json!({"classification": "read", "risk": "low"}))).collect::<serde_json::Map<_, _>>()});
+    for name in ["open", "closed"] {
+        std::fs::write(
+            root.join(format!("schemas/mcp/{name}.json")),
+            overlay.to_string(),
+        )
+        .unwrap();
+    }
+    // `demo-dev-token` only (the demo file names principals this set does not have).
+    std::fs::write(
+        root.join("tokens.json"),
+        json!({"tokens": [{"sha256": "db7709c66e862ca558ef08741059a41ed2ce4c3af54adc04a1d8c1d20a4daad1",
+                           "kind": "agent", "id": "dev-agent"}]})
+        .to_string(),
+    )
+    .unwrap();
+    let port = free_port();
+    let upstream = |name: &str, relay: &str| {
+        format!(
+            "[[mcp.upstreams]]\nname = \"{name}\"\ncommand = \"{}\"\nargs = [\"fixture_server.py\"]\n\
+             env = {{ FIXTURE_LOG_SECRET = \"{}\" }}\n{relay}\n",
+            d.client_python.display(),
+            RELAYED_SECRET
+        )
+    };
+    let config = root.join("toolgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:{port}\"\npolicies_dir = \"policies\"\nschemas_dir = \"schemas\"\n\
+             [auth]\ntokens_file = \"tokens.json\"\n[exec]\nroot = \"workspace\"\n{}{}",
+            upstream(
+                "open",
+                "relay = [\"logging\", \"sampling\", \"elicitation\"]"
+            ),
+            upstream("closed", "")
+        ),
+    )
+    .unwrap();
+    let out = super::helpers::toolgate()
+        .args(["mcp", "sync", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = std::fs::File::create(root.join("serve.log")).unwrap();
+    let serve = super::helpers::toolgate()
+        .args(["serve", "--config"])
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    if std::panic::catch_unwind(|| wait_port(port)).is_err() {
+        panic!(
+            "serve did not start: {}",
+            std::fs::read_to_string(root.join("serve.log")).unwrap_or_default()
+        );
+    }
+    (dir, serve, port)
+}
+
+/// What the fixture's `toolgate_log_env` leaks through its log.
+const RELAYED_SECRET: &str = "ghp_R7sT2uV9wX4yZ1aB6cD3eF8gH5iJ0kL2mN4p";
+
+#[test]
+fn an_upstream_reaches_its_caller_outside_results_only_as_relay_allows() {
+    let Some(d) = deps() else { return };
+    let (_dir, mut serve, port) = relay_gateway(&d);
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let session = |extra: &[&str]| {
+        let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        args.extend(
+            ["http", url.as_str(), "--bearer", "demo-dev-token"]
+                .iter()
+                .map(|s| s.to_string()),
+        );
+        Client::start(&d, &args)
+    };
+    let mut c = session(&[
+        "--mode",
+        "legacy",
+        "--elicitation",
+        "accept",
+        "--sampling",
+        "the model says hi",
+    ]);
+    let tools = within(Duration::from_secs(30), || {
+        let t = c.tools();
+        (t.len() == 10).then_some(t)
+    });
+    assert!(
+        tools.contains(&"open.test_sampling".to_owned()),
+        "{tools:?}"
+    );
+
+    // Relayed: the log during the call, at or above the session's level, screened.
+    let id = c.send(json!({"op": "set_logging_level", "level": "info"}));
+    c.answer(id, Duration::from_secs(30));
+    let r = c.call("open.toolgate_log_env", json!({}));
+    assert_eq!(r["isError"], false, "{r}");
+    let log = c.event("log", Duration::from_secs(10));
+    assert_eq!(log["level"], "warning", "{log}");
+    let said = log["data"].as_str().unwrap_or_default();
+    assert!(said.starts_with("the key is "), "{log}");
+    assert!(
+        !said.contains(RELAYED_SECRET),
+        "the secret reached the client: {log}"
+    );
+    let r = c.call("open.test_tool_with_logging", json!({}));
+    assert_eq!(r["isError"], false, "{r}");
+    for _ in 0..3 {
+        let log = c.event("log", Duration::from_secs(10));
+        assert_eq!(log["level"], "info", "{log}");
+    }
+    assert!(
+        !c.events.iter().any(|e| e["data"] == "a debug line"),
+        "a debug line passed a session at info: {:?}",
+        c.events
+    );
+
+    // Relayed: sampling and elicitation reach this client, and its answers reach the tool.
+    let r = c.call("open.test_sampling", json!({"prompt": "say hi"}));
+    assert_eq!(r["isError"], false, "{r}");
+    assert_eq!(text(&r), "LLM response: the model says hi", "{r}");
+    let asked = c.event("sampling", Duration::from_secs(10));
+    assert_eq!(asked["messages"][0]["content"]["text"], "say hi", "{asked}");
+    let r = c.call(
+        "open.test_elicitation",
+        json!({"message": "Please provide your information"}),
+    );
+    assert_eq!(r["isError"], false, "{r}");
+    assert!(text(&r).contains("action=accept"), "{r}");
+    let asked = c.event("elicitation", Duration::from_secs(10));
+    assert_eq!(
+        asked["message"], "Please provide your information",
+        "{asked}"
+    );
+
+    // Not relayed (the default): the upstream is not offered sampling or elicitation, and
+    // its log stays with toolgate.
+    c.events.clear();
+    let r = c.call("closed.test_sampling", json!({"prompt": "say hi"}));
+    assert_eq!(r["isError"], true, "{r}");
+    assert!(text(&r).contains("does not support sampling"), "{r}");
+    let r = c.call(
+        "closed.test_elicitation",
+        json!({"message": "Please provide your information"}),
+    );
+    assert_eq!(r["isError"], true, "{r}");
+    assert!(text(&r).contains("does not support elicitation"), "{r}");
+    let r = c.call("closed.test_tool_with_logging", json!({}));
+    assert_eq!(r["isError"], false, "{r}");
+    std::thread::sleep(Duration::from_millis(300));
+    let id = c.send(json!({"op": "ping"}));
+    c.answer(id, Duration::from_secs(10));
+    assert!(
+        !c.events.iter().any(
+            |e| ["log", "sampling", "elicitation"].contains(&e["event"].as_str().unwrap_or(""))
+        ),
+        "an unrelayed upstream reached the client: {:?}",
+        c.events
+    );
+
+    // Resources: a URI of a template is read from the upstream with that template; a
+    // subscription hears the upstream's updates until it is dropped.
+    let id = c.send(json!({"op": "read_resource", "uri": "test://template/123/data"}));
+    let r = c.answer(id, Duration::from_secs(30));
+    assert!(
+        r["contents"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Data for ID: 123"),
+        "{r}"
+    );
+    let id = c.send(json!({"op": "read_resource", "uri": "test://nothing/123"}));
+    let r = c.reply(id, Duration::from_secs(30));
+    assert_eq!(r["ok"], false, "{r}");
+    let id = c.send(json!({"op": "subscribe", "uri": "test://watched-resource"}));
+    c.answer(id, Duration::from_secs(30));
+    let upstream = |c: &mut Client| {
+        // The first upstream listing the URI owns it: `closed` sorts first.
+        let r = c.call("closed.toolgate_touch", json!({}));
+        text(&r)
+    };
+    assert_eq!(upstream(&mut c), "touched 1");
+    let updated = within(Duration::from_secs(10), || {
+        c.events
+            .iter()
+            .find(|e| e["method"] == "notifications/resources/updated")
+            .cloned()
+            .or_else(|| {
+                let until = Instant::now() + Duration::from_millis(200);
+                match c.lines.recv_timeout(until - Instant::now()) {
+                    Ok(v) => {
+                        c.events.push(v);
+                        None
+                    }
+                    Err(_) => None,
+                }
+            })
+    });
+    assert_eq!(
+        updated["params"]["uri"], "test://watched-resource",
+        "{updated}"
+    );
+    let id = c.send(json!({"op": "unsubscribe", "uri": "test://watched-resource"}));
+    c.answer(id, Duration::from_secs(30));
+    assert_eq!(upstream(&mut c), "touched 0", "the upstream was not told");
+
+    // Completion of a prompt's argument comes from the prompt's upstream.
+    let id = c.send(json!({"op": "complete",
+        "ref": {"type": "ref/prompt", "name": "open.test_prompt_with_arguments"},
+        "argument": {"name": "arg1", "value": "pa"}}));
+    let r = c.answer(id, Duration::from_secs(30));
+    assert_eq!(
+        r["completion"]["values"],
+        json!(["paris", "park", "party"]),
+        "{r}"
+    );
+    drop(c);
+
+    // On 2026-07-28 (the SDK's default) there is no asking the client from within a call:
+    // the upstream is told why, and the tool says so.
+    let mut m = session(&[
+        "--elicitation",
+        "accept",
+        "--sampling",
+        "hi",
+        "--mode",
+        "default",
+    ]);
+    assert_eq!(m.protocol, "2026-07-28");
+    let r = m.call("open.test_sampling", json!({"prompt": "say hi"}));
+    assert_eq!(r["isError"], true, "{r}");
+    assert!(text(&r).contains("2026-07-28"), "{r}");
+    drop(m);
+    let _ = serve.kill();
+    let _ = serve.wait();
+
+    // A relay toolgate does not know is refused before anything starts, naming what it takes.
+    let config = _dir.path().join("toolgate.toml");
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("\"sampling\", \"elicitation\"", "\"roots\"");
+    std::fs::write(&config, text).unwrap();
+    let out = super::helpers::toolgate()
+        .args(["validate", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("`mcp.upstreams[0].relay` lists `roots`")
+            && said.contains("\"logging\", \"sampling\", \"elicitation\""),
+        "{said}"
+    );
+}

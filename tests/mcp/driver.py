@@ -26,6 +26,8 @@ OPTIONS (accepted before or after the transport word)
       every property of requestedSchema (its default, first enum/const, or a value of
       the right type/format), overridden by --elicitation-content.
   --elicitation-content JSON   object merged over the synthesized form content
+  --sampling TEXT       advertise sampling and answer every sampling/createMessage with TEXT
+      (model "driver-model"), printing {"event":"sampling","messages":[..]} first
   --mode legacy|auto|default|<modern version>   protocol negotiation (default legacy:
       initialize handshake at the SDK's newest handshake version; auto first probes
       server/discover, which a handshake-only server must answer with an error;
@@ -75,6 +77,10 @@ out of order (match them by id). Each command may carry "timeout_s" (SDK read ti
   {"id":9,"op":"cancel","target":2}   cancel in-flight command 2 (the SDK then sends
       notifications/cancelled); answers {"cancelled":true|false}
   {"id":10,"op":"list_resource_templates"}  {"id":11,"op":"set_logging_level","level":"debug"}
+  {"id":13,"op":"subscribe","uri":".."}  {"id":14,"op":"unsubscribe","uri":".."}
+      (handshake-era connections) notifications/resources/updated print as
+      {"event":"notification","method":"notifications/resources/updated","params":{"uri":..}}
+  {"id":15,"op":"complete","ref":{"type":"ref/prompt","name":".."},"argument":{"name":..,"value":..}}
   {"id":8,"op":"close"}   cancel in-flight commands, close the session, answer, exit 0
 EOF on stdin = close (no answer). Exit codes: 0 closed, 2 connect error, 3 deadline,
 4 watchdog, 64 usage, 128+N after signal N (SIGTERM/SIGINT close the session first).
@@ -256,6 +262,16 @@ def make_elicitation_callback(action: str, override: dict[str, Any]) -> Any:
     return on_elicit
 
 
+def make_sampling_callback(text: str) -> Any:
+    async def on_sample(context: Any, params: Any) -> types.CreateMessageResult:
+        emit({"event": "sampling", "messages": [dump(m) for m in params.messages]})
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text=text), model="driver-model"
+        )
+
+    return on_sample
+
+
 # --------------------------------------------------------------------------- notifications
 
 PROGRESS_PREFIX = "progress-"
@@ -351,6 +367,18 @@ async def execute(state: State, cmd: dict[str, Any]) -> Any:
             return await client.send_ping()
         if op == "set_logging_level":
             return await client.set_logging_level(cmd["level"])
+        if op == "subscribe":
+            return await client.subscribe_resource(cmd["uri"])
+        if op == "unsubscribe":
+            return await client.unsubscribe_resource(cmd["uri"])
+        if op == "complete":
+            ref = cmd["ref"]
+            reference = (
+                types.PromptReference(type="ref/prompt", name=ref["name"])
+                if ref.get("type") == "ref/prompt"
+                else types.ResourceTemplateReference(type="ref/resource", uri=ref["uri"])
+            )
+            return await client.complete(reference, cmd["argument"])
     raise _DriverError(f"unknown op {op!r}")
 
 
@@ -540,6 +568,7 @@ async def session(args: argparse.Namespace) -> int:
         elicitation_callback=(
             make_elicitation_callback(args.elicitation, override) if args.elicitation != "none" else None
         ),
+        sampling_callback=make_sampling_callback(args.sampling) if args.sampling is not None else None,
         client_info=types.Implementation(name=args.client_name, version="1.0.0"),
         log_level=args.log_level,
     )
@@ -624,6 +653,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         d = (lambda v: argparse.SUPPRESS) if suppress else (lambda v: v)
         p.add_argument("--elicitation", choices=["accept", "decline", "cancel", "none"], default=d("none"))
         p.add_argument("--elicitation-content", default=d(None), help="JSON object merged into accepted forms")
+        p.add_argument("--sampling", default=d(None), metavar="TEXT")
         p.add_argument("--mode", default=d("legacy"), help="legacy | auto | default | a modern protocol version")
         p.add_argument("--log-level", default=d(None))
         p.add_argument("--client-name", default=d("toolgate-test-driver"))

@@ -17,6 +17,10 @@ What it exposes (names and contents as the suite expects them):
   ``test_error_handling``, ``test_tool_with_progress``, ``test_sampling``, ``test_elicitation``,
   ``test_elicitation_sep1034_defaults``, ``test_elicitation_sep1330_enums``,
   ``json_schema_2020_12_tool``, ``test_reconnection``
+* two tools of toolgate's own tests (the suite never calls them): ``toolgate_log_env`` logs the
+  value of the environment variable ``FIXTURE_LOG_SECRET`` at ``warning`` (an upstream leaking a
+  secret it holds through its log), ``toolgate_touch`` sends
+  ``notifications/resources/updated`` for each resource this connection subscribed to
 * resources: ``test://static-text``, ``test://static-binary``, ``test://watched-resource``
 * resource template: ``test://template/{id}/data``
 * prompts: ``test_simple_prompt``, ``test_prompt_with_arguments``,
@@ -54,6 +58,7 @@ import argparse
 import base64
 import contextvars
 import json
+import os
 import logging
 import struct
 import sys
@@ -272,6 +277,16 @@ TOOLS: list[types.Tool] = [
             "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"}},
             "additionalProperties": False,
         },
+    ),
+    types.Tool(
+        name="toolgate_log_env",
+        description="Logs the value of FIXTURE_LOG_SECRET (toolgate's tests: screening of relayed logs).",
+        input_schema=NO_ARGS,
+    ),
+    types.Tool(
+        name="toolgate_touch",
+        description="Says every subscribed resource was updated (toolgate's tests: subscriptions).",
+        input_schema=NO_ARGS,
     ),
     types.Tool(
         name="test_reconnection",
@@ -494,7 +509,22 @@ async def tool_reconnection(ctx: Any, args: dict[str, Any]) -> types.CallToolRes
     return types.CallToolResult(content=[_text("Reconnection test completed (the stream was closed mid-call)")])
 
 
+async def tool_log_env(ctx: Any, args: dict[str, Any]) -> types.CallToolResult:
+    await _log(ctx, "warning", "the key is " + os.environ.get("FIXTURE_LOG_SECRET", "(unset)"))
+    await _log(ctx, "debug", "a debug line")
+    return types.CallToolResult(content=[_text("logged")])
+
+
+async def tool_touch(ctx: Any, args: dict[str, Any]) -> types.CallToolResult:
+    uris = sorted(_state(ctx).subscriptions)
+    for uri in uris:
+        await ctx.session.send_resource_updated(uri)
+    return types.CallToolResult(content=[_text(f"touched {len(uris)}")])
+
+
 TOOL_HANDLERS = {
+    "toolgate_log_env": tool_log_env,
+    "toolgate_touch": tool_touch,
     "test_simple_text": tool_simple_text,
     "test_image_content": tool_image_content,
     "test_audio_content": tool_audio_content,

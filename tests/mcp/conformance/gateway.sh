@@ -67,6 +67,8 @@ name = "fixture"
 prefix = ""
 command = "$PY"
 args = ["fixture_server.py"]
+# The suite's tools log, and ask the client's model and human during a call: let them.
+relay = ["logging", "sampling", "elicitation"]
 TOML
 
 if ! "$bin" mcp sync --config "$work/toolgate.toml" >"$work/sync.log" 2>&1; then
