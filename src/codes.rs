@@ -165,6 +165,15 @@ codes! {
     InvalidDecisionId = "invalid_decision_id", 400, "error body",
         "`/v1/results`: `decision_id` is empty, too long or not printable",
         "send the `decision_id` of the decision that allowed the call";
+    UnknownDecision = "unknown_decision", 404, "error body",
+        "`/v1/results`: no allowed decision of this agent has that `decision_id` (never made, another principal's, another sidecar's, or from before a restart); the output was not screened and must not reach the model",
+        "send the `decision_id` this sidecar answered for this call; to screen output without a decision, send `conv_id` and no `decision_id`";
+    DecisionMismatch = "decision_mismatch", 409, "error body",
+        "`/v1/results`: the decision allowed another tool than the one named",
+        "report the output under the tool the decision allowed";
+    ResultReported = "result_reported", 409, "error body",
+        "`/v1/results`: this decision's result was reported already (or toolgate ran the call and recorded its output itself)",
+        "report each call's output once, under its own decision";
     InvalidStreamId = "invalid_stream_id", 400, "error body",
         "`/v1/gates/stream`: `stream_id` is malformed",
         "use 1 to 128 printable ASCII characters, the same for every chunk of one stream";

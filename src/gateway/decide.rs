@@ -296,13 +296,15 @@ pub async fn decide_for(
         None => commit(state, body, entry, started).await?,
         Some(planned) => commit_with(state, body, entry, started, planned).await?,
     };
-    if body.decision == crate::authz::Outcome::Allow
-        && let Some(conv) = &call.correlation.conv_id
-    {
-        // What the tool returns under this decision belongs to this conversation.
-        state
-            .provenance
-            .bind(&body.decision_id, &principal_id, conv);
+    if body.decision == crate::authz::Outcome::Allow {
+        // The one result of this decision comes back under its id (`/v1/results`, or the run
+        // toolgate makes), into this conversation.
+        state.provenance.bind(
+            &body.decision_id,
+            &principal_id,
+            &call.tool,
+            call.correlation.conv_id.as_deref(),
+        );
     }
     if let Some(full) = full {
         // Recorded like every deny; answered 429, as a rate limit is.

@@ -93,6 +93,15 @@ pub async fn report_result(
     let Some(gates) = state.gates.clone() else {
         return Err(Error::GatesUnavailable);
     };
+    // The result joins its decision, or is refused (recorded): a wrong join would silently
+    // leave the output out of its conversation's provenance.
+    let joined = match &body.decision_id {
+        None => None,
+        Some(id) => match state.provenance.join(id, &who.uid.to_string(), &tool.name) {
+            Ok(conv) => Some(conv),
+            Err(e) => return Err(refuse_join(state, &who, tool, &snap.revision, id, e).await),
+        },
+    };
     let cap = usize::try_from(tool.limits.max_output_bytes).unwrap_or(usize::MAX);
     let schema_errors = tool.check_output(&body.output);
     let fields = tool.output_fields.clone();
@@ -101,13 +110,12 @@ pub async fn report_result(
     // one its decision was made in, else the one named.
     let memory = state.provenance.clone();
     let principal = who.uid.to_string();
-    let (decision, conv) = (body.decision_id.clone(), body.conv_id.clone());
+    // The decision's conversation; else (no decision named, or one made outside any) the
+    // one named.
+    let conv = joined.flatten().or_else(|| body.conv_id.clone());
     let span = crate::telemetry::spans::guardrail(Gate::Output.as_str());
     let screened = super::gates::off_workers(move || {
-        let bound = decision
-            .as_deref()
-            .is_some_and(|d| memory.record_for_decision(d, &principal, &output));
-        if !bound && let Some(conv) = &conv {
+        if let Some(conv) = &conv {
             memory.record(&principal, conv, crate::provenance::Source::Tool, &output);
         }
         screen(&gates, schema_errors, fields.as_ref(), cap, output)
@@ -157,6 +165,58 @@ pub async fn report_result(
     .into();
     super::decide::record_or_refuse(state, entry, "result").await?;
     Ok(screened)
+}
+
+/// Records a result that does not fit the decision it names (refused, not screened) and
+/// answers the error that says why.
+async fn refuse_join(
+    state: &Gateway,
+    who: &Principal,
+    tool: &crate::tools::Tool,
+    revision: &str,
+    decision_id: &str,
+    why: crate::provenance::JoinError,
+) -> Error {
+    use crate::provenance::JoinError;
+    let (code, message) = match why {
+        JoinError::Unknown => (
+            Code::UnknownDecision,
+            format!(
+                "no allowed decision of yours has the id `{decision_id}`; the output was not screened"
+            ),
+        ),
+        JoinError::OtherTool(allowed) => (
+            Code::DecisionMismatch,
+            format!(
+                "decision `{decision_id}` allowed `{allowed}`, not `{}`",
+                tool.name
+            ),
+        ),
+        JoinError::Reported => (
+            Code::ResultReported,
+            format!("the result of decision `{decision_id}` was reported already"),
+        ),
+    };
+    let entry = Event::Result(Screened {
+        id: Some(uuid::Uuid::now_v7().to_string()),
+        principal: who.uid.to_string(),
+        tool: Some(tool.name.clone()),
+        risk: Some(tool.risk.as_str().to_owned()),
+        action: "refused".to_owned(),
+        gate: Gate::Output.as_str().to_owned(),
+        reasons: vec![code.to_string()],
+        revision: Some(revision.to_owned()),
+        detail: format!(
+            "decision {}",
+            decision_id.chars().take(64).collect::<String>()
+        ),
+        otel_trace_id: crate::telemetry::current().map(|t| t.trace_id),
+    })
+    .into();
+    match super::decide::record_or_refuse(state, entry, "result").await {
+        Ok(()) => Error::Coded { code, message },
+        Err(e) => e,
+    }
 }
 
 /// Records the output gate's verdict on `span`: its action (a block, or a schema mismatch,

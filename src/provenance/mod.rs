@@ -161,12 +161,33 @@ pub const MAX_SCAN_BYTES: usize = 1 << 20;
 /// Most decisions remembered with their conversation (oldest forgotten first).
 const MAX_DECISIONS: usize = 65_536;
 
-/// Allowed decisions and the conversation each was made in, so a tool's output reported or
-/// produced under a decision id lands in the right conversation.
+/// Allowed decisions, whose they are, for which tool, the conversation each was made in, and
+/// whether its result came back, so a tool's output reported or produced under a decision id
+/// lands in the right conversation, and a report that does not fit one is refused.
 #[derive(Debug, Default)]
 struct Decisions {
-    conv: HashMap<String, String>,
+    open: HashMap<String, Joined>,
     order: std::collections::VecDeque<String>,
+}
+
+#[derive(Debug)]
+struct Joined {
+    principal: String,
+    tool: String,
+    conv: Option<String>,
+    reported: bool,
+}
+
+/// Why a result cannot be joined to the decision it names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JoinError {
+    /// No allowed decision of this principal has the id (never made, another principal's,
+    /// another sidecar's, or from before a restart or beyond the last [`MAX_DECISIONS`]).
+    Unknown,
+    /// The decision allowed another tool (named).
+    OtherTool(String),
+    /// The decision's result was reported (or, for a run toolgate made, produced) already.
+    Reported,
 }
 
 /// The per-conversation memory. One per sidecar; cheap to share.
@@ -211,8 +232,9 @@ impl Memory {
         }
     }
 
-    /// Remembers that `decision_id` (an allowed call of `principal`) was made in `conv`.
-    pub fn bind(&self, decision_id: &str, principal: &str, conv: &str) {
+    /// Remembers that `decision_id` allowed `principal` to call `tool`, in `conv` if it named
+    /// one.
+    pub fn bind(&self, decision_id: &str, principal: &str, tool: &str, conv: Option<&str>) {
         let mut d = self
             .decisions
             .lock()
@@ -220,30 +242,68 @@ impl Memory {
         if d.order.len() >= MAX_DECISIONS
             && let Some(old) = d.order.pop_front()
         {
-            d.conv.remove(&old);
+            d.open.remove(&old);
         }
-        d.conv
-            .insert(decision_id.to_owned(), Memory::key(principal, conv));
+        d.open.insert(
+            decision_id.to_owned(),
+            Joined {
+                principal: principal.to_owned(),
+                tool: tool.to_owned(),
+                conv: conv.map(str::to_owned),
+                reported: false,
+            },
+        );
         d.order.push_back(decision_id.to_owned());
     }
 
-    /// Remembers `content` as tool output in the conversation `decision_id` was made in, when
-    /// it was `principal`'s; whether it was.
-    pub fn record_for_decision(&self, decision_id: &str, principal: &str, content: &Value) -> bool {
-        let key = self
+    /// Joins the one result of `decision_id` (`principal`'s call of `tool`): the conversation
+    /// it was made in, if any; the decision is then reported, and a second join refused.
+    pub fn join(
+        &self,
+        decision_id: &str,
+        principal: &str,
+        tool: &str,
+    ) -> Result<Option<String>, JoinError> {
+        let mut d = self
             .decisions
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .conv
-            .get(decision_id)
-            .cloned();
-        let Some((owner, conv)) = key.as_deref().and_then(|k| k.split_once('\u{0}')) else {
-            return false;
-        };
-        if owner != principal {
-            return false;
+            .unwrap_or_else(PoisonError::into_inner);
+        let joined = d
+            .open
+            .get_mut(decision_id)
+            .filter(|j| j.principal == principal)
+            .ok_or(JoinError::Unknown)?;
+        if joined.tool != tool {
+            return Err(JoinError::OtherTool(joined.tool.clone()));
         }
-        self.record(principal, conv, Source::Tool, content);
+        if joined.reported {
+            return Err(JoinError::Reported);
+        }
+        joined.reported = true;
+        Ok(joined.conv.clone())
+    }
+
+    /// Remembers `content` as tool output in the conversation `decision_id` was made in (a run
+    /// toolgate made itself: the decision is reported by it); whether it was `principal`'s.
+    pub fn record_for_decision(&self, decision_id: &str, principal: &str, content: &Value) -> bool {
+        let conv = {
+            let mut d = self
+                .decisions
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let Some(joined) = d
+                .open
+                .get_mut(decision_id)
+                .filter(|j| j.principal == principal)
+            else {
+                return false;
+            };
+            joined.reported = true;
+            joined.conv.clone()
+        };
+        if let Some(conv) = conv {
+            self.record(principal, &conv, Source::Tool, content);
+        }
         true
     }
 

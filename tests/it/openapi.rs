@@ -1005,7 +1005,8 @@ fn every_documented_operation_answers_as_the_document_says() {
     );
     let mut again = write(3);
     again["approval_id"] = json!(id);
-    s.ask(200, "POST", "/v1/execute", Some(DEV), Some(again));
+    let ran = s.ask(200, "POST", "/v1/execute", Some(DEV), Some(again));
+    let ran_decision = ran["metadata"]["decision_id"].clone();
 
     // Results reported by an agent.
     let result = |output: Value| json!({"tool": "read_file", "output": output});
@@ -1037,6 +1038,12 @@ fn every_documented_operation_answers_as_the_document_says() {
         Some(DEV),
         Some(json!({"tool": "nope", "output": ""})),
     );
+    let mut unknown = result(json!("fine"));
+    unknown["decision_id"] = json!("0190aaaa-0000-7000-8000-000000000000");
+    s.ask(404, "POST", "/v1/results", Some(DEV), Some(unknown));
+    let mut other_tool = json!({"tool": "search_files", "output": "x"});
+    other_tool["decision_id"] = ran_decision;
+    s.ask(409, "POST", "/v1/results", Some(DEV), Some(other_tool));
 
     // The gates, and the stream gate's chunks.
     s.ask(

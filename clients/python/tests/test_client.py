@@ -345,6 +345,14 @@ def test_screen_and_audit(agent: toolgate.Client, bob: toolgate.Client) -> None:
     with pytest.raises(toolgate.RequestRejected) as caught:
         agent.report_result("no_such_tool", "x")
     assert caught.value.status == 400
+    # A result must join its decision: an unknown one, or a second report, is refused.
+    with pytest.raises(toolgate.RequestRejected) as caught:
+        agent.report_result("read_file", "x", decision_id="0190aaaa-0000-7000-8000-000000000000")
+    assert (caught.value.status, caught.value.code) == (404, "unknown_decision")
+    outcome = agent.call("read_file", {"path": "src/main.rs"}, Spy("fn main() {}"))
+    with pytest.raises(toolgate.RequestRejected) as caught:
+        agent.report_result("read_file", "again", decision_id=outcome.decision["decision_id"])
+    assert (caught.value.status, caught.value.code) == (409, "result_reported")
     page = bob.audit(limit=5, tool="read_file")
     conforms(page, models.AuditPage)
     assert len(page["records"]) == 5
