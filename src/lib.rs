@@ -41,6 +41,7 @@ pub mod digest;
 pub mod exec;
 pub mod files;
 pub mod fleet;
+pub mod fold;
 pub mod gateway;
 pub mod globs;
 pub mod grants;

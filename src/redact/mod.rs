@@ -119,11 +119,15 @@ impl Default for RedactConfig {
 /// A JSON key in the form the sensitive-key lists hold: lowercase, without `_`, `-`, `.` and
 /// spaces.
 pub fn normalize_key(key: &str) -> String {
-    key.chars()
+    crate::fold::folded(key)
+        .chars()
         .filter(|c| !matches!(c, '_' | '-' | '.' | ' '))
         .flat_map(char::to_lowercase)
         .collect()
 }
+
+/// The kind of the invisible-text detector (run on the original text, not the folded one).
+const HIDDEN_UNICODE: &str = "hidden-unicode";
 
 /// Why the detectors could not be built (a pattern over the size limit: a bug, not input).
 #[derive(Debug, thiserror::Error)]
@@ -338,7 +342,46 @@ impl Redactor {
     /// Every finding in `text`, in order, without overlaps. On overlap a secret beats personal
     /// data (an AWS key inside an email-shaped string is a key), then the more specific
     /// detector, then the longer span.
+    ///
+    /// Detectors read the text's canonical form ([`crate::fold`]: no invisible characters,
+    /// compatibility forms and ASCII look-alikes folded), and each finding spans the original
+    /// characters it came from: a key with a zero-width space inside is found, and masked
+    /// whole. Invisible text itself (`hidden-unicode`) is found in the original.
     pub fn scan(&self, text: &str) -> Vec<Finding> {
+        let Some(folded) = crate::fold::fold(text) else {
+            return self.scan_canonical(text);
+        };
+        let mut out: Vec<Finding> = Vec::new();
+        for mut f in self.scan_canonical(&folded.text) {
+            (f.start, f.end) = folded.original(f.start, f.end);
+            // Two findings in one original character (a ligature split): the first keeps it.
+            if out.last().is_some_and(|last| last.end > f.start) || f.start >= f.end {
+                continue;
+            }
+            out.push(f);
+        }
+        if let Some(row) = self.rows.iter().find(|r| r.kind == HIDDEN_UNICODE) {
+            let mut hidden: Vec<Finding> = row
+                .regex
+                .find_iter(text.as_bytes())
+                .map(|m| Finding {
+                    kind: row.kind,
+                    category: row.category,
+                    start: m.start(),
+                    end: m.end(),
+                })
+                .filter(|h| !out.iter().any(|f| f.start < h.end && h.start < f.end))
+                .collect();
+            if !hidden.is_empty() {
+                out.append(&mut hidden);
+                out.sort_by_key(|f| f.start);
+            }
+        }
+        out
+    }
+
+    /// [`Redactor::scan`] of text in canonical form.
+    fn scan_canonical(&self, text: &str) -> Vec<Finding> {
         // Detection reads a copy where the escapes `\n`, `\r`, `\t` are two spaces (same
         // offsets), so a key right after an escaped newline still starts at a word boundary.
         let unescaped = unescape_whitespace(text);

@@ -189,3 +189,66 @@ async fn a_warned_sensitive_key_still_blocks_the_secret_inside() {
         json!({"password": "key <redacted:aws-access-key>"})
     );
 }
+
+/// One invisible character, a fullwidth form or a look-alike letter inside a key does not hide
+/// it: detectors read the canonical text, and the mask covers the original characters.
+#[tokio::test]
+async fn an_obfuscated_secret_in_arguments_is_still_denied_and_masked_whole() {
+    let state = shipped_state();
+    let app = router(state.clone());
+    let (head, tail) = AWS.split_at(8);
+    let fullwidth: String = AWS
+        .chars()
+        .map(|c| char::from_u32(u32::from(c) + 0xFEE0).unwrap())
+        .collect();
+    for hidden in [
+        format!("{head}\u{200B}{tail}"),
+        format!("{head}\u{00AD}{tail}"),
+        format!("{head}\u{2060}{tail}"),
+        format!("{head}\u{E0020}{tail}"),
+        fullwidth,
+    ] {
+        let call = json!({"tool": "search_files", "args": {"regex": format!("key {hidden}")}});
+        let (s, v) = decide(&app, DEV, &call).await;
+        assert_eq!(s, StatusCode::OK);
+        assert_eq!(
+            (v["decision"].as_str(), v["stage"].as_str()),
+            (Some("deny"), Some("gate")),
+            "{hidden:?}: {v}"
+        );
+        assert_eq!(v["errors"][0]["code"], "secret_in_arguments", "{v}");
+        // The output gate masks the whole key, the invisible character with it.
+        let (_, o) = post(
+            &app,
+            "/v1/gates/output",
+            DEV,
+            &json!({"content": format!("the key is {hidden}.")}),
+        )
+        .await;
+        assert_eq!(
+            o["content"], "the key is <redacted:aws-access-key>.",
+            "{hidden:?}: {o}"
+        );
+    }
+    // A look-alike in a key's label: `pаssword` with a Cyrillic `а` is a sensitive key.
+    let (_, o) = post(
+        &app,
+        "/v1/gates/output",
+        DEV,
+        &json!({"content": {"p\u{0430}ssword": "hunter2-but-longer"}}),
+    )
+    .await;
+    assert_eq!(
+        o["content"]["p\u{0430}ssword"], "<redacted:sensitive-key>",
+        "{o}"
+    );
+    // Invisible text alone is still reported where it is.
+    let (_, o) = post(
+        &app,
+        "/v1/gates/output",
+        DEV,
+        &json!({"content": "plain\u{200B}text"}),
+    )
+    .await;
+    assert_eq!(o["violations"][0]["kind"], "hidden-unicode", "{o}");
+}
