@@ -58,6 +58,7 @@ pub mod redact;
 pub mod reload;
 pub mod review;
 pub mod sched;
+pub mod shell;
 pub mod storage;
 pub mod telemetry;
 pub mod tools;

@@ -65,7 +65,8 @@ type Anomaly = {
 
 // Besides `args`, `paths`, `approval`, `usage` and `anomaly`, each tool action's context has:
 //   facts.<arg>       the facts its manifest declares about an argument (`\"facts\"`): emails,
-//                     domains, urls, hosts, has_link, ibans, iban_countries;
+//                     domains, urls, hosts, has_link, ibans, iban_countries, programs,
+//                     network, redirects;
 //   findings          what the detectors found in the arguments: `kinds` (every kind and
 //                     category found), `args.<arg>` (the same, per top-level argument);
 //   provenance.<arg>  where a text argument's value came from in this conversation:

@@ -34,6 +34,12 @@ pub enum FactKind {
     Ibans,
     /// `Set<String>`: the IBANs' country codes.
     IbanCountries,
+    /// `Set<String>`: the programs a shell command line runs ([`crate::shell`]).
+    Programs,
+    /// `Bool`: a shell command line reaches the network (a network client, `/dev/tcp`).
+    Network,
+    /// `Bool`: a shell command line redirects output into a file.
+    Redirects,
 }
 
 impl FactKind {
@@ -47,18 +53,29 @@ impl FactKind {
             FactKind::HasLink => "has_link",
             FactKind::Ibans => "ibans",
             FactKind::IbanCountries => "iban_countries",
+            FactKind::Programs => "programs",
+            FactKind::Network => "network",
+            FactKind::Redirects => "redirects",
         }
     }
 
     /// The Cedar type, as the schema writes it.
     pub fn cedar_type(self) -> &'static str {
         match self {
-            FactKind::HasLink => "Bool",
+            FactKind::HasLink | FactKind::Network | FactKind::Redirects => "Bool",
             _ => "Set<String>",
         }
     }
 
-    fn value(self, found: &Found) -> RestrictedExpression {
+    /// Whether the fact reads the text as a shell command line.
+    fn shell(self) -> bool {
+        matches!(
+            self,
+            FactKind::Programs | FactKind::Network | FactKind::Redirects
+        )
+    }
+
+    fn value(self, found: &Found, shell: &crate::shell::Command) -> RestrictedExpression {
         let set = |items: Vec<String>| {
             RestrictedExpression::new_set(items.into_iter().map(RestrictedExpression::new_string))
         };
@@ -79,6 +96,9 @@ impl FactKind {
                 c.dedup();
                 set(c)
             }
+            FactKind::Programs => set(shell.programs.clone()),
+            FactKind::Network => RestrictedExpression::new_bool(shell.network),
+            FactKind::Redirects => RestrictedExpression::new_bool(shell.redirects),
         }
     }
 }
@@ -116,7 +136,7 @@ pub(super) fn compile_facts(
         if kinds.is_empty() {
             return Err((
                 format!("`facts.{arg}` lists no facts"),
-                "list some of emails, domains, urls, hosts, has_link, ibans, iban_countries, or remove it".to_owned(),
+                "list some of emails, domains, urls, hosts, has_link, ibans, iban_countries, programs, network, redirects, or remove it".to_owned(),
             ));
         }
         kinds.sort();
@@ -146,13 +166,25 @@ pub(super) fn facts_to_cedar(
         let mut texts = Vec::new();
         strings(value, &mut texts);
         let mut found = Found::default();
-        for t in texts {
+        for t in &texts {
             found.scan(t);
+        }
+        // Each string as a command line, when a fact asks.
+        let mut shell = crate::shell::Command::default();
+        if d.kinds.iter().any(|k| k.shell()) {
+            for t in &texts {
+                let c = crate::shell::parse(t);
+                shell.programs.extend(c.programs);
+                shell.network |= c.network;
+                shell.redirects |= c.redirects;
+            }
+            shell.programs.sort();
+            shell.programs.dedup();
         }
         let record = RestrictedExpression::new_record(
             d.kinds
                 .iter()
-                .map(|k| (k.as_str().to_owned(), k.value(&found))),
+                .map(|k| (k.as_str().to_owned(), k.value(&found, &shell))),
         )
         .map_err(|e| e.to_string())?;
         fields.push((d.arg.clone(), record));
