@@ -21,7 +21,7 @@
 //!   [`upstream`] (MCP upstreams: connections, descriptors, sync), [`provenance`] (what each
 //!   conversation's user said and tools returned), [`fleet`] (limits, kill switch, quarantines
 //!   and grants shared through Redis).
-//! - leaves: [`canon`] (canonical e-mail addresses, URLs, IBANs, tokens), [`clock`], [`codes`] (the error-code vocabulary), [`digest`] (HMAC), [`globs`], [`memory`] (giving freed memory back to the OS), [`owners`] (owners and modes of the sidecar's own files), [`paths`] (normalization), [`sched`], [`telemetry`] (OpenTelemetry traces, W3C trace context).
+//! - leaves: [`canon`] (canonical e-mail addresses, URLs, IBANs, tokens), [`clock`], [`codes`] (the error-code vocabulary), [`digest`] (HMAC), [`fold`] (canonical text: invisible characters, compatibility forms, look-alikes), [`globs`], [`memory`] (giving freed memory back to the OS), [`owners`] (owners and modes of the sidecar's own files), [`paths`] (normalization), [`sched`], [`shell`] (what a shell command line runs), [`telemetry`] (OpenTelemetry traces, W3C trace context).
 
 pub mod admin;
 pub mod anomaly;

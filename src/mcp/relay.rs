@@ -106,65 +106,62 @@ impl Relay for ClientRelay {
         &self,
         request: CreateMessageRequestParams,
     ) -> BoxFuture<'_, Result<CreateMessageResult, McpError>> {
-        Box::pin(async move {
-            if self.stateless {
-                return Err(Self::stateless_refusal("sampling requests"));
-            }
-            if self
-                .capabilities
-                .as_ref()
-                .is_none_or(|c| c.sampling.is_none())
-            {
-                return Err(McpError::invalid_request(
-                    "the client does not offer sampling (no `sampling` capability)",
-                    None,
-                ));
-            }
-            let request = self
-                .screened(Gate::Output, &request)
-                .ok_or_else(|| Self::blocked("sampling request", "output"))?;
-            let answer = tokio::time::timeout(ANSWER_TIMEOUT, self.peer.create_message(request))
-                .await
-                .map_err(|_| McpError::internal_error("the client did not answer in time", None))?
-                .map_err(|e| McpError::internal_error(format!("the client refused: {e}"), None))?;
-            self.screened(Gate::ToolCall, &answer)
-                .ok_or_else(|| Self::blocked("completion", "tool_call"))
-        })
+        let offered = self
+            .capabilities
+            .as_ref()
+            .is_some_and(|c| c.sampling.is_some());
+        Box::pin(self.ask("sampling", offered, request, |r| {
+            self.peer.create_message(r)
+        }))
     }
 
     fn elicit(
         &self,
         request: ElicitRequestParams,
     ) -> BoxFuture<'_, Result<ElicitResult, McpError>> {
-        Box::pin(async move {
-            if self.stateless {
-                return Err(Self::stateless_refusal("elicitation requests"));
-            }
-            if self
-                .capabilities
-                .as_ref()
-                .is_none_or(|c| c.elicitation.is_none())
-            {
-                return Err(McpError::invalid_request(
-                    "the client does not offer elicitation (no `elicitation` capability)",
-                    None,
-                ));
-            }
-            let request = self
-                .screened(Gate::Output, &request)
-                .ok_or_else(|| Self::blocked("elicitation request", "output"))?;
-            let answer =
-                tokio::time::timeout(ANSWER_TIMEOUT, self.peer.create_elicitation(request))
-                    .await
-                    .map_err(|_| {
-                        McpError::internal_error("the client did not answer in time", None)
-                    })?
-                    .map_err(|e| {
-                        McpError::internal_error(format!("the client refused: {e}"), None)
-                    })?;
-            self.screened(Gate::ToolCall, &answer)
-                .ok_or_else(|| Self::blocked("answer", "tool_call"))
-        })
+        let offered = self
+            .capabilities
+            .as_ref()
+            .is_some_and(|c| c.elicitation.is_some());
+        Box::pin(self.ask("elicitation", offered, request, |r| {
+            self.peer.create_elicitation(r)
+        }))
+    }
+}
+
+impl ClientRelay {
+    /// Asks the client (`what`: its capability's name, which it must have `offered`): the
+    /// request out through the output gate, the answer back through the tool_call gate.
+    async fn ask<Req, Res, F>(
+        &self,
+        what: &str,
+        offered: bool,
+        request: Req,
+        send: impl FnOnce(Req) -> F,
+    ) -> Result<Res, McpError>
+    where
+        Req: Serialize + DeserializeOwned,
+        Res: Serialize + DeserializeOwned,
+        F: std::future::Future<Output = Result<Res, rmcp::service::ServiceError>>,
+    {
+        if self.stateless {
+            return Err(Self::stateless_refusal(&format!("{what} requests")));
+        }
+        if !offered {
+            return Err(McpError::invalid_request(
+                format!("the client does not offer {what} (no `{what}` capability)"),
+                None,
+            ));
+        }
+        let request = self
+            .screened(Gate::Output, &request)
+            .ok_or_else(|| Self::blocked(&format!("{what} request"), "output"))?;
+        let answer = tokio::time::timeout(ANSWER_TIMEOUT, send(request))
+            .await
+            .map_err(|_| McpError::internal_error("the client did not answer in time", None))?
+            .map_err(|e| McpError::internal_error(format!("the client refused: {e}"), None))?;
+        self.screened(Gate::ToolCall, &answer)
+            .ok_or_else(|| Self::blocked(&format!("answer to the {what} request"), "tool_call"))
     }
 }
 

@@ -305,10 +305,18 @@ impl Link {
         let Ok(peer) = self.peer() else {
             return Vec::new();
         };
-        match tokio::time::timeout(self.spec.call_timeout, peer.list_all_resources()).await {
+        self.listed(peer.list_all_resources()).await
+    }
+
+    /// A listing's items as JSON, within the upstream's call timeout; nothing when it fails.
+    async fn listed<T: serde::Serialize>(
+        &self,
+        asked: impl std::future::Future<Output = Result<Vec<T>, rmcp::service::ServiceError>>,
+    ) -> Vec<Value> {
+        match tokio::time::timeout(self.spec.call_timeout, asked).await {
             Ok(Ok(list)) => list
                 .into_iter()
-                .filter_map(|r| serde_json::to_value(r).ok())
+                .filter_map(|item| serde_json::to_value(item).ok())
                 .collect(),
             _ => Vec::new(),
         }
@@ -335,14 +343,7 @@ impl Link {
         if !offered {
             return Vec::new();
         }
-        match tokio::time::timeout(self.spec.call_timeout, peer.list_all_resource_templates()).await
-        {
-            Ok(Ok(list)) => list
-                .into_iter()
-                .filter_map(|t| serde_json::to_value(t).ok())
-                .collect(),
-            _ => Vec::new(),
-        }
+        self.listed(peer.list_all_resource_templates()).await
     }
 
     /// `completion/complete`, when the upstream offers completions; otherwise no values.
@@ -465,13 +466,7 @@ impl Link {
         let Ok(peer) = self.peer() else {
             return Vec::new();
         };
-        match tokio::time::timeout(self.spec.call_timeout, peer.list_all_prompts()).await {
-            Ok(Ok(list)) => list
-                .into_iter()
-                .filter_map(|p| serde_json::to_value(p).ok())
-                .collect(),
-            _ => Vec::new(),
-        }
+        self.listed(peer.list_all_prompts()).await
     }
 
     pub(super) async fn get_prompt(
