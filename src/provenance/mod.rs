@@ -182,7 +182,7 @@ struct Joined {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JoinError {
     /// No allowed decision of this principal has the id (never made, another principal's,
-    /// another sidecar's, or from before a restart or beyond the last [`MAX_DECISIONS`]).
+    /// another sidecar's, or from before a restart or beyond the 65,536 most recent).
     Unknown,
     /// The decision allowed another tool (named).
     OtherTool(String),
