@@ -506,6 +506,10 @@ fn call_context(
     ])
     .map_err(|e| e.to_string())?;
     pairs.push(("anomaly".to_owned(), anomaly));
+    pairs.push((
+        "conversation".to_owned(),
+        conversation(&signals.conversation)?,
+    ));
     if let Some(human) = principal.on_behalf_of_uid() {
         pairs.push((
             "on_behalf_of".to_owned(),
@@ -528,6 +532,31 @@ fn call_context(
         pairs.push(("iter".to_owned(), RestrictedExpression::new_long(i)));
     }
     Context::from_pairs(pairs).map_err(|e| e.to_string())
+}
+
+/// `context.conversation`: counts saturate at `i64::MAX`.
+fn conversation(seen: &crate::provenance::Seen) -> Result<RestrictedExpression, String> {
+    let count = |n: u64| RestrictedExpression::new_long(i64::try_from(n).unwrap_or(i64::MAX));
+    let set = |s: &std::collections::BTreeSet<String>| {
+        RestrictedExpression::new_set(
+            s.iter()
+                .map(|k| RestrictedExpression::new_string(k.clone())),
+        )
+    };
+    let mut pairs = vec![
+        (
+            "known".to_owned(),
+            RestrictedExpression::new_bool(seen.known),
+        ),
+        ("outputs".to_owned(), count(seen.outputs)),
+        ("kinds".to_owned(), set(&seen.kinds)),
+        ("injections".to_owned(), count(seen.injections)),
+        ("injection_kinds".to_owned(), set(&seen.injection_kinds)),
+    ];
+    if let Some(s) = seen.seconds_since_injection {
+        pairs.push(("seconds_since_injection".to_owned(), count(s)));
+    }
+    RestrictedExpression::new_record(pairs).map_err(|e| e.to_string())
 }
 
 fn long(n: u32) -> RestrictedExpression {

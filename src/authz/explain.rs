@@ -74,6 +74,73 @@ pub struct Explanation {
     /// For a pending call: why, and who may approve.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approval: Option<ApprovalNeed>,
+    /// What the policies read besides the arguments and deployment data.
+    pub inputs: Inputs,
+}
+
+/// What the policies of a call read besides its arguments and the deployment data: where each
+/// text argument came from (`context.provenance`), the facts of each argument
+/// (`context.facts`), what the detectors found (`context.findings`), the conversation's
+/// findings (`context.conversation`), usage and anomaly signals.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Inputs {
+    /// Argument → `user`, `tool`, `none` or `unknown`.
+    pub provenance: std::collections::BTreeMap<String, &'static str>,
+    /// Argument → fact → value, for the facts the manifest declares.
+    pub facts: std::collections::BTreeMap<
+        String,
+        std::collections::BTreeMap<&'static str, crate::tools::FactValue>,
+    >,
+    /// Kinds and categories found, in all and per top-level argument.
+    pub findings: super::types::Findings,
+    /// What the gates found in the conversation's tool output.
+    pub conversation: crate::provenance::Seen,
+    /// Counters of earlier calls.
+    pub usage: super::types::Usage,
+    /// Anomaly signals raised.
+    pub anomaly: Vec<&'static str>,
+}
+
+impl Inputs {
+    /// The inputs `signals` and the facts of `call`'s arguments (for `tool`) give.
+    pub fn of(tool: Option<&crate::tools::Tool>, call: &Call, signals: &Signals) -> Inputs {
+        let provenance = tool
+            .map(|t| {
+                t.text_args()
+                    .filter(|(name, _)| call.args.get(*name).is_some_and(|v| !v.is_null()))
+                    .map(|(name, _)| {
+                        let origin = signals
+                            .provenance
+                            .iter()
+                            .find(|(n, _)| n == name)
+                            .map_or(crate::provenance::Origin::Unknown, |(_, o)| *o);
+                        (name.to_owned(), origin.as_str())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let facts = tool
+            .map(|t| {
+                t.facts(&call.args)
+                    .into_iter()
+                    .map(|(arg, facts)| {
+                        (
+                            arg,
+                            facts.into_iter().map(|(k, v)| (k.as_str(), v)).collect(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Inputs {
+            provenance,
+            facts,
+            findings: signals.findings.clone(),
+            conversation: signals.conversation.clone(),
+            usage: signals.usage,
+            anomaly: signals.anomaly.iter().map(|k| k.as_str()).collect(),
+        }
+    }
 }
 
 /// Explains how `snap` decides `call` by `principal` with `signals`.
@@ -94,6 +161,7 @@ pub fn explain(
         errors: verdict.errors,
         policies: Vec::new(),
         approval: None,
+        inputs: Inputs::of(snap.tools.get(&call.tool), call, signals),
     };
     let tool = snap.tools.get(&call.tool);
     let (Some(tool), PrincipalKind::Agent) = (tool, principal.kind) else {

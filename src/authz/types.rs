@@ -131,6 +131,10 @@ pub struct Signals {
     /// `context.findings`: what the detectors found in the arguments.
     #[serde(skip_serializing_if = "Findings::is_empty")]
     pub findings: Findings,
+    /// `context.conversation`: what the gates found in the tool output of the call's
+    /// conversation.
+    #[serde(skip_serializing_if = "crate::provenance::Seen::is_unknown")]
+    pub conversation: crate::provenance::Seen,
     /// Where each path argument leads, resolved on the file system by the pipeline through
     /// the jail execution opens with (`context.paths`). `None`: nothing was resolved (no
     /// service root, or an evaluation without a server): policies see the path as asked,

@@ -18,6 +18,24 @@ pub fn run(common: &Common) -> anyhow::Result<ExitCode> {
                 eprintln!("{}", render(w));
             }
             let s = &loaded.snapshot;
+            // Provenance reads text: say which arguments it cannot trace.
+            let untraced: Vec<String> = s
+                .tools
+                .values()
+                .flat_map(|t| {
+                    t.untraced_args()
+                        .into_iter()
+                        .map(move |a| format!("{}.{a}", t.name))
+                })
+                .collect();
+            if !untraced.is_empty() {
+                eprintln!(
+                    "note: context.provenance does not trace {} argument{} that hold only numbers or booleans ({}): a policy cannot tell whether the user or tool output gave their values; bound them with deployment data (limits) instead",
+                    untraced.len(),
+                    if untraced.len() == 1 { "" } else { "s" },
+                    untraced.join(", ")
+                );
+            }
             println!(
                 "ok: {} policies, {} tools, revision {}{}",
                 s.policy_count(),

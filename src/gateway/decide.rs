@@ -235,6 +235,9 @@ pub async fn decide_for(
             call.correlation.conv_id.as_deref(),
             traced.iter().map(|(n, v)| (*n, v.as_ref())),
         );
+        signals.conversation = state
+            .provenance
+            .seen(&principal_id, call.correlation.conv_id.as_deref());
     }
     let policy_span = spans::stage("policy");
     let verdict = policy_span.in_scope(|| authz::decide_with(&snap, &who, &call, &signals));

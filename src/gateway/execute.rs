@@ -451,7 +451,16 @@ async fn run_builtin(
     let cap = usize::try_from(tool.limits.max_output_bytes).unwrap_or(usize::MAX);
     let schema_errors = tool.check_output(&data);
     let fields = tool.output_fields.clone();
-    let (verdict, _) = screen_output(state, data, schema_errors, fields, cap, None).await?;
+    let (verdict, _) = screen_output(
+        state,
+        (&decision_id, &entry.principal),
+        data,
+        schema_errors,
+        fields,
+        cap,
+        None,
+    )
+    .await?;
     let status = outcome_on_record(&mut entry, verdict.failure.as_ref(), &verdict.report);
     entry.detail = Some(detail);
     record_or_refuse(state, Event::Execution(entry).into(), "execution").await?;
@@ -500,8 +509,16 @@ async fn finish(
         }
     };
     let stderr = Some(tail(&ran.stderr, STDERR_ANSWERED).to_owned());
-    let (mut verdict, stderr) =
-        screen_output(state, value, schema_errors, fields, cap, stderr).await?;
+    let (mut verdict, stderr) = screen_output(
+        state,
+        (&decision_id, &entry.principal),
+        value,
+        schema_errors,
+        fields,
+        cap,
+        stderr,
+    )
+    .await?;
     failure = failure.or(verdict.failure.take());
     let metadata = Metadata {
         decision_id: decision_id.clone(),
@@ -567,6 +584,7 @@ pub(super) struct Verdict {
 /// gate, off the async workers; counts the gate's verdict.
 pub(super) async fn screen_output(
     state: &Gateway,
+    joined: (&str, &str),
     value: Value,
     schema_errors: Vec<crate::tools::ArgViolation>,
     fields: Option<crate::tools::FieldPolicy>,
@@ -577,9 +595,15 @@ pub(super) async fn screen_output(
         return Err(Error::GatesUnavailable);
     };
     let small = text_bytes(&value) + stderr.as_ref().map_or(0, String::len) <= INLINE_SCAN_BYTES;
+    let memory = state.provenance.clone();
+    let (decision_id, principal) = (joined.0.to_owned(), joined.1.to_owned());
     let scan = move || {
         let out = super::results::screen(&gates, schema_errors, fields.as_ref(), cap, value);
         let err = stderr.map(|s| gates.screen(crate::redact::Gate::Output, &Value::String(s)));
+        // What the gate found, the call's conversation keeps (`context.conversation`).
+        let mut seen = out.seen.clone();
+        seen.extend(err.iter().flat_map(|e| e.seen.iter().copied()));
+        memory.observe_for_decision(&decision_id, &principal, &seen);
         (out, err)
     };
     // A small output is screened in place (microseconds); a large one on the blocking pool.

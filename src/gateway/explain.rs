@@ -44,6 +44,9 @@ pub async fn explain(
             call.correlation.conv_id.as_deref(),
             traced.iter().map(|(n, v)| (*n, v.as_ref())),
         );
+        signals.conversation = state
+            .provenance
+            .seen(&agent.uid.to_string(), call.correlation.conv_id.as_deref());
     }
     let explanation = authz::explain(&snap, &agent, &call, &signals);
     let detail = format!(

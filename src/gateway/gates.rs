@@ -86,7 +86,12 @@ pub async fn screen_content(
         if let (Some(source), Some(conv)) = (source, &body.conv_id) {
             memory.record(&principal, conv, source, &body.content);
         }
-        gates.screen(gate, &body.content)
+        let screened = gates.screen(gate, &body.content);
+        // What the context and output gates find in tool output, the conversation keeps.
+        if let (Some(crate::provenance::Source::Tool), Some(conv)) = (source, &body.conv_id) {
+            memory.observe(&principal, conv, &screened.seen);
+        }
+        screened
     };
     // A small body is scanned on the worker (tens of microseconds, less than the two thread
     // hand-offs a blocking task costs); a large one off the workers.

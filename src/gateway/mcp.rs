@@ -218,6 +218,7 @@ pub(super) async fn run_mcp(
         .saturating_add(MARKER_ROOM);
     let (mut verdict, _) = screen_output(
         state,
+        (&decision_id, &entry.principal),
         value,
         schema_errors,
         tool.output_fields.clone(),

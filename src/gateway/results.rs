@@ -59,6 +59,10 @@ pub struct ResultAnswer {
     pub(super) dropped_count: usize,
     /// Why a result was blocked.
     pub(super) errors: Vec<Advice>,
+    /// Every kind and category the output gate found, whatever it did with them (what the
+    /// conversation remembers).
+    #[serde(skip)]
+    pub(super) seen: Vec<(&'static str, &'static str)>,
 }
 
 /// Screens a result an agent reports (`POST /v1/results`) and records the verdict. `body` is
@@ -118,7 +122,11 @@ pub async fn report_result(
         if let Some(conv) = &conv {
             memory.record(&principal, conv, crate::provenance::Source::Tool, &output);
         }
-        screen(&gates, schema_errors, fields.as_ref(), cap, output)
+        let screened = screen(&gates, schema_errors, fields.as_ref(), cap, output);
+        if let Some(conv) = &conv {
+            memory.observe(&principal, conv, &screened.seen);
+        }
+        screened
     })
     .instrument(span.clone())
     .await?;
@@ -276,6 +284,7 @@ pub(super) fn screen(
         dropped: filtered.dropped,
         dropped_count: filtered.dropped_count,
         errors: Vec::new(),
+        seen: gated.seen,
     }
 }
 
@@ -291,6 +300,7 @@ impl ResultAnswer {
             bytes: 0,
             dropped: Vec::new(),
             dropped_count: 0,
+            seen: Vec::new(),
             errors: errors
                 .into_iter()
                 .map(|v| {

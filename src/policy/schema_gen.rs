@@ -63,7 +63,24 @@ type Anomaly = {
   kinds: Set<String>,
 };
 
-// Besides `args`, `paths`, `approval`, `usage` and `anomaly`, each tool action's context has:
+// What the gates found in the tool output of the call's conversation (results, runs, MCP
+// results, the context and output gates), whatever each gate then did with it. `known` is
+// false (and every count 0) when the call names no conversation or toolgate holds none for it
+// (expired, forgotten to make room, from before a restart): a policy that trusts a clean
+// conversation requires `known`. `kinds` holds every detector kind and category found;
+// `injections` counts outputs with an injection finding, `injection_kinds` names their kinds,
+// and `seconds_since_injection` is the age of the last one (absent when none).
+type Conversation = {
+  known: Bool,
+  outputs: Long,
+  kinds: Set<String>,
+  injections: Long,
+  injection_kinds: Set<String>,
+  seconds_since_injection?: Long,
+};
+
+// Besides `args`, `paths`, `approval`, `usage`, `anomaly` and `conversation`, each tool
+// action's context has:
 //   facts.<arg>       the facts its manifest declares about an argument (`\"facts\"`): emails,
 //                     domains, urls, hosts, has_link, ibans, iban_countries, programs,
 //                     network, redirects;
@@ -247,7 +264,7 @@ pub fn generate<'a>(tools: impl IntoIterator<Item = &'a Tool>, attrs: &Attribute
             out.push_str("    }");
         }
         out.push_str(
-            ",\n    approval: Approval,\n    usage: Usage,\n    anomaly: Anomaly,\n    on_behalf_of?: Human,\n    conv_id?: String,\n    trace_id?: String,\n    iter?: Long,\n  },\n};\n",
+            ",\n    approval: Approval,\n    usage: Usage,\n    anomaly: Anomaly,\n    conversation: Conversation,\n    on_behalf_of?: Human,\n    conv_id?: String,\n    trace_id?: String,\n    iter?: Long,\n  },\n};\n",
         );
     }
     out

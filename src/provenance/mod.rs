@@ -106,6 +106,65 @@ struct Conversation {
     user: Side,
     tool: Side,
     used: Instant,
+    found: Found,
+}
+
+/// What the gates found in a conversation's tool output, as remembered.
+#[derive(Debug, Default, Clone)]
+struct Found {
+    outputs: u64,
+    kinds: std::collections::BTreeSet<&'static str>,
+    injections: u64,
+    injection_kinds: std::collections::BTreeSet<&'static str>,
+    last_injection: Option<Instant>,
+}
+
+/// `context.conversation`: what the gates found in the tool output of a call's conversation
+/// (results, runs, MCP results, the context and output gates), whatever each gate then did
+/// with it. Fixtures and explanations spell it as JSON.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Seen {
+    /// Toolgate holds this conversation: the call named one (`conv_id`) and it is neither
+    /// expired, forgotten to make room, nor from before a restart. When false every count is
+    /// 0, so a policy that trusts a clean conversation must also require `known`.
+    pub known: bool,
+    /// Tool outputs screened in the conversation.
+    pub outputs: u64,
+    /// Every detector kind and category found in them.
+    pub kinds: std::collections::BTreeSet<String>,
+    /// Outputs with at least one injection finding.
+    pub injections: u64,
+    /// The injection kinds found (`instruction-override`, `addressed-instruction`, …).
+    pub injection_kinds: std::collections::BTreeSet<String>,
+    /// Whole seconds since the last output with an injection finding; absent when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seconds_since_injection: Option<u64>,
+}
+
+impl Seen {
+    /// Whether toolgate holds nothing of the conversation.
+    pub fn is_unknown(&self) -> bool {
+        !self.known
+    }
+}
+
+impl Found {
+    fn seen(&self, now: Instant) -> Seen {
+        let own = |s: &std::collections::BTreeSet<&'static str>| {
+            s.iter().map(|k| (*k).to_owned()).collect()
+        };
+        Seen {
+            known: true,
+            outputs: self.outputs,
+            kinds: own(&self.kinds),
+            injections: self.injections,
+            injection_kinds: own(&self.injection_kinds),
+            seconds_since_injection: self
+                .last_injection
+                .map(|t| now.saturating_duration_since(t).as_secs()),
+        }
+    }
 }
 
 impl Conversation {
@@ -154,6 +213,9 @@ impl Held {
         true
     }
 }
+
+/// The category name that marks an injection finding.
+const INJECTION: &str = "injection";
 
 /// Most bytes of text read from one piece of content; past it the side is marked full.
 pub const MAX_SCAN_BYTES: usize = 1 << 20;
@@ -311,6 +373,81 @@ impl Memory {
         true
     }
 
+    /// Adds what a gate found in one tool output (`found`: each finding's kind and category
+    /// name, whatever the gate did with it) to `conv` of `principal`.
+    pub fn observe(&self, principal: &str, conv: &str, found: &[(&'static str, &'static str)]) {
+        let now = Instant::now();
+        let mut held = self
+            .conversations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let key = Memory::key(principal, conv);
+        if !held.map.contains_key(&key) {
+            self.make_room(&mut held, now);
+        }
+        let forgotten = !held.map.contains_key(&key) && held.evicted.remove(&key);
+        let c = held.map.entry(key).or_insert_with(|| Conversation {
+            user: Side::default(),
+            tool: Side {
+                seen: HashSet::new(),
+                full: forgotten,
+            },
+            used: now,
+            found: Found::default(),
+        });
+        c.used = now;
+        let f = &mut c.found;
+        f.outputs += 1;
+        f.kinds
+            .extend(found.iter().flat_map(|(kind, category)| [*kind, *category]));
+        let injected = found.iter().filter(|(_, c)| *c == INJECTION);
+        if injected.clone().next().is_some() {
+            f.injections += 1;
+            f.last_injection = Some(now);
+            f.injection_kinds.extend(injected.map(|(kind, _)| *kind));
+        }
+    }
+
+    /// [`Memory::observe`] into the conversation `decision_id` was made in, if it is
+    /// `principal`'s and named one.
+    pub fn observe_for_decision(
+        &self,
+        decision_id: &str,
+        principal: &str,
+        found: &[(&'static str, &'static str)],
+    ) {
+        let conv = {
+            let d = self
+                .decisions
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            d.open
+                .get(decision_id)
+                .filter(|j| j.principal == principal)
+                .and_then(|j| j.conv.clone())
+        };
+        if let Some(conv) = conv {
+            self.observe(principal, &conv, found);
+        }
+    }
+
+    /// `context.conversation` of `conv` of `principal` (nothing known without one); looking
+    /// does not count as a use.
+    pub fn seen(&self, principal: &str, conv: Option<&str>) -> Seen {
+        let Some(conv) = conv else {
+            return Seen::default();
+        };
+        let now = Instant::now();
+        let held = self
+            .conversations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        held.map
+            .get(&Memory::key(principal, conv))
+            .filter(|c| now.duration_since(c.used) < self.settings.ttl)
+            .map_or_else(Seen::default, |c| c.found.seen(now))
+    }
+
     /// The bounds it keeps.
     pub fn settings(&self) -> Settings {
         self.settings
@@ -418,6 +555,7 @@ impl Memory {
                 full: forgotten,
             },
             used: now,
+            found: Found::default(),
         });
         c.used = now;
         let side = match source {
@@ -511,6 +649,7 @@ impl Memory {
                     full: true,
                 },
                 used: now,
+                found: Found::default(),
             };
             return hashed
                 .into_iter()
@@ -617,6 +756,47 @@ mod tests {
 
     fn one(m: &Memory, conv: Option<&str>, v: Value) -> Origin {
         m.classify("Agent::\"a\"", conv, [("x", &v)])[0].1
+    }
+
+    #[test]
+    fn a_conversation_keeps_what_the_gates_found_in_its_outputs() {
+        let m = Memory::new(Settings::default());
+        let p = "Agent::\"a\"";
+        assert_eq!(m.seen(p, Some("c1")), Seen::default());
+        assert_eq!(m.seen(p, None), Seen::default());
+        m.observe(p, "c1", &[("email", "pii")]);
+        let s = m.seen(p, Some("c1"));
+        assert!(s.known && s.outputs == 1 && s.injections == 0, "{s:?}");
+        assert_eq!(s.seconds_since_injection, None);
+        m.observe(
+            p,
+            "c1",
+            &[
+                ("addressed-instruction", "injection"),
+                ("role-marker", "injection"),
+                ("email", "pii"),
+            ],
+        );
+        m.observe(p, "c1", &[]);
+        let s = m.seen(p, Some("c1"));
+        assert_eq!((s.outputs, s.injections), (3, 1));
+        assert_eq!(
+            s.injection_kinds.iter().collect::<Vec<_>>(),
+            ["addressed-instruction", "role-marker"]
+        );
+        assert!(s.kinds.contains("injection") && s.kinds.contains("pii"));
+        assert_eq!(s.seconds_since_injection, Some(0));
+        // Another principal's conversation of the same name is its own.
+        assert!(!m.seen("Agent::\"b\"", Some("c1")).known);
+        // An output reported under a decision lands in the decision's conversation.
+        m.bind("d1", p, "fetch", Some("c2"));
+        m.observe_for_decision("d1", p, &[("instruction-override", "injection")]);
+        m.observe_for_decision("d1", "Agent::\"b\"", &[("role-marker", "injection")]);
+        let s = m.seen(p, Some("c2"));
+        assert_eq!(
+            s.injection_kinds.iter().collect::<Vec<_>>(),
+            ["instruction-override"]
+        );
     }
 
     #[test]

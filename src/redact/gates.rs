@@ -186,6 +186,10 @@ pub struct Screened {
     pub violations: Vec<Violation>,
     /// How many violations there were in all.
     pub found: usize,
+    /// Every finding's kind and category name, each pair once, whatever this gate does with
+    /// it (what a conversation remembers: `context.conversation`).
+    #[serde(skip)]
+    pub seen: Vec<(&'static str, &'static str)>,
 }
 
 /// The most violations an answer lists.
@@ -269,11 +273,18 @@ impl Redactor {
             })
             .collect();
         let (decision, violations, count) = verdict(violations);
+        let mut seen: Vec<(&'static str, &'static str)> = found
+            .iter()
+            .map(|f| (f.kind, f.category.as_str()))
+            .collect();
+        seen.sort_unstable();
+        seen.dedup();
         let screened = Screened {
             decision,
             content: masked,
             violations,
             found: count,
+            seen,
         };
         (screened, stored, found)
     }

@@ -354,8 +354,16 @@ impl Redactor {
         let mut out: Vec<Finding> = Vec::new();
         for mut f in self.scan_canonical(&folded.text) {
             (f.start, f.end) = folded.original(f.start, f.end);
-            // Two findings in one original character (a ligature split): the first keeps it.
-            if out.last().is_some_and(|last| last.end > f.start) || f.start >= f.end {
+            // Two findings of one layer in one original character (a ligature split): the
+            // first keeps it.
+            let layer = f.category.sensitive();
+            if out
+                .iter()
+                .rev()
+                .find(|o| o.category.sensitive() == layer)
+                .is_some_and(|last| last.end > f.start)
+                || f.start >= f.end
+            {
                 continue;
             }
             out.push(f);
@@ -370,7 +378,13 @@ impl Redactor {
                     start: m.start(),
                     end: m.end(),
                 })
-                .filter(|h| !out.iter().any(|f| f.start < h.end && h.start < f.end))
+                .filter(|h| {
+                    !out.iter().any(|f| {
+                        (f.category.sensitive() || f.kind == HIDDEN_UNICODE)
+                            && f.start < h.end
+                            && h.start < f.end
+                    })
+                })
                 .collect();
             if !hidden.is_empty() {
                 out.append(&mut hidden);
@@ -499,19 +513,32 @@ impl Redactor {
             )
         });
         // Accepted spans by start; a candidate is kept when it overlaps none of them.
+        // Sensitive findings and injection signals are two layers: a signal spans a sentence
+        // and may hold an address or a key, which is still found (and masked) on its own.
         let mut kept: std::collections::BTreeMap<usize, Finding> =
             std::collections::BTreeMap::new();
+        let mut signals: std::collections::BTreeMap<usize, Finding> =
+            std::collections::BTreeMap::new();
         for (_, f) in found {
-            let before = kept.range(..f.end).next_back();
+            let layer = if f.category.sensitive() {
+                &mut kept
+            } else {
+                &mut signals
+            };
+            let before = layer.range(..f.end).next_back();
             if before.is_some_and(|(_, k)| k.end > f.start) {
                 continue;
             }
-            kept.insert(f.start, f);
+            layer.insert(f.start, f);
         }
         repeats(text, &mut kept);
         let mut out: Vec<Finding> = kept.into_values().collect();
         if let Some((min_len, bits)) = self.entropy {
             entropy::high_entropy(text, min_len, bits, &mut out);
+        }
+        if !signals.is_empty() {
+            out.extend(signals.into_values());
+            out.sort_by_key(|f| (f.start, f.end));
         }
         out
     }
@@ -563,7 +590,9 @@ impl Redactor {
         let mut out = String::with_capacity(text.len());
         let mut at = 0;
         for f in findings.iter().filter(|f| keep(f)) {
+            // Overlapping findings (a masked signal over an address) mask their union.
             if f.start < at {
+                at = at.max(f.end);
                 continue;
             }
             out.push_str(text.get(at..f.start).unwrap_or(""));

@@ -104,6 +104,29 @@ const fn checked(kind: &'static str, regex: &'static str, check: fn(&str) -> boo
 
 use Category::{Injection, Pii, Secret};
 
+/// An AI system as injected text addresses it: by kind or by product name.
+macro_rules! ai {
+    () => {
+        r"(?:(?:ai|llm|virtual|autonomous|automated|digital)[ \t\-]+(?:agents?|assistants?|models?|systems?|bots?|readers?|tools?)|a\.i\.|ai|llms?|(?:large[ \t]+)?language[ \t]+models?|chat-?gpt|gpt-?[0-9](?:[a-z0-9\-]|\.[0-9])*|gpt|claude|gemini|copilot|chatbots?|bots?|assistants?)"
+    };
+}
+
+/// What a tool can be made to do.
+macro_rules! act {
+    () => {
+        r"(?:send|forward|e-?mail|text|transfer|wire|pay|fetch|visit|open|browse|download|upload|delete|remove|erase|wipe|share|grant|invite|add|post|publish|reset|change|update|export|copy|move|execute|run|click|navigate|call|give|create|reply|reveal|disclose|print|output|include|append|insert|schedule|book|cancel|approve|purchase|buy|order|install|save|write|summari[sz]e|go\s+to|make|grab|paste|attach|submit|disable|rotate|mark|clone|mirror|follow|like|accept|decline|label|assign|set|place|merge|push|deploy|stop|read|collect|leak|exfiltrate)"
+    };
+}
+
+/// Where an injected action sends something, or what it takes: a URL, an address, money, an
+/// account, a phone number, a handle, everything of a kind, the user's things, credentials,
+/// ownership.
+macro_rules! target {
+    () => {
+        r"(?:https?://|www\.|[\w.+\-]+@[\w\-]+\.[a-z]{2,}|\$\s?[0-9]|\b[0-9][0-9,.]*\s?(?:usd|eur|gbp|dollars|euros|pounds)\b|\b(?:usd|eur|gbp)\s?[0-9]|\biban\b|\b[a-z]{2}[0-9]{2}(?:\s?[a-z0-9]{4}){3,}|\baccount\s+(?:number\s+|no\.?\s*|\#\s*|ending\s+(?:in\s+)?)?[0-9]|\+[0-9][0-9 \-]{6,}[0-9]|\b(?:all|every|any)\s+(?:of\s+)?(?:the\s+|your\s+|my\s+|their\s+|his\s+|her\s+)?(?:[\w\-]+\s+)?(?:files?|e-?mails?|messages?|contacts?|documents?|data|records?|invoices?|passwords?|credentials?|keys?|tokens?|conversations?|history|customers?|funds|users?|backups?|meetings?|invitations?|repos|repositories|secrets?|photos?|notes?)\b|\bthe\s+(?:user|owner|customer|client|account\s+holder|sender)'?s\b|\b(?:api|access|secret|private|ssh)[\s_\-]?keys?\b|\bcredentials\b|\b(?:backup|recovery|2fa|mfa|otp)\s+codes?\b|\bas\s+(?:an?\s+)?(?:second\s+)?(?:owner|admin(?:istrator)?|editor|delegate)s?\b|\badmin\s+rights\b|\bpasswords?\s+(?:to|doc|file|list)\b|@[a-z][\w\-]{2,}|\b(?:audit\s+logs?|mfa|2fa|two-factor|security\s+(?:settings|alerts?|logs?)|firewall|antivirus|monitoring)\b|\binvite\s+links?\b|\banyone\s+(?:with\s+the\s+link|on\s+the\s+internet)\b|\bpublic(?:ly)?\b)"
+    };
+}
+
 /// Every detector, most specific first (on overlap the earlier row wins).
 pub(super) const PATTERNS: &[Pattern] = &[
     // Private keys: the header and the key characters after it; the scan then extends the
@@ -764,16 +787,149 @@ pub(super) const PATTERNS: &[Pattern] = &[
         check: Some(validate::ipv6),
         optional: true,
     },
-    // Prompt-injection signals (category `injection`).
+    // Prompt-injection signals (category `injection`), one row per class of attack rather than
+    // per phrase: text that overrides the agent's instructions, addresses the AI directly,
+    // fakes a role or system marker, puts an urgent action toward an outside target, or hides
+    // an instruction in markup. They run on canonical text (`crate::fold`), so spacing tricks,
+    // look-alikes and invisible characters do not split a phrase. Measured on
+    // `benches/injection/` (docs/redaction.md).
     p(
         "instruction-override",
         Injection,
-        r"(?i:\b(?:ignore|disregard|forget|override|bypass)\s+(?:(?:all|any|every|the|your|of|these|those|my)\s+){0,3}(?:previous|prior|above|earlier|preceding|foregoing|system|original|initial)\s+(?:instructions?|prompts?|rules|directions|directives|guidelines|context|messages?)\b|\byou\s+are\s+now\s+(?:in\s+)?(?:dan|developer\s+mode|jailbroken|unrestricted|an?\s+unfiltered)\b|\bnew\s+(?:system\s+)?instructions?\s*:|\bdo\s+not\s+(?:tell|inform|alert|mention\s+(?:this\s+)?to)\s+the\s+user\b|\bsystem\s+override\b|\breveal\s+(?:your|the)\s+system\s+prompt\b)",
+        concat!(
+            // Drop (the) earlier instructions, in any words.
+            r"(?i:\b(?:ignore|disregard|forget|override|bypass|skip|discard|abandon|neglect|drop|set\s+aside|put\s+aside|don't\s+follow|do\s+not\s+follow|stop\s+following|no\s+need\s+to\s+follow|never\s*mind)\s+(?:about\s+)?(?:(?:all|any|every|the|your|of|these|those|my|our|what|whatever|that|you|u|were|was|have|been|told|given|received|got|other|above|earlier|previous|prior)\s+){0,4}(?:previous|prior|above|earlier|preceding|foregoing|system|original|initial|former|old|existing)\s+(?:instructions?|prompts?|rules|directions|directives|guidelines|guidance|context|messages?|tasks?|commands?|orders|requests?|conversation|programming|constraints|plans?|assignments?)\b",
+            // … the instructions you received, whatever you were told, the user's question.
+            r"|\b(?:ignore|disregard|forget|override|discard|abandon|drop|set\s+aside|put\s+aside|don't\s+follow|do\s+not\s+follow|stop\s+following|never\s*mind)\s+(?:about\s+)?(?:all\s+|any\s+|the\s+|your\s+|whatever\s+|every\s+)*(?:of\s+the\s+)?(?:instructions?|guidance|directions|directives|orders|rules|tasks?|requests?|prompts?|what)?\s*(?:that\s+)?(?:you|u)\s*(?:'ve|'re|were|have|had|are)?\s*(?:been\s+)?(?:received|got|given|told|assigned|asked|instructed|reading|working\s+on)\b",
+            r"|\b(?:ignore|disregard|forget|set\s+aside|drop)\s+(?:about\s+)?(?:the\s+|your\s+)?(?:user|human|owner)'?s?\s+(?:question|request|task|instructions?|prompt)\b",
+            r"|\b(?:ignore|disregard|forget)\s+(?:everything|all(?:\s+of)?\s+(?:that|this|the\s+above))\s+(?:you\s*(?:were|have\s+been|'ve\s+been)\s+(?:told|given|asked|instructed)|above|before|so\s+far)\b",
+            // The earlier task is cancelled, withdrawn, obsolete.
+            r"|\b(?:your|the|all|any)?\s*(?:previous|prior|earlier|original|initial|old|former)\s+(?:instructions?|tasks?|goals?|objectives?|assignments?|orders|directives|prompts?|rules|guidance|requests?|plans?)\s*(?::\s*|(?:(?:is|are|has|have|been|was|were|now)\s+){0,3})(?:cancel+ed|void|null|superseded|revoked|rescinded|overridden|withdrawn|obsolete|no\s+longer\s+(?:valid|relevant|needed|apply|applies|applicable|in\s+effect|stands?))\b",
+            r"|\bstop\s+what\s+you\s*(?:are|'re)\s+doing\b",
+            r"|\byou\s+are\s+now\s+(?:in\s+)?(?:dan|developer\s+mode|maintenance\s+mode|debug\s+mode|god\s+mode|admin\s+mode|jailbroken|unrestricted|an?\s+unfiltered|free\s+of|no\s+longer)\b",
+            r"|\b(?:no\s+longer|not)\s+(?:bound|restricted|limited|constrained)\s+by\s+(?:your|any|the)\s+(?:\w+\s+){0,2}?(?:rules|instructions|guidelines|policies|restrictions)\b",
+            r"|\b(?:new|updated|current|real|actual)\s+(?:system\s+)?instructions?\s*:",
+            r"|\b(?:do\s+not|don't|never)\s+(?:tell|inform|alert|notify|warn|mention\s+(?:this\s+|it\s+)?to)\s+the\s+user\b",
+            r"|\bwithout\s+(?:telling|informing|notifying|alerting|warning|letting)\s+the\s+user\b",
+            r"|\bsystem\s+override\b|\breveal\s+(?:your|the)\s+system\s+prompt\b)",
+        ),
+    ),
+    p(
+        "addressed-instruction",
+        Injection,
+        concat!(
+            // A note, message or part of the text meant for the AI.
+            r"(?i:\b(?:note|message|comment|instructions?|reminder|memo|directive|request|notice|p\.?s\.?|this\s+(?:part|section|text|line|bit|paragraph))\s+(?:is\s+)?(?:meant\s+|intended\s+|written\s+|only\s+)?(?:to|for)\s+(?:the\s+|any\s+|all\s+|an?\s+|my\s+|our\s+|you,?\s+(?:the\s+)?)?(?:[a-z\-]+\s+)?(?:",
+            ai!(),
+            r"|model)(?:\s*[:,.!;)\-]|\s+(?:reading|processing|summari[sz]ing|handling|parsing|viewing|browsing|analy[sz]ing|that|who|which|here|in\s+charge|only|not\s+the))",
+            r"|\bfor\s+(?:the\s+)?",
+            ai!(),
+            r"\s+only\b",
+            // A greeting to the AI, then what it must do.
+            r"|\b(?:dear|hey|hi|hello|greetings|attention|attn|yo|psst)\s*,?\s+(?:there\s*,?\s+)?(?:the\s+|you\s+)?",
+            ai!(),
+            r"(?:\s+(?:of|reading|processing|browsing)\s+(?:this|these|the)\s+\w+)?\s*[,!:.][^\n]{0,120}?\b",
+            act!(),
+            r"\b",
+            // The AI named at the start of a sentence or set off by commas, then what it must do.
+            r"|(?:^|[\n.!?>*#/\-:;(]\s*|,\s*)(?:the\s+|dear\s+)?(?:",
+            ai!(),
+            r"|agent)\s*[,:!]\s*(?:[^.\n]{0,60}?[,;:]\s*)?(?:please\s+|kindly\s+)?(?:(?:you\s+(?:must|should|need\s+to|have\s+to|are\s+(?:to|required\s+to|(?:hereby\s+)?(?:authori[sz]ed|permitted|allowed|instructed)\s+(?:by\s+[^.\n]{0,40}?\s+)?to))|i\s+(?:need|want)\s+you\s+to|(?:i'm|i\s+am)\s+asking\s+you\s+to|as\s+the\s+\w+\s+i'?m\s+asking\s+you\s+to)\s+)?(?:now\s+|also\s+|immediately\s+|first\s+|quickly\s+)?(?:",
+            act!(),
+            r"|ignore|disregard|forget|before\s+you|do\s+not|don't)\b",
+            // "If you are an AI …", "if an AI is reading this", "any AI agent … must".
+            r"|\bif\s+you\s*(?:are|'re)\s+(?:an?\s+|the\s+)?",
+            ai!(),
+            r"(?:\s*[,.:;!)]|\s+(?:reading|processing|summari[sz]ing|parsing|handling|analy[sz]ing|viewing|browsing|that|who|which|and|here|in\s+charge|tool))",
+            r"|\bif\s+(?:an?|any|the)\s+",
+            ai!(),
+            r"\s+(?:is|are)\s+(?:reading|processing|parsing|summari[sz]ing|viewing|browsing|handling|seeing)\b",
+            r"|\b(?:any|all|every)\s+",
+            ai!(),
+            r"\s+(?:\w+\s+){0,4}?(?:must|shall|is\s+required\s+to|are\s+required\s+to|needs?\s+to|has\s+to|have\s+to)\s+(?:first\s+|now\s+|also\s+|immediately\s+)?",
+            act!(),
+            r"\b",
+            r"|(?:^|[>\n.!?:]\s*)(?:the\s+|any\s+)?(?:",
+            ai!(),
+            r"|model)\s+(?:reading|processing|parsing|viewing|summari[sz]ing|analy[sz]ing|browsing)\s+(?:this|these)\b",
+            r"|\bas\s+an?\s+",
+            ai!(),
+            r"\s*,\s*you\s+(?:must|should|need|have|will|are\s+(?:required|expected|instructed))\b",
+            // A message "from me" (the user, supposedly) to the AI, ahead of the real task.
+            r"|\b(?:important|urgent|special|private|personal|direct)\s+message\s+from\s+me\b",
+            r"|\bto\s+you,?\s+(?:the\s+)?",
+            ai!(),
+            r"\s*[,.:;!]",
+            r"|\bbefore\s+you\s+(?:can\s+)?(?:\w+\s+){1,4}?(?:task|request|assignment|instructions?|question)s?\s+(?:that\s+)?(?:i|the\s+user|your\s+user)\s+(?:gave|asked|assigned|set|sent|requested)\b",
+            // What "the user" supposedly wants the agent to do.
+            r"|\b(?:the|your)\s+(?:user|human|principal)\s+(?:has\s+|have\s+)?(?:asked|wants|instructed|authori[sz]ed|requested|requests|would\s+like|needs)\s+(?:you|that\s+you)\s+(?:to\s+)?(?:also\s+|now\s+|first\s+|immediately\s+)?",
+            act!(),
+            r"\b|\byou\s+are\s+(?:hereby\s+)?authori[sz]ed\s+by\s+(?:me|the\s+user|the\s+owner|the\s+account\s+holder)\b)",
+        ),
+    ),
+    p(
+        "role-marker",
+        Injection,
+        concat!(
+            // Tags, brackets and headings that fake a system, developer or instruction turn.
+            r"(?i:<\s*/?\s*(?:system|sys|(?:system|admin|developer|user|assistant|hidden|secret|ai|agent)[_\-]?(?:prompt|message|instructions?|notes?|override)|instructions?|important|information|prompt)\s*>",
+            r"|<[^<>\n]{0,60}\brole\s*=\s*[\x22']?(?:system|developer)\b",
+            r"|<<\s*/?\s*sys\s*>>",
+            r"|\[\s*/?\s*(?:system|admin|developer|ai|assistant)[ _\-]+(?:message|prompt|note|instructions?|override|command)\s*\]",
+            r"|\[\[\s*/?\s*(?:system|sys|admin|operator|developer|assistant|root|instructions?)\s*\]\]|\[\s*(?:operator|root)\s*\]",
+            r"|(?:^|\n)[ \t]*(?:[#*=>\-]+[ \t]*)?(?:system|developer|admin(?:istrator)?)[ \t]+(?:message|prompt|instructions?|override|command)[ \t*]*(?:[:\]\-]|\n|$)",
+            r"|(?:^|\n)[ \t]*\#{1,6}[ \t]*(?:system|assistant)[ \t]*(?:\n|$)",
+            r"|(?:^|\n)[ \t]*(?:system|sys|root)[ \t]*>",
+            r"|\b(?:begin|start|end)(?:[ \t_]+of)?[ \t_]+(?:the\s+)?(?:system|developer|admin|hidden|new)(?:[ \t_]+(?:prompt|message|instructions?))?[ \t]*(?:={2,}|-{2,}|\*{2,}|\]|>)",
+            r"|\b(?:begin|start|end)(?:\s+of)?\s+(?:the\s+)?(?:system|developer|admin|hidden|new)\s+(?:prompt|message|instructions?)\b",
+            r"|\b(?:system|root|operator|admin|developer|orchestrator|kernel)\s+(?:notice|instructions?|directives?|commands?|override|update|message|note|alert|policy)\b[^\n]{0,80}?\b(?:the\s+)?(?:agent|assistant|ai|model|llm|bot)\s+(?:must|shall|should|will|is\s+to|needs?\s+to|has\s+to)\b",
+            r"|(?:^|\n)[ \t]*(?:system|sys)[ \t]*:[ \t]*(?:you\s+(?:are|must|will|should)|the\s+(?:assistant|ai|agent|model)\b|(?:new|updated)\s+instructions?|ignore|disregard|override))",
+        ),
+    ),
+    p(
+        "urgent-instruction",
+        Injection,
+        concat!(
+            // An urgency or authority marker, then within a few words an action toward an
+            // outside target.
+            r"(?i:(?:\b(?:important|urgent|attention|attn|critical|action\s+required|(?:high|top|highest)\s+(?:priority|importance)|priority|p[01](?:\s+incident)?|alert|security\s+(?:alert|notice|warning|update)|notice|warning|to-?do|required|mandatory|immediate(?:ly)?|asap|time[\s\-](?:sensitive|critical)|(?:final|last)\s+(?:reminder|chance|notice|warning)|reminder|overdue|(?:compliance\s+)?deadline(?:\s+today)?|do\s+this\s+(?:first|now)|needs\s+doing\s+asap)\b[ \t]*(?:\([^)\n]{0,30}\)[ \t]*)?(?:!+[ \t]*:?|:|[ \t]\-)|!+[ \t]*(?:required|important|urgent)[ \t]*!+)[ \t]*(?:[\w,']+\s+){0,5}?",
+            act!(),
+            r"\b[^\n]{0,120}?",
+            target!(),
+            r"|\b(?:must|should|needs?\s+to|has\s+to|have\s+to)\s+be\s+(?:reset|changed|set|updated|transferred|sent|forwarded|moved|wired|paid|deleted|disabled|shared)\s+to\b[^\n]{0,60}?\b(?:now|immediately|today|asap|right\s+away|at\s+once)\b)",
+        ),
+    ),
+    p(
+        "hidden-markup",
+        Injection,
+        concat!(
+            // Text a human reader does not see (an HTML, CSS, Markdown or reST comment,
+            // invisible styling, a hidden element), then an instruction inside it.
+            r"(?i:(?:<!--|\[//\]:\s*\#|/\*|(?:^|\n)\.\.\s|display\s*:\s*none|visibility\s*:\s*hidden|font-size\s*:\s*[01](?:\.[0-9]+)?\s*(?:px|pt|em|rem|%)?\s*[;\x22']|opacity\s*:\s*0(?:\.0+)?\s*[;\x22']|color\s*:\s*(?:white|\#f[ef]f(?:[ef]f[ef]f)?\b|rgba?\(\s*25[45]\s*,\s*25[45]\s*,\s*25[45])|(?:left|top)\s*:\s*-[0-9]{3,}|clip\s*:\s*rect\(\s*0|vanish|<\s*(?:div|span|p|section|textarea|input)\b[^>]{0,100}\bhidden\b|<\s*(?:template|noscript|desc)\b)[^<]{0,300}?",
+            r"(?:\bignore\s+(?:all|any|the|your|previous|prior)\b|\bdisregard\b|\b(?:ai|llm|language\s+model|chatbot|model)(?:\s+(?:agent|assistant|model))?\s*[,:]|\b(?:assistant|agent|model|bot)\s*[,:]\s*(?:please\s+)?",
+            act!(),
+            r"\b|\binstructions?\s+(?:for|to)\s+(?:the\s+|any\s+)?(?:ai|assistant|agent|model|llm|bot)s?\b|\byou\s+(?:must|should|are\s+to|need\s+to)\s+(?:now\s+|also\s+|immediately\s+|first\s+)?",
+            act!(),
+            r"\b|\bthe\s+(?:agent|assistant|ai|model|llm|bot)\s+(?:must|should|shall|needs?\s+to)\b|\bdo\s+not\s+(?:tell|inform|mention)\b|\bsecretly\b|\bif\s+(?:an?\s+|the\s+)?(?:ai|llm|model|assistant)\b",
+            r"|(?:^|[>.!?:\n\x22]\s*)(?:please\s+|kindly\s+)?(?:now\s+|also\s+|first\s+)?",
+            act!(),
+            r"\b[^<]{0,150}?",
+            target!(),
+            r")",
+            // An attribute (alt, title, aria-label, data-*) that asks for an action.
+            r"|\b(?:alt|title|aria-label|data-[\w\-]+|placeholder)\s*=\s*[\x22'][^\x22'<]{0,40}?(?:\b(?:ai|llm|assistant|agent|model|bot)\b[^\x22'<]{0,40}?[,:]|\b(?:ignore|disregard)\s+(?:the|this|all|any|your|previous|prior)\b|(?:please|kindly)\s+",
+            act!(),
+            r"\b[^\x22'<]{0,150}?",
+            target!(),
+            r")",
+            // A field named as a note or instructions for the AI (JSON, YAML, HTML data).
+            r"|\b(?:notes?|instructions?|directives?|messages?)[_\-](?:for|to)[_\-](?:the[_\-])?(?:ai|agents?|assistants?|models?|llms?|bots?)\b|\b(?:ai|agent|assistant|llm|bot)[_\-](?:instructions?|directives?|notes?|commands?)\b|\bhidden[_\-](?:instructions?|prompt|commands?)\b)",
+        ),
     ),
     p(
         "fake-tool-call",
         Injection,
-        r"(?i:<\s*/?\s*(?:tool_call|tool_use|tool_result|function_calls?|function_results?|invoke|antml:[a-z_]+)\b[^>]{0,200}>|<\|(?:im_start|im_end|system|assistant|user|endoftext)\|>|\[/?INST\]|\x22tool_calls\\?\x22\s*:|\x22function_call\\?\x22\s*:\s*\{)",
+        r"(?i:<\s*/?\s*(?:tool_call|tool_use|tool_result|function_calls?|function_results?|invoke|antml:[a-z_]+)\b[^>]{0,200}>|<\|(?:im_start|im_end|system|assistant|user|endoftext)\|>|\[/?INST\]|\x22tool_calls\\?\x22\s*:|\x22(?:tool_result|tool_response|function_result|next_action)\\?\x22\s*:|\x22function_call\\?\x22\s*:\s*\{)",
     ),
     p(
         "hidden-unicode",

@@ -622,6 +622,12 @@ pub fn answer(snap: &Snapshot, question: &Question, gates: Option<&Gates>) -> An
                 let memory = Memory::new(ProvenanceSettings::default());
                 for (source, content) in said.iter() {
                     memory.record(FIXTURE_AGENT, FIXTURE_CONV, *source, content);
+                    // Tool output passes the output gate, as on the server: the conversation
+                    // keeps what it found (`context.conversation`).
+                    if let (crate::provenance::Source::Tool, Some(g)) = (source, gates) {
+                        let screened = g.screen(crate::redact::Gate::Output, content);
+                        memory.observe(FIXTURE_AGENT, FIXTURE_CONV, &screened.seen);
+                    }
                 }
                 let traced = t.traced_values(&call.args);
                 signals.provenance = memory.classify(
@@ -629,6 +635,7 @@ pub fn answer(snap: &Snapshot, question: &Question, gates: Option<&Gates>) -> An
                     Some(FIXTURE_CONV),
                     traced.iter().map(|(n, v)| (*n, v.as_ref())),
                 );
+                signals.conversation = memory.seen(FIXTURE_AGENT, Some(FIXTURE_CONV));
             }
             let verdict = authz::decide_with(snap, principal, call, &signals);
             let refused_early = verdict.decision == Outcome::Deny

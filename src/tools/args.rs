@@ -81,6 +81,17 @@ impl CedarType {
     }
 }
 
+/// Whether an argument's JSON Schema (one Cedar cannot type) lets its value hold a string:
+/// anything but a schema whose `type` names only numbers, booleans and null.
+pub fn may_hold_text(schema: &Value) -> bool {
+    let scalar = |t: &Value| matches!(t.as_str(), Some("number" | "integer" | "boolean" | "null"));
+    match schema.get("type") {
+        Some(Value::String(_)) => !schema.get("type").is_some_and(scalar),
+        Some(Value::Array(types)) => !types.iter().all(scalar),
+        _ => true,
+    }
+}
+
 /// How deep `$ref`s and nesting are followed before a schema counts as untyped.
 const MAX_DEPTH: usize = 32;
 

@@ -75,17 +75,14 @@ impl FactKind {
         )
     }
 
-    fn value(self, found: &Found, shell: &crate::shell::Command) -> RestrictedExpression {
-        let set = |items: Vec<String>| {
-            RestrictedExpression::new_set(items.into_iter().map(RestrictedExpression::new_string))
-        };
+    fn value(self, found: &Found, shell: &crate::shell::Command) -> FactValue {
         match self {
-            FactKind::Emails => set(found.emails.clone()),
-            FactKind::Domains => set(found.email_domains()),
-            FactKind::Urls => set(found.urls.clone()),
-            FactKind::Hosts => set(found.hosts.clone()),
-            FactKind::HasLink => RestrictedExpression::new_bool(!found.urls.is_empty()),
-            FactKind::Ibans => set(found.ibans.clone()),
+            FactKind::Emails => FactValue::Set(found.emails.clone()),
+            FactKind::Domains => FactValue::Set(found.email_domains()),
+            FactKind::Urls => FactValue::Set(found.urls.clone()),
+            FactKind::Hosts => FactValue::Set(found.hosts.clone()),
+            FactKind::HasLink => FactValue::Bool(!found.urls.is_empty()),
+            FactKind::Ibans => FactValue::Set(found.ibans.clone()),
             FactKind::IbanCountries => {
                 let mut c: Vec<String> = found
                     .ibans
@@ -94,14 +91,41 @@ impl FactKind {
                     .collect();
                 c.sort();
                 c.dedup();
-                set(c)
+                FactValue::Set(c)
             }
-            FactKind::Programs => set(shell.programs.clone()),
-            FactKind::Network => RestrictedExpression::new_bool(shell.network),
-            FactKind::Redirects => RestrictedExpression::new_bool(shell.redirects),
+            FactKind::Programs => FactValue::Set(shell.programs.clone()),
+            FactKind::Network => FactValue::Bool(shell.network),
+            FactKind::Redirects => FactValue::Bool(shell.redirects),
         }
     }
 }
+
+/// One fact's value.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(untagged)]
+pub enum FactValue {
+    /// A set of strings (sorted, without repeats where the reader dedups).
+    Set(Vec<String>),
+    /// A yes or no.
+    Bool(bool),
+}
+
+impl FactValue {
+    fn to_cedar(&self) -> RestrictedExpression {
+        match self {
+            FactValue::Set(items) => RestrictedExpression::new_set(
+                items
+                    .iter()
+                    .map(|s| RestrictedExpression::new_string(s.clone())),
+            ),
+            FactValue::Bool(b) => RestrictedExpression::new_bool(*b),
+        }
+    }
+}
+
+/// Every declared fact of `args`, per argument set in the call (absent and `null` ones have
+/// none), in declaration order.
+pub type Facts = Vec<(String, Vec<(FactKind, FactValue)>)>;
 
 /// The facts declared for one top-level argument.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,15 +174,9 @@ pub(super) fn compile_facts(
     Ok(out)
 }
 
-/// The `context.facts` record for `args`, or `None` when the manifest declares no facts.
-pub(super) fn facts_to_cedar(
-    declared: &[ArgFacts],
-    args: &Value,
-) -> Result<Option<RestrictedExpression>, String> {
-    if declared.is_empty() {
-        return Ok(None);
-    }
-    let mut fields = Vec::with_capacity(declared.len());
+/// The facts of `args`.
+pub(super) fn facts_of(declared: &[ArgFacts], args: &Value) -> Facts {
+    let mut out = Vec::with_capacity(declared.len());
     for d in declared {
         let Some(value) = args.get(&d.arg).filter(|v| !v.is_null()) else {
             continue;
@@ -181,13 +199,34 @@ pub(super) fn facts_to_cedar(
             shell.programs.sort();
             shell.programs.dedup();
         }
-        let record = RestrictedExpression::new_record(
+        out.push((
+            d.arg.clone(),
             d.kinds
                 .iter()
-                .map(|k| (k.as_str().to_owned(), k.value(&found, &shell))),
+                .map(|k| (*k, k.value(&found, &shell)))
+                .collect(),
+        ));
+    }
+    out
+}
+
+/// The `context.facts` record for `args`, or `None` when the manifest declares no facts.
+pub(super) fn facts_to_cedar(
+    declared: &[ArgFacts],
+    args: &Value,
+) -> Result<Option<RestrictedExpression>, String> {
+    if declared.is_empty() {
+        return Ok(None);
+    }
+    let mut fields = Vec::with_capacity(declared.len());
+    for (arg, facts) in facts_of(declared, args) {
+        let record = RestrictedExpression::new_record(
+            facts
+                .iter()
+                .map(|(k, v)| (k.as_str().to_owned(), v.to_cedar())),
         )
         .map_err(|e| e.to_string())?;
-        fields.push((d.arg.clone(), record));
+        fields.push((arg, record));
     }
     RestrictedExpression::new_record(fields)
         .map(Some)

@@ -19,7 +19,7 @@ pub use executor::{
     Access, CompileError, DEFAULT_PROGRAMS, Executor, GitSpec, Keep, LimitOverrides, Parser,
     Program, Programs, RawAccess, RawExecutor, RenderError, Retry, Truncate,
 };
-pub use facts::{ArgFacts, FactKind, GateOverrides, scan_args, top_level};
+pub use facts::{ArgFacts, FactKind, FactValue, Facts, GateOverrides, scan_args, top_level};
 pub use fields::{FieldPolicy, Filtered};
 pub use manifest::{Classification, Limits, ManifestError, Risk, compile_manifest};
 
@@ -160,9 +160,14 @@ impl Tool {
                     let why = args::untyped_reason(sub, &self.input_schema).unwrap_or_else(|| {
                         "its name cannot be written in a Cedar schema".to_owned()
                     });
+                    let traced = if args::may_hold_text(sub) {
+                        " (`context.provenance` still traces its strings)"
+                    } else {
+                        ""
+                    };
                     out.push((
                         format!(
-                            "argument `{name}` of `{}` is untyped for policies: {why}",
+                            "argument `{name}` of `{}` is untyped for policies: {why}{traced}",
                             self.name
                         ),
                         "give it a type Cedar can express (string, integer, number, boolean, array, object; optional as `anyOf` with null; local `$ref`s)".to_owned(),
@@ -245,6 +250,11 @@ impl Tool {
         facts::facts_to_cedar(&self.facts, args).map_err(|_| ArgError::Cedar("/".to_owned()))
     }
 
+    /// The facts its manifest declares, of `args` (what `context.facts` holds).
+    pub fn facts(&self, args: &Value) -> facts::Facts {
+        facts::facts_of(&self.facts, args)
+    }
+
     /// The top-level arguments policies can read (typed in `context.args`), with whether each
     /// is required.
     pub fn typed_args(&self) -> impl Iterator<Item = (&str, bool, &CedarType)> {
@@ -253,13 +263,53 @@ impl Tool {
             .map(|a| (a.name.as_str(), a.required, &a.ty))
     }
 
-    /// The typed top-level arguments that hold text (a string, or a set or record with strings
-    /// in it): the attributes of `context.provenance`, with whether each is required.
+    /// The top-level arguments that can hold text: typed ones with a string in them (a
+    /// string, or a set or record with strings in it), then any other whose schema allows a
+    /// string, array or object (untyped ones, not in `context.args`; free-form objects whose
+    /// members Cedar does not type). The attributes
+    /// of `context.provenance`, with whether each is required: provenance reads every string
+    /// leaf of a value, typed or not.
     pub fn text_args(&self) -> impl Iterator<Item = (&str, bool)> {
-        self.args_type
+        let typed = self
+            .args_type
             .iter()
             .filter(|a| a.ty.holds_text())
-            .map(|a| (a.name.as_str(), a.required))
+            .map(|a| (a.name.as_str(), a.required));
+        let required: Vec<&str> = self
+            .input_schema
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let untyped = self
+            .input_schema
+            .get("properties")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter(|(name, sub)| {
+                !self
+                    .args_type
+                    .iter()
+                    .any(|a| &a.name == *name && a.ty.holds_text())
+                    && args::may_hold_text(sub)
+            })
+            .map(move |(name, _)| (name.as_str(), required.contains(&name.as_str())));
+        typed.chain(untyped)
+    }
+
+    /// The top-level arguments provenance cannot trace: those whose schema allows only
+    /// numbers, booleans or null.
+    pub fn untraced_args(&self) -> Vec<&str> {
+        let traced: Vec<&str> = self.text_args().map(|(n, _)| n).collect();
+        self.input_schema
+            .get("properties")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .map(|(n, _)| n.as_str())
+            .filter(|n| !traced.contains(n))
+            .collect()
     }
 
     /// The text arguments present in `args`, with their values as policies see them (path

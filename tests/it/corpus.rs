@@ -765,3 +765,50 @@ fn class_corpus_scores_and_masks_whole_values() {
         left_in_clear.join("\n")
     );
 }
+
+/// The prompt-injection corpus (`benches/injection/`, written by someone who had not seen the
+/// detectors): tool output carrying instructions to the agent in five marked classes, and
+/// ordinary tool output. CI holds the rates `docs/redaction.md` publishes: recall over the
+/// marked classes at least 0.58, false positives at most 3.5% of benign texts.
+#[test]
+fn injection_corpus_recall_and_false_positives() {
+    let r = Redactor::new(&RedactConfig::default()).unwrap();
+    let dir = crate::helpers::repo().join("benches/injection");
+    let read = |name: &str, label: &str| -> Vec<(String, String)> {
+        std::fs::read_to_string(dir.join(name))
+            .unwrap()
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                (
+                    v[label].as_str().unwrap().to_owned(),
+                    v["text"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let injected = |text: &str| {
+        r.scan(text)
+            .iter()
+            .any(|f| f.category == toolgate::redact::Category::Injection)
+    };
+    let attacks = read("attacks.jsonl", "class");
+    let benign = read("benign.jsonl", "type");
+    assert!(attacks.len() >= 250 && benign.len() >= 450);
+    let marked: Vec<&(String, String)> = attacks
+        .iter()
+        .filter(|(c, _)| c != "embedded_plain")
+        .collect();
+    let found = marked.iter().filter(|(_, t)| injected(t)).count();
+    let flagged = benign.iter().filter(|(_, t)| injected(t)).count();
+    let recall = found as f64 / marked.len() as f64;
+    let fp = flagged as f64 / benign.len() as f64;
+    eprintln!(
+        "injection recall {recall:.3} ({found}/{}), false positives {fp:.3} ({flagged}/{})",
+        marked.len(),
+        benign.len()
+    );
+    assert!(recall >= 0.58, "recall {recall:.3}");
+    assert!(fp <= 0.035, "false-positive rate {fp:.3}");
+}
