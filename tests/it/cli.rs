@@ -17,7 +17,7 @@ fn validate(set: &TempSet) -> (i32, String) {
 fn validate_accepts_the_shipped_policies() {
     let out = in_repo(&["validate"]);
     assert_ok(&out);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("ok: 29 policies, 1 template, 15 tools"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok: 30 policies, 1 template, 16 tools"));
 }
 
 #[test]

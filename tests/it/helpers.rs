@@ -24,7 +24,8 @@ pub const ALICE: &str = "demo-alice-token";
 pub const AWS: &str = "AKIAQWERTYUIOPASDFGH";
 
 /// Every shipped tool, in manifest order.
-pub const SHIPPED_TOOLS: [&str; 15] = [
+pub const SHIPPED_TOOLS: [&str; 16] = [
+    "bash",
     "echo",
     "git_status",
     "install_deps",

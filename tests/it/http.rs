@@ -156,8 +156,8 @@ async fn policies_health_and_readiness() {
     let app = app();
     let (status, json) = send(&app, "GET", "/v1/policies", Some(ALICE), None).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(json["policies"], 29);
-    assert_eq!(json["tools"], 15);
+    assert_eq!(json["policies"], 30);
+    assert_eq!(json["tools"], 16);
     assert_eq!(json["last_reload_error"], serde_json::Value::Null);
     assert!(
         json["policy_ids"]

@@ -9,12 +9,13 @@ use toolgate::policy::{Snapshot, load};
 
 use crate::helpers::*;
 
-const TOOLS: [&str; 15] = SHIPPED_TOOLS;
+const TOOLS: [&str; 16] = SHIPPED_TOOLS;
 const AGENTS: [&str; 4] = ["dev-agent", "sre-agent", "release-agent", "po-agent"];
 
 fn valid_args(tool: &str, path: &str, n: i64, flag: bool) -> Value {
     match tool {
         "echo" => json!({"message": path}),
+        "bash" => json!({"command": format!("cat {path}")}),
         "read_file" => json!({"path": path, "max_bytes": n}),
         "list_files" => json!({"path": path, "recursive": flag, "max_entries": n}),
         "search_files" => json!({"regex": "fn", "path": path, "literal": flag}),

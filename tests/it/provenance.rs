@@ -426,22 +426,12 @@ fn a_bad_attribute_declaration_names_its_line() {
     assert!(err.contains("`List<String>`"), "{err}");
 }
 
-/// A shell tool with command facts (examples/claude-code): the programs of every command in the
+/// The shipped shell tool (`bash`, with command facts): the programs of every command in the
 /// line, through pipes, lists and substitutions; whether it reaches the network or redirects
 /// into a file. Only listed programs run unattended.
 #[tokio::test]
 async fn shell_command_facts_decide_which_commands_run_unattended() {
     let set = TempSet::new();
-    let example = crate::helpers::repo().join("examples/claude-code");
-    set.write(
-        "schemas/tools/bash.json",
-        &std::fs::read_to_string(example.join("bash.json")).unwrap(),
-    );
-    set.write(
-        "policies/bash.cedar",
-        &std::fs::read_to_string(example.join("bash.cedar")).unwrap(),
-    );
-    set.regenerate_schema();
     if let Some(out) = set.cedar_validate("bash.cedar") {
         assert!(
             out.status.success(),

@@ -13,7 +13,7 @@ fn shipped_fixtures_pass_and_cover_every_shipped_policy() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains(" 0 failed"), "{text}");
     assert!(
-        text.contains("coverage: 29 of 29 policies"),
+        text.contains("coverage: 30 of 30 policies"),
         "every shipped policy determines a case: {text}"
     );
 }
@@ -64,7 +64,7 @@ fn coverage_lists_policies_no_case_exercises_and_can_gate() {
     let text = stdout(&out);
     assert!(out.status.success(), "coverage alone does not fail: {text}");
     assert!(
-        text.contains("coverage: 29 of 30 policies")
+        text.contains("coverage: 30 of 31 policies")
             && text.contains("no-pushes-on-fridays  (")
             && text.contains("elevated.cedar)"),
         "{text}"
@@ -78,7 +78,7 @@ fn coverage_lists_policies_no_case_exercises_and_can_gate() {
         json["uncovered"],
         serde_json::json!(["no-pushes-on-fridays"])
     );
-    assert_eq!(json["results"].as_array().unwrap().len(), 66);
+    assert_eq!(json["results"].as_array().unwrap().len(), 71);
 }
 
 #[test]

@@ -130,7 +130,7 @@ fn a_slice_holds_only_the_policies_that_can_apply() {
             .policies()
             .count()
     };
-    assert_eq!(snap.policy_count(), 29);
+    assert_eq!(snap.policy_count(), 30);
     // read_file: 4 role grants, 2 tier forbids over the groups, the deny list, the sequence stop.
     assert_eq!(count("read_file"), 8);
     // approve: only the 3 approval policies.

@@ -6,11 +6,12 @@ on stdin; the hook answers on stdout:
 
 - `PreToolUse`: the call is mapped to a toolgate call (built-in tools to toolgate's file tools:
   `Read` to `read_file`, `Edit` to `edit_file`, ...; paths made relative to the project root;
+  `Bash` to `bash`, which the shipped policies decide by the programs of the command line;
   any other tool keeps its name and input) and authorized. toolgate's `allow` answers
   `allow`; `deny` answers `deny` with the reason Claude is shown. A pending call waits for a
   human's approval in toolgate for up to `--wait` seconds: approved answers `allow`, anything
   else `deny` (sending the same call again later reuses the open approval). A tool toolgate does
-  not know answers `ask` (Claude Code's own permission prompt) unless `--unknown deny`.
+  not know is denied, unless `--unknown ask` hands it to Claude Code's own permission prompt.
 - `PostToolUse`: what the tool returned is reported to toolgate (`/v1/results`, joined to the
   decision; the output of a tool toolgate does not know, and WebFetch's, go through the output
   gate instead). When toolgate masks anything, the hook hands Claude Code the masked output
@@ -325,8 +326,9 @@ def main(argv: list[str] | None = None, stdin: TextIO | None = None) -> int:
     parser.add_argument(
         "--unknown",
         choices=("ask", "deny"),
-        default="ask",
-        help="what a tool toolgate does not know gets: Claude Code's own prompt (ask) or deny",
+        default="deny",
+        help="what a tool toolgate does not know gets: deny (default), or Claude Code's own "
+        "prompt (ask). To let toolgate decide a tool, register it (a manifest in schemas/tools/)",
     )
     parser.add_argument(
         "--root",
