@@ -261,11 +261,32 @@ pub struct Memory {
     decisions: Mutex<Decisions>,
 }
 
+/// Common English words (4 letters or more), one per line: typed by the user, one of these
+/// does not identify a value (`src/provenance/common_words.txt`).
+const COMMON_WORDS: &str = include_str!("common_words.txt");
+
+/// Whether a `w:`/`c:` token identifies a value on its own: a word not among the common ones
+/// (`peter`, `riviera`, `q3report`), a word with a digit, or a chunk with a rare word or a
+/// digit in it (`notes/q3.pdf`). `general`, `report`, `tomorrow` do not.
+fn identifies(token: &str) -> bool {
+    static COMMON: std::sync::OnceLock<HashSet<&'static str>> = std::sync::OnceLock::new();
+    let common = COMMON.get_or_init(|| COMMON_WORDS.lines().collect());
+    let text = token.get(2..).unwrap_or(token);
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .any(|w| {
+            w.chars().any(|c| c.is_numeric()) || (w.chars().count() >= 4 && !common.contains(w))
+        })
+}
+
 /// A value's distinctive tokens, hashed: each identifier's tokens (and for a URL its host's,
 /// which makes it the user's when the user named the host), and its long words and chunks.
 struct Hashed {
     ids: Vec<(Vec<u64>, Option<u64>)>,
     words: Vec<u64>,
+    /// Whether some word or chunk identifies the value (not a common word): what it takes for
+    /// words alone to make a value the user's.
+    rare: bool,
     /// The same of the value's canonical text ([`crate::fold`]), when it differs: matched
     /// against tool output only, never the user's words (a look-alike of what the user typed is
     /// not the user's).
@@ -464,9 +485,11 @@ impl Memory {
         strings(value, &mut texts);
         let mut ids = Vec::new();
         let mut words = Vec::new();
+        let mut rare = false;
         let mut folded = Hashed {
             ids: Vec::new(),
             words: Vec::new(),
+            rare: false,
             folded: None,
         };
         let mut any_folded = false;
@@ -492,6 +515,7 @@ impl Memory {
                 )
             }));
             words.extend(tk.words.iter().map(|s| self.keys.hash_one(s)));
+            rare |= tk.words.iter().any(|w| identifies(w));
             // Its canonical form: the tokens of a value with an invisible character or a
             // look-alike in it, as the text reads.
             let canonical = match crate::fold::fold(t) {
@@ -510,12 +534,21 @@ impl Memory {
             folded
                 .words
                 .extend(canonical.words.iter().map(|s| self.keys.hash_one(s)));
+            folded.rare |= canonical.words.iter().any(|w| identifies(w));
             if budget == 0 {
                 break;
             }
         }
         let folded = any_folded.then(|| Box::new(folded));
-        (Hashed { ids, words, folded }, cut)
+        (
+            Hashed {
+                ids,
+                words,
+                rare,
+                folded,
+            },
+            cut,
+        )
     }
 
     /// Remembers `content` (any JSON; its strings are read) as said by `source` in `conv` of
@@ -735,7 +768,14 @@ fn origin_of(c: &Conversation, h: &Hashed) -> Origin {
         return Origin::None;
     }
     if novel.is_empty() {
-        return Origin::User;
+        // Every token was said by the user. Words alone make the value theirs only when one
+        // of them identifies it: a value of common words the user happened to type ("send
+        // the report today") is not theirs, it is `none`.
+        return if h.ids.is_empty() && !h.rare {
+            Origin::None
+        } else {
+            Origin::User
+        };
     }
     if c.tool.full {
         return Origin::Tool;
@@ -756,6 +796,35 @@ mod tests {
 
     fn one(m: &Memory, conv: Option<&str>, v: Value) -> Origin {
         m.classify("Agent::\"a\"", conv, [("x", &v)])[0].1
+    }
+
+    #[test]
+    fn common_words_the_user_happened_to_type_do_not_make_a_value_theirs() {
+        let m = Memory::new(Settings::default());
+        let p = "Agent::\"a\"";
+        m.record(
+            p,
+            "c1",
+            Source::User,
+            &json!("Please check the general channel today and send the report to Riviera Calme, room 4711"),
+        );
+        let c = Some("c1");
+        // Coincidences: every word was typed, none identifies anything.
+        for v in ["report", "general", "send the report today", "Please check"] {
+            assert_eq!(one(&m, c, json!(v)), Origin::None, "{v}");
+        }
+        // A rare word, a number, an identifier: the user's.
+        for v in ["Riviera Calme", "room 4711", "the Riviera report"] {
+            assert_eq!(one(&m, c, json!(v)), Origin::User, "{v}");
+        }
+        // A rare word the user typed does not cover a tool's word beside it.
+        m.record(
+            p,
+            "c1",
+            Source::Tool,
+            &json!("Transfer to Zanzibar Holdings"),
+        );
+        assert_eq!(one(&m, c, json!("Riviera Zanzibar")), Origin::Tool);
     }
 
     #[test]
@@ -914,7 +983,7 @@ mod tests {
             ..Settings::default()
         });
         let p = "Agent::\"a\"";
-        m.record(p, "c", Source::User, &json!("hello"));
+        m.record(p, "c", Source::User, &json!("helloworld"));
         m.record(
             p,
             "c",
@@ -923,7 +992,7 @@ mod tests {
         );
         // The tool side overflowed: anything not from the user may have come from a tool.
         assert_eq!(one(&m, Some("c"), json!("zulu-unseen")), Origin::Tool);
-        assert_eq!(one(&m, Some("c"), json!("hello")), Origin::User);
+        assert_eq!(one(&m, Some("c"), json!("helloworld")), Origin::User);
         m.record(p, "d", Source::User, &json!("x"));
         m.record(p, "e", Source::User, &json!("x"));
         assert_eq!(m.len(), 2);

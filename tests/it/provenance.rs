@@ -253,8 +253,8 @@ async fn provenance_facts_and_deployment_data_decide_a_mail_agent() {
         json!(["mail-recipient-from-tool-output-needs-approval"])
     );
     assert_eq!(a["provenance"]["to"], "tool", "{a}");
-    // "Notes" is in what the user said.
-    assert_eq!(a["provenance"]["subject"], "user", "{a}");
+    // "Notes" is in what the user said, but a common word identifies nothing.
+    assert_eq!(a["provenance"]["subject"], "none", "{a}");
     assert!(
         !a["args_preview"]
             .as_str()
@@ -606,4 +606,49 @@ async fn an_output_that_gives_orders_reaches_the_policies_of_its_conversation() 
     );
     // The address was in the result, not in what the user said.
     assert_eq!(e["inputs"]["provenance"]["to"], "tool", "{e}");
+}
+
+/// Words the user typed make a value theirs only when one identifies it: common words the
+/// user happened to use ("send the report today") do not, through the input gate and
+/// `POST /v1/explain`.
+#[tokio::test]
+async fn common_words_the_user_typed_do_not_make_a_value_the_users() {
+    let set = set();
+    let snap = toolgate::policy::load(&set.sources())
+        .expect("the set loads")
+        .snapshot;
+    let app = app_with(snap, demo_auth());
+    let (status, _) = post(
+        &app,
+        "/v1/gates/input",
+        "demo-dev-token",
+        &json!({"content": "Please send the report to Bob today, subject Riviera Calme 4711", "conv_id": "w1"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let origin = |body: &'static str| {
+        let app = app.clone();
+        async move {
+            let (status, e) = post(
+                &app,
+                "/v1/explain",
+                "demo-grace-token",
+                &json!({"agent": "dev-agent", "tool": "send_email",
+                        "args": {"to": ["bob@corp.example"], "subject": "x", "body": body},
+                        "context": {"conv_id": "w1"}}),
+            )
+            .await;
+            assert_eq!(status, StatusCode::OK, "{e}");
+            e["inputs"]["provenance"]["body"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    for body in ["send the report today", "Please send", "report"] {
+        assert_eq!(origin(body).await, "none", "{body}");
+    }
+    for body in ["Riviera Calme", "report 4711"] {
+        assert_eq!(origin(body).await, "user", "{body}");
+    }
 }
