@@ -11,6 +11,7 @@ pub(super) struct RawProvenance {
     max_tokens: Option<usize>,
     max_total_tokens: Option<usize>,
     min_chars: Option<usize>,
+    input: Option<String>,
 }
 
 /// `[provenance]` → the memory's bounds.
@@ -62,6 +63,14 @@ pub(super) fn settings(
     }
     if let Some(n) = positive("min_chars", as_u64(raw.min_chars), 64) {
         out.min_chars = usize::try_from(n).unwrap_or(d.min_chars);
+    }
+    match raw.input.as_deref() {
+        None | Some("as_said") => {}
+        Some("as_screened") => out.input = crate::provenance::InputLearning::AsScreened,
+        Some(other) => found.push((
+            format!("`provenance.input` is `{other}`"),
+            "give `as_said` (learn the user's words as said, the default) or `as_screened` (as the input gate answered them)".to_owned(),
+        )),
     }
     if found.is_empty() {
         Ok(out)

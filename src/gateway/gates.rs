@@ -82,11 +82,21 @@ pub async fn screen_content(
     let memory = state.provenance.clone();
     let principal = who.uid.to_string();
     let small = body_bytes(&body.content) <= INLINE_SCAN_BYTES;
+    let as_screened = gate == Gate::Input
+        && memory.settings().input == crate::provenance::InputLearning::AsScreened;
     let work = move || {
-        if let (Some(source), Some(conv)) = (source, &body.conv_id) {
+        if let (Some(source), Some(conv)) = (source, &body.conv_id)
+            && !as_screened
+        {
             memory.record(&principal, conv, source, &body.content);
         }
         let screened = gates.screen(gate, &body.content);
+        // As the gate answered: what it masked or blocked is not learnt as the user's.
+        if let (true, Some(source), Some(conv)) = (as_screened, source, &body.conv_id)
+            && screened.decision != crate::redact::Action::Block
+        {
+            memory.record(&principal, conv, source, &screened.content);
+        }
         // What the context and output gates find in tool output, the conversation keeps.
         if let (Some(crate::provenance::Source::Tool), Some(conv)) = (source, &body.conv_id) {
             memory.observe(&principal, conv, &screened.seen);

@@ -68,6 +68,20 @@ pub struct Settings {
     pub max_total_tokens: usize,
     /// Words and chunks shorter than this (in characters) are not distinctive.
     pub min_chars: usize,
+    /// What the input gate teaches the memory of the user's words.
+    pub input: InputLearning,
+}
+
+/// What provenance learns from the input gate (`[provenance] input`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InputLearning {
+    /// What the user said, as said (default): a value the user gave is `user` even where the
+    /// gate masks it from the model.
+    #[default]
+    AsSaid,
+    /// What the gate answered: a value the input gate masks or blocks is never learnt as the
+    /// user's.
+    AsScreened,
 }
 
 impl Default for Settings {
@@ -78,6 +92,7 @@ impl Default for Settings {
             max_tokens: 50_000,
             max_total_tokens: 4_000_000,
             min_chars: 4,
+            input: InputLearning::AsSaid,
         }
     }
 }

@@ -108,8 +108,10 @@ impl GateRules {
             // High-entropy tokens are masked wherever content leaves toward a tool, a model or
             // a store: they are the backstop for credentials in formats no detector knows.
             // Content headed for the model (retrieved text, tool output) is where injected
-            // instructions hide: those gates report them, and mask invisible text.
-            Gate::Input => GateRules::of(&[], &["secret"], &["pii", "entropy"]),
+            // instructions hide: those gates report them, and mask invisible text. What the
+            // user says is reported, not masked: a password the user gives on purpose is what
+            // the task needs (a deployment that wants it hidden from the model masks it).
+            Gate::Input => GateRules::of(&[], &[], &["secret", "pii", "entropy"]),
             Gate::Context | Gate::Output | Gate::Stream => GateRules::of(
                 &[],
                 &["secret", "pii", "entropy", "hidden-unicode"],

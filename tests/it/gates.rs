@@ -23,11 +23,8 @@ async fn every_gate_answers_with_its_default_rules() {
     let app = app();
     let text = format!("use {AWS} and mail ops@example.com");
     let expect = [
-        (
-            "input",
-            "mask",
-            "use <redacted:aws-access-key> and mail ops@example.com".to_owned(),
-        ),
+        // What the user says is reported, not masked: the model may need it for the task.
+        ("input", "warn", text.clone()),
         (
             "context",
             "mask",
@@ -317,4 +314,69 @@ fn custom_detectors_keys_and_preview_size_come_from_the_config() {
         let err = crate::process::serve_refuses(&set, extra);
         assert!(err.contains(want), "{extra}: {err}");
     }
+}
+
+/// What the user gives on purpose reaches the model by default (the input gate reports it);
+/// a deployment chooses what the model sees (`[gates.input] mask`) and what provenance learns
+/// (`[provenance] input`), through `serve`'s config.
+#[test]
+fn the_input_gate_records_and_masks_only_where_the_deployment_asks() {
+    let set = TempSet::new();
+    let said = "set my new password to Tr0ub4dor&3-horse-battery";
+    let explain = |port: u16, conv: &str| {
+        let body = json!({"agent": "dev-agent", "tool": "write_file",
+                          "args": {"path": "notes.txt", "content": "Tr0ub4dor&3-horse-battery"},
+                          "context": {"conv_id": conv}});
+        let e = crate::process::request(
+            port,
+            "POST",
+            "/v1/explain",
+            Some("demo-grace-token"),
+            Some(&body),
+        )
+        .unwrap();
+        e["inputs"]["provenance"]["content"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    // The shipped rules: reported, not masked; provenance learns it as said.
+    let server = crate::process::start_with(&set, "");
+    let v = crate::process::request(
+        server.port,
+        "POST",
+        "/v1/gates/input",
+        Some(DEV),
+        Some(&json!({"content": said, "conv_id": "p1"})),
+    )
+    .unwrap();
+    assert_eq!(v["decision"], "warn", "{v}");
+    assert_eq!(v["content"], said, "{v}");
+    assert_eq!(explain(server.port, "p1"), "user");
+    drop(server);
+    // Masked from the model; provenance still learns it as said by default, and as the
+    // gate answered with `input = "as_screened"`.
+    for (extra, learnt) in [
+        ("[gates.input]\nmask = [\"secret\"]\n", "user"),
+        (
+            "[gates.input]\nmask = [\"secret\"]\n[provenance]\ninput = \"as_screened\"\n",
+            "none",
+        ),
+    ] {
+        let server = crate::process::start_with(&set, extra);
+        let v = crate::process::request(
+            server.port,
+            "POST",
+            "/v1/gates/input",
+            Some(DEV),
+            Some(&json!({"content": said, "conv_id": "p2"})),
+        )
+        .unwrap();
+        assert_eq!(v["decision"], "mask", "{v}");
+        assert!(!v["content"].as_str().unwrap().contains("Tr0ub4dor"), "{v}");
+        assert_eq!(explain(server.port, "p2"), learnt, "{extra}");
+        drop(server);
+    }
+    let err = crate::process::serve_refuses(&set, "[provenance]\ninput = \"masked\"\n");
+    assert!(err.contains("`provenance.input` is `masked`"), "{err}");
 }
