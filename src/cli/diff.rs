@@ -77,6 +77,7 @@ pub fn run(args: &DiffArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(1));
     };
     let entities_differ = entity_lines(&args.old) != entity_lines(&args.new);
+    let data = crate::review::data::data_changes(&old, &new);
     let templates = diff::template_changes(&old.policies, &new.policies);
     let result = diff::diff(
         &diff::static_policies(&old.policies),
@@ -92,6 +93,7 @@ pub fn run(args: &DiffArgs) -> anyhow::Result<ExitCode> {
                     o.insert("old_revision".into(), old.revision.clone().into());
                     o.insert("new_revision".into(), new.revision.clone().into());
                     o.insert("entities_differ".into(), entities_differ.into());
+                    o.insert("data".into(), serde_json::to_value(&data.lines)?);
                     o.insert("templates".into(), serde_json::to_value(&templates)?);
                     o.insert("method".into(), "symbolic".into());
                 }
@@ -115,11 +117,16 @@ pub fn run(args: &DiffArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => return Err(e.into()),
     };
-    if entities_differ && !args.json {
+    if !data.is_empty() && !args.json {
         println!(
-            "\nnote: entities.json differs between the two sets. Role membership is not part of the \
-             symbolic comparison (it holds for every entity store); review those changes by hand."
+            "\ndeployment data (entities: agents, humans, roles, tools; outside the proof, and any \
+             change may widen: a new payee widens an allow-list, a removed domain a deny-list):"
         );
+        for line in &data.lines {
+            println!("  {line}");
+        }
+    } else if entities_differ && !args.json {
+        println!("\nnote: entities.json differs only in form (order, formatting).");
     }
     if !templates.is_empty() && !args.json {
         let list = |ids: &[String]| {
@@ -138,8 +145,10 @@ pub fn run(args: &DiffArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let failed = match args.fail_on {
-        Some(FailOn::Widening) => widens || templates.widens(),
-        Some(FailOn::Change) => changes || entities_differ || !templates.is_empty(),
+        Some(FailOn::Widening) => widens || templates.widens() || !data.is_empty(),
+        Some(FailOn::Change) => {
+            changes || entities_differ || !data.is_empty() || !templates.is_empty()
+        }
         None => false,
     };
     Ok(if failed {

@@ -52,6 +52,11 @@ pub struct Review {
     /// Why it was not proved.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// What changed in the deployment data (entities: agents, humans, roles, tools), one
+    /// line per change. Outside the proof: each counts as widening, and `widened` names the
+    /// entity or attribute (`data Human::"carol".payees`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub data: Vec<String>,
 }
 
 impl Review {
@@ -121,6 +126,7 @@ fn review(old: &Snapshot, new: &Snapshot) -> Review {
                 .collect(),
             proved: true,
             note: None,
+            data: Vec::new(),
         },
         Ok(Err(e)) => Review {
             note: Some(e.to_string()),
@@ -131,6 +137,13 @@ fn review(old: &Snapshot, new: &Snapshot) -> Review {
             ..Review::default()
         },
     };
+    // Deployment data is outside the proof too, and has no provable direction (a new payee
+    // widens an allow-list, a removed domain a deny-list): every change counts as widening.
+    let data = crate::review::data::data_changes(old, new);
+    review
+        .widened
+        .extend(data.touched.iter().map(|t| format!("data {t}")));
+    review.data = data.lines;
     // Templates are outside the proof: an added or changed one counts as widening.
     review.widened.extend(
         templates

@@ -226,3 +226,93 @@ fn a_reverted_held_change_is_dropped_and_a_narrowing_applies_under_hold() {
     assert_eq!(r.narrowed, ["git_log"]);
     assert!(r.widened.is_empty() && r.proved);
 }
+
+/// Deployment data is policy: a new role for an agent in `entities.json` is held under
+/// `widening = "hold"` like a policy change, the hold names what changed in which entity, a
+/// director approves it, and `toolgate diff` reports it (and fails on it as a widening).
+#[tokio::test]
+async fn a_data_change_is_reviewed_and_held_like_a_policy_change() {
+    let set = TempSet::new();
+    let before = set.dir.path().join("before");
+    copy_dir(&set.policies(), &before);
+    let data = tempfile::tempdir().unwrap();
+    let (store, stores) = start(&set, data.path(), Widening::Hold);
+    let app = app_with(store.clone(), &stores);
+    let live = store.current().revision.clone();
+    let po_call = json!({"tool": "run_tests", "args": {}});
+    assert_eq!(authorize(&app, PO, &po_call).await["decision"], "deny");
+
+    // The product owner's agent becomes a developer: nothing in a .cedar file changed.
+    let path = set.policies().join("entities.json");
+    let mut entities: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for e in entities.as_array_mut().unwrap() {
+        if e["uid"] == json!({"type": "Agent", "id": "po-agent"}) {
+            e["parents"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"type": "Role", "id": "developer"}));
+        }
+    }
+    std::fs::write(&path, serde_json::to_string_pretty(&entities).unwrap()).unwrap();
+    let outcome = store.reload(false);
+    let ReloadOutcome::Held { to, review, .. } = outcome else {
+        panic!("a data change must be held: {outcome:?}");
+    };
+    assert!(
+        review
+            .widened
+            .contains(&"data Agent::\"po-agent\"".to_owned()),
+        "{review:?}"
+    );
+    assert_eq!(
+        review.data,
+        ["Agent::\"po-agent\" parent + Role::\"developer\""],
+        "{review:?}"
+    );
+    assert_eq!(store.current().revision, live, "the live data stays");
+    assert_eq!(authorize(&app, PO, &po_call).await["decision"], "deny");
+    // The hold shows the data diff.
+    let (_, p) = send(&app, "GET", "/v1/policies", Some(ALICE), None).await;
+    assert_eq!(p["held"]["revision"], to.as_str(), "{p}");
+    assert_eq!(p["held"]["review"]["data"], json!(review.data), "{p}");
+    let (status, body) = post(
+        &app,
+        "/v1/policies/held/approve",
+        BOB,
+        &json!({"revision": to}),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    let (status, body) = post(
+        &app,
+        "/v1/policies/held/approve",
+        ALICE,
+        &json!({"revision": to}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(authorize(&app, PO, &po_call).await["decision"], "allow");
+
+    // `toolgate diff OLD NEW` reports the data change and fails on it as a widening.
+    let out = toolgate()
+        .arg("diff")
+        .arg(&before)
+        .arg(set.policies())
+        .arg("--schemas")
+        .arg(set.dir.path().join("schemas"))
+        .args(["--fail-on", "widening"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("Agent::\"po-agent\" parent + Role::\"developer\""),
+        "{text}"
+    );
+}
