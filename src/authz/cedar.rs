@@ -432,14 +432,9 @@ impl CallArgs {
             tool.text_args()
                 .filter(|(name, _)| args.get(*name).is_some_and(|v| !v.is_null()))
                 .map(|(name, _)| {
-                    let origin = signals
-                        .provenance
-                        .iter()
-                        .find(|(n, _)| n == name)
-                        .map_or(crate::provenance::Origin::Unknown, |(_, o)| *o);
                     (
                         name.to_owned(),
-                        RestrictedExpression::new_string(origin.as_str().to_owned()),
+                        RestrictedExpression::new_string(signals.origin(name).as_str().to_owned()),
                     )
                 }),
         )

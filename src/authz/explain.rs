@@ -108,14 +108,7 @@ impl Inputs {
             .map(|t| {
                 t.text_args()
                     .filter(|(name, _)| call.args.get(*name).is_some_and(|v| !v.is_null()))
-                    .map(|(name, _)| {
-                        let origin = signals
-                            .provenance
-                            .iter()
-                            .find(|(n, _)| n == name)
-                            .map_or(crate::provenance::Origin::Unknown, |(_, o)| *o);
-                        (name.to_owned(), origin.as_str())
-                    })
+                    .map(|(name, _)| (name.to_owned(), signals.origin(name).as_str()))
                     .collect()
             })
             .unwrap_or_default();

@@ -143,6 +143,16 @@ pub struct Signals {
     pub paths: Option<Vec<crate::tools::Resolution>>,
 }
 
+impl Signals {
+    /// Where argument `name`'s value came from (`unknown` when not traced).
+    pub fn origin(&self, name: &str) -> crate::provenance::Origin {
+        self.provenance
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(crate::provenance::Origin::Unknown, |(_, o)| *o)
+    }
+}
+
 /// `context.findings`: the detector kinds and categories found in a call's arguments, in all
 /// (`kinds`) and per top-level argument (`args`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

@@ -203,6 +203,23 @@ struct Held {
 }
 
 impl Held {
+    /// The conversation `key`, opened if new (one forgotten to make room lost what tools
+    /// returned: its tool side starts full), used `now`.
+    fn open(&mut self, key: String, now: Instant) -> &mut Conversation {
+        let forgotten = !self.map.contains_key(&key) && self.evicted.remove(&key);
+        let c = self.map.entry(key).or_insert_with(|| Conversation {
+            user: Side::default(),
+            tool: Side {
+                seen: HashSet::new(),
+                full: forgotten,
+            },
+            used: now,
+            found: Found::default(),
+        });
+        c.used = now;
+        c
+    }
+
     /// Forgets the least recently used conversation other than `keep`; whether there was one.
     fn evict_oldest(&mut self, keep: &str) -> bool {
         let oldest = self
@@ -421,17 +438,7 @@ impl Memory {
         if !held.map.contains_key(&key) {
             self.make_room(&mut held, now);
         }
-        let forgotten = !held.map.contains_key(&key) && held.evicted.remove(&key);
-        let c = held.map.entry(key).or_insert_with(|| Conversation {
-            user: Side::default(),
-            tool: Side {
-                seen: HashSet::new(),
-                full: forgotten,
-            },
-            used: now,
-            found: Found::default(),
-        });
-        c.used = now;
+        let c = held.open(key, now);
         let f = &mut c.found;
         f.outputs += 1;
         f.kinds
@@ -593,19 +600,7 @@ impl Memory {
         let incoming = distinct.len();
         while held.tokens + incoming > st.max_total_tokens && held.evict_oldest(&key) {}
         let room = st.max_total_tokens.saturating_sub(held.tokens);
-        // A conversation forgotten to make room lost what tools returned: its tool side starts
-        // full.
-        let forgotten = !held.map.contains_key(&key) && held.evicted.remove(&key);
-        let c = held.map.entry(key).or_insert_with(|| Conversation {
-            user: Side::default(),
-            tool: Side {
-                seen: HashSet::new(),
-                full: forgotten,
-            },
-            used: now,
-            found: Found::default(),
-        });
-        c.used = now;
+        let c = held.open(key, now);
         let side = match source {
             Source::User => &mut c.user,
             Source::Tool => &mut c.tool,
