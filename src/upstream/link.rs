@@ -90,6 +90,10 @@ struct Turn<'a> {
     _current: CurrentGuard,
 }
 
+/// How long a call to an upstream that relays its log keeps its turn after the answer, for
+/// log notifications sent before it that are still being handled.
+const LOG_GRACE: Duration = Duration::from_millis(50);
+
 /// Clears the call's client from its upstream when the call ends.
 struct CurrentGuard(Current);
 
@@ -280,6 +284,16 @@ impl Link {
         };
         let answer = handle.await_response().await;
         guard.peer = None;
+        // rmcp hands each notification to a task of its own but an answer straight to its
+        // caller, so a log line the upstream sent before answering may still be on its way.
+        // The turn (and with it the caller the log goes to) is held a moment longer, so the
+        // call's log reaches its own client and no later call's.
+        if self.spec.relay.logging {
+            for _ in 0..4 {
+                tokio::task::yield_now().await;
+            }
+            tokio::time::sleep(LOG_GRACE).await;
+        }
         match answer {
             Ok(ServerResult::CallToolResult(r)) => Ok(r),
             Ok(other) => Err(CallError::Failed(
