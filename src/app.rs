@@ -126,6 +126,7 @@ impl App {
         .map_err(|e| anyhow::anyhow!("{e}"))?;
         let cache_mb = stores.cache_bytes() / (1024 * 1024);
         let grants_store = stores.grants.clone();
+        let provenance = memory(cfg.provenance, stores.conversations.clone())?;
         let options = StoreOptions {
             remember: Some(stores.policies.clone()),
             widening: cfg.widening,
@@ -283,7 +284,7 @@ impl App {
             Gates::new(&cfg.redaction, cfg.gate_rules.clone())
                 .map_err(|e| anyhow::anyhow!("{e}"))?,
         )
-        .with_provenance(cfg.provenance)
+        .with_provenance_memory(provenance)
         .with_monitor(monitor(&cfg, &audit, &admin)?)
         .with_admin(admin)
         .with_grants(grants);
@@ -502,6 +503,10 @@ impl App {
             })
         };
         let retention = audit_retention.map(|rule| tokio::spawn(retain(audit.clone(), rule)));
+        let provenance = state.provenance.clone();
+        let saver = provenance
+            .is_kept()
+            .then(|| tokio::spawn(save_provenance(provenance.clone())));
         let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<()>();
         let stdio_task = stdio.map(|front| {
             let state = state.clone();
@@ -540,12 +545,24 @@ impl App {
             Some(upkeep),
             retention,
             fleet_job,
+            saver,
         ];
         for job in jobs.iter().flatten() {
             job.abort();
         }
         for job in jobs.into_iter().flatten() {
             let _ = job.await;
+        }
+        // Provenance's conversations, complete, marked as from a clean stop.
+        if provenance.is_kept() {
+            let memory = provenance.clone();
+            match tokio::task::spawn_blocking(move || memory.close()).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, "provenance conversations not saved at stop; they read as after a crash at the next start")
+                }
+                Err(e) => tracing::error!(error = %e, "provenance save task failed"),
+            }
         }
         // Everything queued is stored before the process exits.
         audit.close();
@@ -569,6 +586,68 @@ fn kill_switch_env() -> anyhow::Result<bool> {
                 "TOOLGATE_KILL_SWITCH = `{other}`: use 1, true or on (or 0, false, off)"
             ),
         },
+    }
+}
+
+/// How often provenance saves what changed in its conversations to the data directory.
+const PROVENANCE_SAVE_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Provenance's memory: read back from the data directory (`[provenance] persist`, the
+/// default), else a fresh one lost at exit.
+fn memory(
+    settings: crate::provenance::Settings,
+    shelf: Arc<dyn crate::provenance::Shelf>,
+) -> Result<Arc<crate::provenance::Memory>, StartError> {
+    use crate::provenance::Memory;
+    if !settings.persist {
+        return Ok(Arc::new(Memory::new(settings)));
+    }
+    let (memory, r) = Memory::open(settings, shelf).map_err(|e| {
+        anyhow::anyhow!(
+            "{e}; the data directory's conversations cannot be read (set `[provenance] persist = false` to start without them)"
+        )
+    })?;
+    if r.clean || r.conversations == 0 {
+        tracing::info!(
+            conversations = r.conversations,
+            decisions = r.decisions,
+            dropped = r.dropped,
+            "provenance conversations read back"
+        );
+    } else {
+        tracing::warn!(
+            conversations = r.conversations,
+            decisions = r.decisions,
+            dropped = r.dropped,
+            "provenance conversations read back after an unclean stop: their latest outputs may be missing, so every value not from the user reads `tool` in them and context.conversation.known is false"
+        );
+    }
+    Ok(Arc::new(memory))
+}
+
+/// Saves provenance's changes every [`PROVENANCE_SAVE_EVERY`], off the request threads; a
+/// failure is logged once until a save succeeds again (the changes stay pending).
+async fn save_provenance(memory: Arc<crate::provenance::Memory>) {
+    let mut every = tokio::time::interval(PROVENANCE_SAVE_EVERY);
+    let mut failing = false;
+    loop {
+        every.tick().await;
+        let m = memory.clone();
+        match tokio::task::spawn_blocking(move || m.save()).await {
+            Ok(Ok(_)) => {
+                if failing {
+                    tracing::info!("provenance conversations saved again");
+                }
+                failing = false;
+            }
+            Ok(Err(e)) => {
+                if !failing {
+                    tracing::error!(error = %e, "provenance conversations not saved; retrying every 2 s");
+                }
+                failing = true;
+            }
+            Err(e) => tracing::error!(error = %e, "provenance save task failed"),
+        }
     }
 }
 

@@ -166,7 +166,7 @@ codes! {
         "`/v1/results`: `decision_id` is empty, too long or not printable",
         "send the `decision_id` of the decision that allowed the call";
     UnknownDecision = "unknown_decision", 404, "error body",
-        "`/v1/results`: no allowed decision of this agent has that `decision_id` (never made, another principal's, another sidecar's, or from before a restart); the output was not screened and must not reach the model",
+        "`/v1/results`: no allowed decision of this agent has that `decision_id` (never made, another principal's, another sidecar's, beyond the 65,536 most recent, or made in the last seconds before an unclean stop); the output was not screened and must not reach the model",
         "send the `decision_id` this sidecar answered for this call; to screen output without a decision, send `conv_id` and no `decision_id`";
     DecisionMismatch = "decision_mismatch", 409, "error body",
         "`/v1/results`: the decision allowed another tool than the one named",

@@ -66,6 +66,8 @@ pub struct Stores {
     pub policies: Arc<dyn GoodSets>,
     /// Grants (template links with an expiry).
     pub grants: Arc<dyn GrantStore>,
+    /// Where provenance keeps its conversations across restarts (tree `conversations`).
+    pub conversations: Arc<dyn crate::provenance::Shelf>,
     /// The page cache sled was opened with, in bytes (read back from sled's configuration).
     cache_bytes: u64,
 }
@@ -101,7 +103,11 @@ impl Stores {
         let db = open_waiting(&config, dir)?;
         let cell = SledCell::new(db, Some((dir.to_path_buf(), config.cache_capacity)));
         let audit = SledAudit::with_ledger(cell.clone(), dir, reserve_bytes)?;
-        Self::from_parts(&cell, audit, config.cache_capacity)
+        let shelf = SledShelf {
+            cell: cell.clone(),
+            reserve: Some((dir.to_path_buf(), reserve_bytes)),
+        };
+        Self::from_parts(&cell, audit, config.cache_capacity, shelf)
     }
 
     /// Opens an existing data directory (for offline tools: a missing one is an error, not a
@@ -126,7 +132,11 @@ impl Stores {
             .map_err(|e| StorageError(format!("cannot open a temporary store: {e}")))?;
         let cell = SledCell::new(db, None);
         let audit = SledAudit::new(cell.clone())?;
-        Self::from_parts(&cell, audit, config.cache_capacity)
+        let shelf = SledShelf {
+            cell: cell.clone(),
+            reserve: None,
+        };
+        Self::from_parts(&cell, audit, config.cache_capacity, shelf)
     }
 
     /// The page cache the directory was opened with, in bytes.
@@ -138,8 +148,10 @@ impl Stores {
         cell: &Arc<SledCell>,
         audit: SledAudit,
         cache_bytes: u64,
+        shelf: SledShelf,
     ) -> Result<Stores, StorageError> {
         Ok(Stores {
+            conversations: Arc::new(shelf),
             cache_bytes,
             approvals: Arc::new(SledApprovals::new(cell.clone())?),
             admin: Arc::new(SledAdmin::new(cell.clone())?),
@@ -148,6 +160,68 @@ impl Stores {
             audit: Arc::new(audit),
         })
     }
+}
+
+/// The sled tree provenance keeps its conversations in.
+const CONVERSATIONS: &str = "conversations";
+
+/// Provenance's shelf: tree [`CONVERSATIONS`], written apart from the audit log (it is a
+/// memory, not a record: nothing in it takes effect), flushed on every store, and never
+/// below the reserve the audit store keeps free.
+#[derive(Debug)]
+struct SledShelf {
+    cell: Arc<SledCell>,
+    /// The data directory and the free space to leave on its disk (`None`: temporary).
+    reserve: Option<(PathBuf, u64)>,
+}
+
+impl crate::provenance::Shelf for SledShelf {
+    fn load(&self) -> Result<crate::provenance::Entries, crate::provenance::ShelfError> {
+        let tree = self.cell.tree(CONVERSATIONS).map_err(shelf_err)?;
+        tree.iter()
+            .map(|kv| kv.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(shelf_err))
+            .collect()
+    }
+
+    fn store(
+        &self,
+        puts: crate::provenance::Entries,
+        removes: Vec<Vec<u8>>,
+    ) -> Result<(), crate::provenance::ShelfError> {
+        // Removals alone free space: they go through a disk short of its reserve.
+        if let Some((dir, reserve)) = &self.reserve
+            && !puts.is_empty()
+            && let Ok(st) = rustix::fs::statvfs(dir)
+            && st.f_bavail.saturating_mul(st.f_frsize) < *reserve
+        {
+            return Err(crate::provenance::ShelfError(format!(
+                "the data directory's disk has less than the {} MiB the store keeps in reserve; conversations not saved (tried again once space returns)",
+                reserve / (1024 * 1024)
+            )));
+        }
+        let mut batch = sled::Batch::default();
+        for k in removes {
+            batch.remove(k);
+        }
+        for (k, v) in puts {
+            batch.insert(k, v);
+        }
+        self.cell
+            .tree(CONVERSATIONS)
+            .map_err(shelf_err)?
+            .apply_batch(batch)
+            .map_err(shelf_err)?;
+        self.cell
+            .db()
+            .map_err(shelf_err)?
+            .flush()
+            .map_err(shelf_err)?;
+        Ok(())
+    }
+}
+
+fn shelf_err(e: impl std::fmt::Display) -> crate::provenance::ShelfError {
+    crate::provenance::ShelfError(e.to_string())
 }
 
 /// Why sled could not open the data directory `dir`. Only a held lock suggests another

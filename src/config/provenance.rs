@@ -12,6 +12,7 @@ pub(super) struct RawProvenance {
     max_total_tokens: Option<usize>,
     min_chars: Option<usize>,
     input: Option<String>,
+    persist: Option<bool>,
 }
 
 /// `[provenance]` → the memory's bounds.
@@ -63,6 +64,9 @@ pub(super) fn settings(
     }
     if let Some(n) = positive("min_chars", as_u64(raw.min_chars), 64) {
         out.min_chars = usize::try_from(n).unwrap_or(d.min_chars);
+    }
+    if let Some(p) = raw.persist {
+        out.persist = p;
     }
     match raw.input.as_deref() {
         None | Some("as_said") => {}

@@ -219,6 +219,14 @@ impl Gateway {
         self
     }
 
+    /// The same state with `memory` as its provenance memory (one read back from the data
+    /// directory).
+    #[must_use]
+    pub fn with_provenance_memory(mut self, memory: Arc<crate::provenance::Memory>) -> Self {
+        self.provenance = memory;
+        self
+    }
+
     /// The same state with `grants`.
     #[must_use]
     pub fn with_grants(mut self, grants: Arc<crate::grants::Grants>) -> Self {

@@ -65,9 +65,9 @@ type Anomaly = {
 
 // What the gates found in the tool output of the call's conversation (results, runs, MCP
 // results, the context and output gates), whatever each gate then did with it. `known` is
-// false (and every count 0) when the call names no conversation or toolgate holds none for it
-// (expired, forgotten to make room, from before a restart): a policy that trusts a clean
-// conversation requires `known`. `kinds` holds every detector kind and category found;
+// false when the call names no conversation or toolgate holds none for it (expired, forgotten
+// to make room; every count 0), or holds it only in part (read back after an unclean stop):
+// a policy that trusts a clean conversation requires `known`. `kinds` holds every detector kind and category found;
 // `injections` counts outputs with an injection finding, `injection_kinds` names their kinds,
 // and `seconds_since_injection` is the age of the last one (absent when none).
 type Conversation = {

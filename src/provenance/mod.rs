@@ -5,20 +5,22 @@
 //! read as `context.provenance.<arg>`.
 //!
 //! Owns: the bounded memory (per principal and conversation, with a TTL and a cap on
-//! conversations and on tokens per side) and the matching rule. Tokens come from
-//! [`crate::canon`]; only their keyed 64-bit hashes are kept, never the text.
+//! conversations and on tokens per side), kept across restarts ([`keep`]), and the matching
+//! rule. Tokens come from [`crate::canon`]; only their keyed 64-bit hashes are kept, never
+//! the text.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasher, RandomState};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use crate::canon::{strings, tokens};
 
+mod keep;
 mod seen;
 
+pub use keep::{Entries, Restored, Saved, Shelf, ShelfError};
 use seen::Found;
 pub use seen::Seen;
 
@@ -34,7 +36,7 @@ pub enum Origin {
     /// Neither: text the agent wrote, or a value with no distinctive token.
     None,
     /// No memory of this conversation: no `conv_id`, or one toolgate holds nothing for
-    /// (never seen, expired, or from before a restart).
+    /// (never seen or expired).
     Unknown,
 }
 
@@ -75,6 +77,9 @@ pub struct Settings {
     pub min_chars: usize,
     /// What the input gate teaches the memory of the user's words.
     pub input: InputLearning,
+    /// Whether `serve` keeps the memory in the data directory across restarts (`[provenance]
+    /// persist`, on by default).
+    pub persist: bool,
 }
 
 /// What provenance learns from the input gate (`[provenance] input`).
@@ -98,6 +103,7 @@ impl Default for Settings {
             max_total_tokens: 4_000_000,
             min_chars: 4,
             input: InputLearning::AsSaid,
+            persist: true,
         }
     }
 }
@@ -147,13 +153,27 @@ struct Held {
     tokens: usize,
     evicted: HashSet<String>,
     evicted_order: std::collections::VecDeque<String>,
+    /// Whether changes are noted for the next save ([`keep`]).
+    track: bool,
+    /// Conversations whose tokens or findings changed, or that went, since the last save.
+    changed: HashSet<String>,
+    /// Conversations used since the last save.
+    touched: HashSet<String>,
+    /// Forgotten-for-room marks set or dropped since the last save.
+    marks: HashSet<String>,
 }
 
 impl Held {
     /// The conversation `key`, opened if new (one forgotten to make room lost what tools
-    /// returned: its tool side starts full), used `now`.
+    /// returned: its tool side starts full), used `now`, about to change.
     fn open(&mut self, key: String, now: Instant) -> &mut Conversation {
         let forgotten = !self.map.contains_key(&key) && self.evicted.remove(&key);
+        if self.track {
+            if forgotten {
+                self.marks.insert(key.clone());
+            }
+            self.changed.insert(key.clone());
+        }
         let c = self.map.entry(key).or_insert_with(|| Conversation {
             user: Side::default(),
             tool: Side {
@@ -185,6 +205,13 @@ impl Held {
             && let Some(old) = self.evicted_order.pop_front()
         {
             self.evicted.remove(&old);
+            if self.track {
+                self.marks.insert(old);
+            }
+        }
+        if self.track {
+            self.changed.insert(k.clone());
+            self.marks.insert(k.clone());
         }
         if self.evicted.insert(k.clone()) {
             self.evicted_order.push_back(k);
@@ -206,6 +233,12 @@ const MAX_DECISIONS: usize = 65_536;
 struct Decisions {
     open: HashMap<String, Joined>,
     order: std::collections::VecDeque<String>,
+    /// The next binding's number (the order decisions are read back in).
+    seq: u64,
+    /// Whether changes are noted for the next save ([`keep`]).
+    track: bool,
+    /// Decisions bound, reported or forgotten since the last save.
+    dirty: HashSet<String>,
 }
 
 #[derive(Debug)]
@@ -214,13 +247,14 @@ struct Joined {
     tool: String,
     conv: Option<String>,
     reported: bool,
+    seq: u64,
 }
 
 /// Why a result cannot be joined to the decision it names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JoinError {
     /// No allowed decision of this principal has the id (never made, another principal's,
-    /// another sidecar's, or from before a restart or beyond the 65,536 most recent).
+    /// another sidecar's, beyond the 65,536 most recent, or made just before an unclean stop).
     Unknown,
     /// The decision allowed another tool (named).
     OtherTool(String),
@@ -232,9 +266,14 @@ pub enum JoinError {
 #[derive(Debug)]
 pub struct Memory {
     settings: Settings,
-    keys: RandomState,
+    keys: keep::Key,
     conversations: Mutex<Held>,
     decisions: Mutex<Decisions>,
+    /// Where it is kept across restarts (`None`: lost at exit).
+    shelf: Option<Arc<dyn Shelf>>,
+    /// One save at a time, so that an older state never lands after a newer one; with what
+    /// the start wrote but could not store (stored with the next save).
+    saving: Mutex<(Entries, Vec<Vec<u8>>)>,
 }
 
 /// Common English words (4 letters or more), one per line: typed by the user, one of these
@@ -285,13 +324,15 @@ impl Hashed {
 }
 
 impl Memory {
-    /// An empty memory with `settings`.
+    /// An empty memory with `settings`, kept nowhere (lost at exit; see [`Memory::open`]).
     pub fn new(settings: Settings) -> Memory {
         Memory {
             settings,
-            keys: RandomState::new(),
+            keys: keep::Key::ephemeral(),
             conversations: Mutex::new(Held::default()),
             decisions: Mutex::new(Decisions::default()),
+            shelf: None,
+            saving: Mutex::new((Vec::new(), Vec::new())),
         }
     }
 
@@ -306,7 +347,12 @@ impl Memory {
             && let Some(old) = d.order.pop_front()
         {
             d.open.remove(&old);
+            if d.track {
+                d.dirty.insert(old);
+            }
         }
+        let seq = d.seq;
+        d.seq += 1;
         d.open.insert(
             decision_id.to_owned(),
             Joined {
@@ -314,9 +360,13 @@ impl Memory {
                 tool: tool.to_owned(),
                 conv: conv.map(str::to_owned),
                 reported: false,
+                seq,
             },
         );
         d.order.push_back(decision_id.to_owned());
+        if d.track {
+            d.dirty.insert(decision_id.to_owned());
+        }
     }
 
     /// Joins the one result of `decision_id` (`principal`'s call of `tool`): the conversation
@@ -343,7 +393,11 @@ impl Memory {
             return Err(JoinError::Reported);
         }
         joined.reported = true;
-        Ok(joined.conv.clone())
+        let conv = joined.conv.clone();
+        if d.track {
+            d.dirty.insert(decision_id.to_owned());
+        }
+        Ok(conv)
     }
 
     /// Remembers `content` as tool output in the conversation `decision_id` was made in (a run
@@ -362,7 +416,11 @@ impl Memory {
                 return false;
             };
             joined.reported = true;
-            joined.conv.clone()
+            let conv = joined.conv.clone();
+            if d.track {
+                d.dirty.insert(decision_id.to_owned());
+            }
+            conv
         };
         if let Some(conv) = conv {
             self.record(principal, &conv, Source::Tool, content);
@@ -467,11 +525,11 @@ impl Memory {
             let tk = tokens(t, self.settings.min_chars);
             ids.extend(tk.ids.iter().map(|i| {
                 (
-                    i.tokens.iter().map(|s| self.keys.hash_one(s)).collect(),
-                    i.user_if.as_ref().map(|s| self.keys.hash_one(s)),
+                    i.tokens.iter().map(|s| self.keys.hash(s)).collect(),
+                    i.user_if.as_ref().map(|s| self.keys.hash(s)),
                 )
             }));
-            words.extend(tk.words.iter().map(|s| self.keys.hash_one(s)));
+            words.extend(tk.words.iter().map(|s| self.keys.hash(s)));
             rare |= tk.words.iter().any(|w| identifies(w));
             // Its canonical form: the tokens of a value with an invisible character or a
             // look-alike in it, as the text reads.
@@ -484,13 +542,13 @@ impl Memory {
             };
             folded.ids.extend(canonical.ids.iter().map(|i| {
                 (
-                    i.tokens.iter().map(|s| self.keys.hash_one(s)).collect(),
-                    i.user_if.as_ref().map(|s| self.keys.hash_one(s)),
+                    i.tokens.iter().map(|s| self.keys.hash(s)).collect(),
+                    i.user_if.as_ref().map(|s| self.keys.hash(s)),
                 )
             }));
             folded
                 .words
-                .extend(canonical.words.iter().map(|s| self.keys.hash_one(s)));
+                .extend(canonical.words.iter().map(|s| self.keys.hash(s)));
             folded.rare |= canonical.words.iter().any(|w| identifies(w));
             if budget == 0 {
                 break;
@@ -550,18 +608,28 @@ impl Memory {
         held.tokens += added;
     }
 
-    /// Drops expired conversations, then the least recently used while at the cap.
-    fn make_room(&self, held: &mut Held, now: Instant) {
+    /// Drops expired conversations.
+    fn expire(&self, held: &mut Held, now: Instant) {
         let ttl = self.settings.ttl;
         let mut dropped = 0;
-        held.map.retain(|_, c| {
+        let mut gone = Vec::new();
+        held.map.retain(|k, c| {
             let live = now.duration_since(c.used) < ttl;
             if !live {
                 dropped += c.tokens();
+                gone.push(k.clone());
             }
             live
         });
         held.tokens -= dropped;
+        if held.track {
+            held.changed.extend(gone);
+        }
+    }
+
+    /// Drops expired conversations, then the least recently used while at the cap.
+    fn make_room(&self, held: &mut Held, now: Instant) {
+        self.expire(held, now);
         while held.map.len() >= self.settings.max_conversations.max(1) && held.evict_oldest("") {}
     }
 
@@ -644,10 +712,14 @@ impl Memory {
         if touch {
             c.used = now;
         }
-        hashed
+        let origins = hashed
             .into_iter()
             .map(|(n, h)| (n.to_owned(), origin(c, &h)))
-            .collect()
+            .collect();
+        if touch && held.track {
+            held.touched.insert(key);
+        }
+        origins
     }
 
     /// How many conversations are held (for metrics and tests).

@@ -2,7 +2,8 @@
 //! `context.conversation` (kinds found, outputs with an injection finding and when the last
 //! one came). Kept per conversation beside provenance's tokens, with the same bounds.
 
-use std::time::Instant;
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 
 /// The category name that marks an injection finding.
 const INJECTION: &str = "injection";
@@ -11,10 +12,24 @@ const INJECTION: &str = "injection";
 #[derive(Debug, Default, Clone)]
 pub(super) struct Found {
     outputs: u64,
-    kinds: std::collections::BTreeSet<&'static str>,
+    kinds: BTreeSet<String>,
     injections: u64,
-    injection_kinds: std::collections::BTreeSet<&'static str>,
+    injection_kinds: BTreeSet<String>,
     last_injection: Option<Instant>,
+    /// Some outputs may be missing (read back after an unclean stop).
+    partial: bool,
+}
+
+/// [`Found`] as kept across a restart ([`super::keep`]): times as Unix milliseconds.
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub(super) struct KeptFound {
+    outputs: u64,
+    kinds: BTreeSet<String>,
+    injections: u64,
+    injection_kinds: BTreeSet<String>,
+    last_injection_ms: Option<u64>,
+    partial: bool,
 }
 
 /// `context.conversation`: what the gates found in the tool output of a call's conversation
@@ -23,18 +38,19 @@ pub(super) struct Found {
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Seen {
-    /// Toolgate holds this conversation: the call named one (`conv_id`) and it is neither
-    /// expired, forgotten to make room, nor from before a restart. When false every count is
-    /// 0, so a policy that trusts a clean conversation must also require `known`.
+    /// Toolgate holds all of this conversation: the call named one (`conv_id`), it is neither
+    /// expired nor forgotten to make room, and none of its outputs can be missing (as they can
+    /// be after an unclean stop). When false the counts are what toolgate holds (0 when
+    /// nothing), so a policy that trusts a clean conversation must also require `known`.
     pub known: bool,
     /// Tool outputs screened in the conversation.
     pub outputs: u64,
     /// Every detector kind and category found in them.
-    pub kinds: std::collections::BTreeSet<String>,
+    pub kinds: BTreeSet<String>,
     /// Outputs with at least one injection finding.
     pub injections: u64,
     /// The injection kinds found (`instruction-override`, `addressed-instruction`, …).
-    pub injection_kinds: std::collections::BTreeSet<String>,
+    pub injection_kinds: BTreeSet<String>,
     /// Whole seconds since the last output with an injection finding; absent when none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seconds_since_injection: Option<u64>,
@@ -43,7 +59,7 @@ pub struct Seen {
 impl Seen {
     /// Whether toolgate holds nothing of the conversation.
     pub fn is_unknown(&self) -> bool {
-        !self.known
+        *self == Seen::default()
     }
 }
 
@@ -51,27 +67,67 @@ impl Found {
     /// Adds what a gate found in one output (each finding's kind and category name).
     pub(super) fn add(&mut self, found: &[(&'static str, &'static str)], now: Instant) {
         self.outputs += 1;
-        self.kinds
-            .extend(found.iter().flat_map(|(kind, category)| [*kind, *category]));
+        for name in found.iter().flat_map(|(kind, category)| [*kind, *category]) {
+            if !self.kinds.contains(name) {
+                self.kinds.insert(name.to_owned());
+            }
+        }
         let injected = found.iter().filter(|(_, c)| *c == INJECTION);
         if injected.clone().next().is_some() {
             self.injections += 1;
             self.last_injection = Some(now);
-            self.injection_kinds.extend(injected.map(|(kind, _)| *kind));
+            for (kind, _) in injected {
+                if !self.injection_kinds.contains(*kind) {
+                    self.injection_kinds.insert((*kind).to_owned());
+                }
+            }
+        }
+    }
+
+    /// Marks it incomplete: outputs may be missing.
+    pub(super) fn mark_incomplete(&mut self) {
+        self.partial = true;
+    }
+
+    /// As kept: `now` is `wall` (Unix ms).
+    pub(super) fn kept(&self, now: Instant, wall: u64) -> KeptFound {
+        KeptFound {
+            outputs: self.outputs,
+            kinds: self.kinds.clone(),
+            injections: self.injections,
+            injection_kinds: self.injection_kinds.clone(),
+            last_injection_ms: self.last_injection.map(|t| {
+                let ago =
+                    u64::try_from(now.saturating_duration_since(t).as_millis()).unwrap_or(u64::MAX);
+                wall.saturating_sub(ago)
+            }),
+            partial: self.partial,
+        }
+    }
+
+    /// Read back from `kept`: `now` is `wall` (Unix ms).
+    pub(super) fn restored(kept: KeptFound, now: Instant, wall: u64) -> Found {
+        Found {
+            outputs: kept.outputs,
+            kinds: kept.kinds,
+            injections: kept.injections,
+            injection_kinds: kept.injection_kinds,
+            last_injection: kept.last_injection_ms.map(|ms| {
+                now.checked_sub(Duration::from_millis(wall.saturating_sub(ms)))
+                    .unwrap_or(now)
+            }),
+            partial: kept.partial,
         }
     }
 
     /// What policies see of it, `now`.
     pub(super) fn seen(&self, now: Instant) -> Seen {
-        let own = |s: &std::collections::BTreeSet<&'static str>| {
-            s.iter().map(|k| (*k).to_owned()).collect()
-        };
         Seen {
-            known: true,
+            known: !self.partial,
             outputs: self.outputs,
-            kinds: own(&self.kinds),
+            kinds: self.kinds.clone(),
             injections: self.injections,
-            injection_kinds: own(&self.injection_kinds),
+            injection_kinds: self.injection_kinds.clone(),
             seconds_since_injection: self
                 .last_injection
                 .map(|t| now.saturating_duration_since(t).as_secs()),
