@@ -50,6 +50,9 @@ pub struct Decision {
     pub detail: Option<String>,
     /// The request's W3C trace id, when it has one.
     pub otel_trace_id: Option<String>,
+    /// What the policies read besides the arguments (provenance, facts, findings,
+    /// conversation), values redacted.
+    pub inputs: Option<Box<serde_json::Value>>,
 }
 
 /// An approval created, approved, denied, expired, used or removed.
@@ -249,6 +252,7 @@ impl From<Event> for Entry {
                     duration_us: d.duration_us,
                     detail: d.detail,
                     otel_trace_id: d.otel_trace_id,
+                    inputs: d.inputs.map(|b| super::record::sorted(*b)),
                     sealed: Sealed,
                 }
             }

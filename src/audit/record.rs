@@ -73,6 +73,12 @@ pub struct Entry {
     pub duration_us: Option<u64>,
     /// Decision id, approval id or event id.
     pub id: String,
+    /// What the policies of a decision read besides its arguments and deployment data:
+    /// `provenance` (argument → origin), `facts` (argument → fact → value, strings redacted),
+    /// `findings` and `conversation`, each only when it says something. Never on records
+    /// written before it existed, so their hashes are unchanged.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub inputs: Option<serde_json::Value>,
     /// Agent loop iteration.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub iter: Option<i64>,
@@ -130,6 +136,7 @@ impl Entry {
             detail: None,
             duration_us: None,
             id: String::new(),
+            inputs: None,
             iter: None,
             kind: EntryKind::Decision,
             on_behalf_of: None,
@@ -447,6 +454,20 @@ fn canonical_entry(seq: u64, entry: &Entry) -> Vec<u8> {
     out
 }
 
+/// `value` with every object's members in key order, so that it serializes as
+/// [`canonical_json`] writes it (serde_json keeps insertion order here).
+pub fn sorted(value: Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mut members: Vec<(String, Value)> = map.into_iter().collect();
+            members.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Object(members.into_iter().map(|(k, v)| (k, sorted(v))).collect())
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(sorted).collect()),
+        other => other,
+    }
+}
+
 /// Canonical JSON: object keys sorted by their UTF-8 bytes, no insignificant white space,
 /// strings and numbers as serde_json writes them.
 pub fn canonical_json(value: &Value, out: &mut Vec<u8>) {
@@ -587,6 +608,9 @@ mod tests {
             trace_id: Some("t".into()),
             otel_trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
             iter: Some(-3),
+            inputs: Some(sorted(
+                serde_json::json!({"provenance": {"to": "tool", "body": "none"}}),
+            )),
             duration_us: Some(9),
             detail: Some("x".into()),
             sealed: Sealed,

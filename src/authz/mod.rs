@@ -10,7 +10,7 @@ mod cedar;
 mod explain;
 mod types;
 
-pub use explain::{ApprovalNeed, Check, Explanation, PolicyCheck, explain};
+pub use explain::{ApprovalNeed, Check, Explanation, Inputs, PolicyCheck, explain};
 pub use types::{
     Advice, AnomalyKind, AnomalyKinds, Call, Correlation, Findings, Outcome, Principal,
     PrincipalKind, Signals, Stage, Usage, Verdict,

@@ -129,7 +129,7 @@ pub async fn caller(state: &Gateway, credential: Credential<'_>) -> Result<Calle
     match who {
         Ok(who) => Ok(Caller { who, snap, started }),
         Err(Error::Unauthenticated(body)) => {
-            let entry = audit_entry(&body, None, None, started);
+            let entry = audit_entry(&body, None, None, started, None);
             let body = commit(state, *body, entry, started).await?;
             Err(Error::Unauthenticated(Box::new(body)))
         }
@@ -294,7 +294,8 @@ pub async fn decide_for(
         digest: &digest,
         preview: gated.preview,
     };
-    let entry = audit_entry(&body, Some(&who), Some(call_record), started);
+    let inputs = recorded_inputs(state, tool, &call, &signals);
+    let entry = audit_entry(&body, Some(&who), Some(call_record), started, inputs);
     let body = match planned {
         None => commit(state, body, entry, started).await?,
         Some(planned) => commit_with(state, body, entry, started, planned).await?,
@@ -511,7 +512,7 @@ async fn record_early(
         digest: &digest,
         preview: callgate::preview(state, &call.args),
     };
-    let entry = audit_entry(&body, Some(who), Some(call_record), started);
+    let entry = audit_entry(&body, Some(who), Some(call_record), started, None);
     commit(state, body, entry, started).await
 }
 
@@ -522,12 +523,83 @@ struct CallRecord<'a> {
     preview: String,
 }
 
+/// Most strings of one fact kept in a decision's record (then `+N more`).
+const RECORDED_FACT_ITEMS: usize = 16;
+
+/// What the policies of a decision read besides its arguments and the deployment data, for
+/// its audit record: provenance, facts, findings and the conversation's signals, each only
+/// when it says something (`None` when none does). Fact strings (addresses, hosts, programs)
+/// pass through the redactor, as the argument preview does; without detectors only their
+/// length is kept.
+fn recorded_inputs(
+    state: &Gateway,
+    tool: Option<&crate::tools::Tool>,
+    call: &crate::authz::Call,
+    signals: &crate::authz::Signals,
+) -> Option<serde_json::Value> {
+    use serde_json::{Map, Value};
+    let inputs = crate::authz::Inputs::of(tool, call, signals);
+    let redactor = state.gates.as_ref().map(|g| g.redactor());
+    let redact = |s: &str| match redactor {
+        Some(r) => r.redact(s),
+        None => format!("<str:{}>", s.chars().count()),
+    };
+    let mut out = Map::new();
+    if !inputs.provenance.is_empty() {
+        out.insert("provenance".into(), serde_json::json!(inputs.provenance));
+    }
+    if !inputs.facts.is_empty() {
+        let facts: Map<String, Value> = inputs
+            .facts
+            .iter()
+            .map(|(arg, facts)| {
+                let facts: Map<String, Value> = facts
+                    .iter()
+                    .map(|(name, v)| {
+                        let v = match v {
+                            crate::tools::FactValue::Bool(b) => Value::Bool(*b),
+                            crate::tools::FactValue::Set(items) => {
+                                let mut kept: Vec<Value> = items
+                                    .iter()
+                                    .take(RECORDED_FACT_ITEMS)
+                                    .map(|s| Value::String(redact(s)))
+                                    .collect();
+                                if items.len() > RECORDED_FACT_ITEMS {
+                                    kept.push(Value::String(format!(
+                                        "+{} more",
+                                        items.len() - RECORDED_FACT_ITEMS
+                                    )));
+                                }
+                                Value::Array(kept)
+                            }
+                        };
+                        ((*name).to_owned(), v)
+                    })
+                    .collect();
+                (arg.clone(), Value::Object(facts))
+            })
+            .collect();
+        out.insert("facts".into(), Value::Object(facts));
+    }
+    if !inputs.findings.is_empty() {
+        out.insert("findings".into(), serde_json::json!(inputs.findings));
+    }
+    if !inputs.conversation.is_unknown() {
+        out.insert(
+            "conversation".into(),
+            serde_json::json!(inputs.conversation),
+        );
+    }
+    (!out.is_empty()).then_some(Value::Object(out))
+}
+
 /// The audit entry for an answered decision.
 fn audit_entry(
     body: &DecisionBody,
     who: Option<&Principal>,
     record: Option<CallRecord<'_>>,
     started: std::time::Instant,
+    inputs: Option<serde_json::Value>,
 ) -> Entry {
     let call = record.as_ref().map(|r| r.call);
     Event::Decision(DecisionEvent {
@@ -558,6 +630,7 @@ fn audit_entry(
             (None, None) => None,
         },
         otel_trace_id: crate::telemetry::current().map(|t| t.trace_id),
+        inputs: inputs.map(Box::new),
     })
     .into()
 }

@@ -60,6 +60,9 @@ fn decision(n: u64) -> Entry {
         duration_us: Some(150 + n % 100),
         detail: None,
         otel_trace_id: None,
+        inputs: Some(Box::new(
+            serde_json::json!({"provenance": {"path": "none"}}),
+        )),
     })
     .into()
 }

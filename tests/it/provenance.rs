@@ -171,6 +171,38 @@ async fn provenance_facts_and_deployment_data_decide_a_mail_agent() {
         "{d}"
     );
     let approval_id = d["approval_id"].as_str().unwrap().to_owned();
+    // Its audit record says why, afterwards: the origin and facts the policy read, by
+    // argument, with the addresses themselves redacted.
+    let (status, page) = send(
+        &app,
+        "GET",
+        "/v1/audit?conv_id=c1&decision=pending_approval",
+        Some("demo-alice-token"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let record = page["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["entry"]["id"] == d["decision_id"])
+        .unwrap_or_else(|| panic!("no record of {d} in {page}"));
+    let inputs = &record["entry"]["inputs"];
+    assert_eq!(inputs["provenance"]["to"], "tool", "{inputs}");
+    assert_eq!(inputs["provenance"]["body"], "none", "{inputs}");
+    assert_eq!(
+        inputs["facts"]["to"]["domains"],
+        json!(["corp.example"]),
+        "{inputs}"
+    );
+    assert_eq!(inputs["facts"]["body"]["has_link"], false, "{inputs}");
+    let emails = inputs["facts"]["to"]["emails"].as_array().unwrap();
+    assert_eq!(emails.len(), 2, "{inputs}");
+    assert!(
+        !record.to_string().contains("eve@corp.example"),
+        "an address in clear: {record}"
+    );
     // A known contact, even one first seen in tool output, is fine.
     let d = authorize(&app, dev, &mail(&["ann@partner.example"], "notes", "c1")).await;
     assert_eq!(d["decision"], "allow", "{d}");

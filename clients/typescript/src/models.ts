@@ -173,6 +173,23 @@ export interface ErrorBody {
   suggestion: string;
 }
 
+/** Detector kinds and categories found in the arguments (context.findings). */
+export interface AuditEntryInputsFindings {
+  kinds?: Array<string>;
+  args?: Record<string, unknown>;
+}
+
+/** Decisions: what the policies read besides the arguments and the deployment data, as the decision saw it, each part present only when it says something. Fact strings are redacted; sets keep at most 16 items (then `+N more`). */
+export interface AuditEntryInputs {
+  /** Text argument → where its value came from (context.provenance). */
+  provenance?: Record<string, unknown>;
+  /** Argument → fact → value (context.facts), strings redacted. */
+  facts?: Record<string, unknown>;
+  /** Detector kinds and categories found in the arguments (context.findings). */
+  findings?: AuditEntryInputsFindings;
+  conversation?: ConversationSignals;
+}
+
 /** What one audit record says. Arguments are never stored in clear: a redacted preview and a digest stand in for them. */
 export interface AuditEntry {
   /** The arguments, redacted, strings cut to 200 characters. */
@@ -190,6 +207,8 @@ export interface AuditEntry {
   duration_us?: number;
   /** Decision id, approval id or event id. */
   id: string;
+  /** Decisions: what the policies read besides the arguments and the deployment data, as the decision saw it, each part present only when it says something. Fact strings are redacted; sets keep at most 16 items (then `+N more`). */
+  inputs?: AuditEntryInputs;
   /** Agent loop iteration. */
   iter?: number;
   kind: "decision" | "approval" | "reload" | "admin" | "anomaly" | "gate" | "result" | "execution";

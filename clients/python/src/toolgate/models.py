@@ -5,7 +5,7 @@ Generated from docs/openapi.json by clients/gen_models.py; do not edit by hand.
 
 from typing import Any, Literal, NotRequired, TypedDict
 
-__all__ = ["Risk", "Advice", "Rate", "Limits", "Violation", "DecisionGate", "Decision", "Approval", "ExecResultError", "ExecResultMetadata", "ExecResultOutput", "ExecResult", "Screened", "ErrorBody", "AuditEntry", "AuditRecord", "ResultReport", "AuditPage", "ApprovalList"]
+__all__ = ["Risk", "Advice", "Rate", "Limits", "Violation", "DecisionGate", "Decision", "Approval", "ExecResultError", "ExecResultMetadata", "ExecResultOutput", "ExecResult", "Screened", "ErrorBody", "AuditEntryInputsFindings", "AuditEntryInputs", "AuditEntry", "AuditRecord", "ResultReport", "AuditPage", "ApprovalList"]
 
 
 Risk = Literal['low', 'medium', 'high', 'critical']
@@ -185,6 +185,25 @@ class ErrorBody(TypedDict):
     suggestion: "str"
 
 
+class AuditEntryInputsFindings(TypedDict):
+    """Detector kinds and categories found in the arguments (context.findings)."""
+
+    kinds: NotRequired["list[str]"]
+    args: NotRequired["dict[str, Any]"]
+
+
+class AuditEntryInputs(TypedDict):
+    """Decisions: what the policies read besides the arguments and the deployment data, as the decision saw it, each part present only when it says something. Fact strings are redacted; sets keep at most 16 items (then `+N more`)."""
+
+    # Text argument → where its value came from (context.provenance).
+    provenance: NotRequired["dict[str, Any]"]
+    # Argument → fact → value (context.facts), strings redacted.
+    facts: NotRequired["dict[str, Any]"]
+    # Detector kinds and categories found in the arguments (context.findings).
+    findings: NotRequired["AuditEntryInputsFindings"]
+    conversation: NotRequired["ConversationSignals"]
+
+
 class AuditEntry(TypedDict):
     """What one audit record says. Arguments are never stored in clear: a redacted preview and a digest stand in for them."""
 
@@ -203,6 +222,8 @@ class AuditEntry(TypedDict):
     duration_us: NotRequired["int"]
     # Decision id, approval id or event id.
     id: "str"
+    # Decisions: what the policies read besides the arguments and the deployment data, as the decision saw it, each part present only when it says something. Fact strings are redacted; sets keep at most 16 items (then `+N more`).
+    inputs: NotRequired["AuditEntryInputs"]
     # Agent loop iteration.
     iter: NotRequired["int"]
     kind: "Literal['decision', 'approval', 'reload', 'admin', 'anomaly', 'gate', 'result', 'execution']"
