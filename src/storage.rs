@@ -233,11 +233,20 @@ const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// Opens the database, waiting up to [`LOCK_WAIT`] while its lock is held.
 fn open_waiting(config: &sled::Config, dir: &Path) -> Result<sled::Db, StorageError> {
     let deadline = std::time::Instant::now() + LOCK_WAIT;
+    let mut cleared = false;
     loop {
         match config.open() {
             Ok(db) => return Ok(db),
             Err(e) if lock_held(&e) && std::time::Instant::now() < deadline => {
                 std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            // A snapshot a full disk or a crash cut short: cleared once, then opened again.
+            Err(e)
+                if !lock_held(&e)
+                    && !cleared
+                    && !crate::audit::clear_snapshot_debris(dir).is_empty() =>
+            {
+                cleared = true;
             }
             Err(e) => return Err(open_failed(dir, &e)),
         }

@@ -45,6 +45,32 @@ fn sled_err(e: impl std::fmt::Display) -> StoreError {
     StoreError(e.to_string())
 }
 
+/// Removes what a snapshot sled did not finish leaves in `dir`: `snap.<lsn>.generating`,
+/// written before it is renamed into place. A full disk or a crash can leave one, empty or
+/// cut short, and sled 0.34 then reads it as the newest snapshot and refuses to open. It is
+/// never needed: the snapshot it would have replaced is still there, or sled rebuilds from
+/// its log. Call only when an open without the lock held failed. Returns the names removed.
+pub(crate) fn clear_snapshot_debris(dir: &std::path::Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("snap.")
+            && name.ends_with(".generating")
+            && std::fs::remove_file(entry.path()).is_ok()
+        {
+            tracing::warn!(
+                file = %entry.path().display(),
+                "removed an unfinished sled snapshot (left by a full disk or a crash) that kept the data directory from opening"
+            );
+            removed.push(name);
+        }
+    }
+    removed
+}
+
 /// sled's configuration for directory `dir` with a page cache of `cache_bytes`.
 pub(crate) fn sled_config(dir: &std::path::Path, cache_bytes: u64) -> sled::Config {
     sled::Config::new()
@@ -91,6 +117,7 @@ impl SledCell {
             .unwrap_or_else(PoisonError::into_inner);
         drop(self.db.swap(None));
         let start = Instant::now();
+        let mut cleared = false;
         loop {
             match sled_config(dir, *cache).open() {
                 Ok(db) => {
@@ -102,6 +129,10 @@ impl SledCell {
                 Err(e) if lock_held(&e) && start.elapsed() < RELEASE_WAIT => {
                     tracing::debug!(error = %e, "waiting for the old database to close");
                     std::thread::sleep(Duration::from_millis(20));
+                }
+                // A snapshot the failure cut short: cleared once, then opened again.
+                Err(e) if !lock_held(&e) && !cleared && !clear_snapshot_debris(dir).is_empty() => {
+                    cleared = true;
                 }
                 Err(e) => {
                     return Err(StoreError(format!(

@@ -189,36 +189,72 @@ fn decode_payload(payload: &[u8]) -> Option<Frame> {
     })
 }
 
+/// The frame at the start of `bytes` and its length in bytes, if one is there whole and
+/// checks (magic, length, CRC, parts).
+fn decode_one(bytes: &[u8]) -> Option<(Frame, usize)> {
+    let mut c = Cursor(bytes);
+    let (magic, len, crc) = (c.take(4)?, c.u32()?, c.u32()?);
+    let len = usize::try_from(len).ok()?;
+    if magic != MAGIC || len > MAX_PAYLOAD {
+        return None;
+    }
+    let payload = c.take(len)?;
+    if crc32fast::hash(payload) != crc {
+        return None;
+    }
+    Some((decode_payload(payload)?, 12 + len))
+}
+
 /// The valid frames at the start of `bytes`, and where they end.
 fn decode_all(bytes: &[u8]) -> (Vec<Frame>, usize) {
     let mut frames = Vec::new();
     let mut at = 0usize;
-    while let Some(rest) = bytes.get(at..) {
-        let mut c = Cursor(rest);
-        let (Some(magic), Some(len), Some(crc)) = (c.take(4), c.u32(), c.u32()) else {
-            break;
-        };
-        let Ok(len) = usize::try_from(len) else { break };
-        if magic != MAGIC || len > MAX_PAYLOAD {
-            break;
-        }
-        let Some(payload) = c.take(len) else { break };
-        if crc32fast::hash(payload) != crc {
-            break;
-        }
-        let Some(frame) = decode_payload(payload) else {
-            break;
-        };
+    while let Some((frame, len)) = bytes.get(at..).and_then(decode_one) {
         frames.push(frame);
-        at += 12 + len;
+        at += len;
     }
     (frames, at)
 }
 
+/// Damage inside the ledger: a frame that does not check, with valid frames after it. A
+/// crash tears only the frame being written, the last one, so this is not a torn write.
+#[derive(Debug)]
+pub(crate) struct Damage {
+    /// Where the bad frame starts (byte offset).
+    pub at: u64,
+    /// The valid frames found after it, in order.
+    pub after: Vec<Frame>,
+}
+
+/// The valid frames found in `bytes` past `from` (where the valid run stopped), by
+/// looking for each frame magic and decoding from there.
+fn frames_after(bytes: &[u8], from: usize) -> Vec<Frame> {
+    let mut found = Vec::new();
+    let mut at = from + 1;
+    while let Some(rest) = bytes.get(at..) {
+        let Some(i) = rest.windows(MAGIC.len()).position(|w| w == MAGIC) else {
+            break;
+        };
+        at += i;
+        match bytes.get(at..).and_then(decode_one) {
+            Some((frame, len)) => {
+                found.push(frame);
+                at += len;
+            }
+            None => at += 1,
+        }
+    }
+    found
+}
+
 impl Ledger {
-    /// Opens (creating) `<dir>/ledger/wal` and reads its valid frames. A damaged tail is cut
-    /// off (durably) so that new frames follow the last valid one.
-    pub(crate) fn open(data_dir: &Path) -> Result<(Ledger, Vec<Frame>), StoreError> {
+    /// Opens (creating) `<dir>/ledger/wal` and reads its valid frames. A torn tail (the last
+    /// frame, cut short or not checking, with no valid frame after it) is cut off (durably)
+    /// so that new frames follow the last valid one. A bad frame with valid frames after it is
+    /// [`Damage`], returned for the caller to judge, and nothing is cut.
+    pub(crate) fn open(
+        data_dir: &Path,
+    ) -> Result<(Ledger, Vec<Frame>, Option<Damage>), StoreError> {
         let dir = data_dir.join("ledger");
         std::fs::create_dir_all(&dir).map_err(|e| io_err("cannot create", &dir, e))?;
         let path = dir.join("wal");
@@ -237,9 +273,18 @@ impl Ledger {
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)
             .map_err(|e| io_err("cannot read", &path, e))?;
-        let (frames, valid) = decode_all(&bytes);
-        let valid = valid as u64;
-        if valid < bytes.len() as u64 {
+        let (frames, valid_end) = decode_all(&bytes);
+        let mut valid = valid_end as u64;
+        let after = if valid_end < bytes.len() {
+            frames_after(&bytes, valid_end)
+        } else {
+            Vec::new()
+        };
+        let damage = (!after.is_empty()).then_some(Damage { at: valid, after });
+        if damage.is_some() {
+            // Kept whole: the frames after the damage may be needed, and the caller decides.
+            valid = bytes.len() as u64;
+        } else if valid < bytes.len() as u64 {
             tracing::warn!(
                 ledger = %path.display(),
                 kept = valid,
@@ -265,6 +310,7 @@ impl Ledger {
                 outage,
             },
             frames,
+            damage,
         ))
     }
 
@@ -423,7 +469,7 @@ mod tests {
             Effect::remove("grants", b"g1".to_vec()),
         ];
         {
-            let (mut l, frames) = Ledger::open(dir.path()).unwrap();
+            let (mut l, frames, _) = Ledger::open(dir.path()).unwrap();
             assert!(frames.is_empty());
             l.append(&encode(1, 3, b"block-1", &effects).unwrap())
                 .unwrap();
@@ -433,7 +479,8 @@ mod tests {
             let torn = encode(5, 9, b"block-3", &[]).unwrap();
             l.file.write_all_at(&torn[..torn.len() - 3], l.len).unwrap();
         }
-        let (l, frames) = Ledger::open(dir.path()).unwrap();
+        let (l, frames, damage) = Ledger::open(dir.path()).unwrap();
+        assert!(damage.is_none(), "a torn tail is not damage");
         assert_eq!(frames.len(), 2);
         assert_eq!((frames[0].first, frames[0].last), (1, 3));
         assert_eq!(frames[0].block, b"block-1");
@@ -446,18 +493,38 @@ mod tests {
     }
 
     #[test]
-    fn a_flipped_bit_ends_the_valid_frames() {
+    fn a_flipped_bit_in_the_last_frame_is_a_torn_tail_and_before_it_damage() {
         let dir = tempfile::tempdir().unwrap();
+        let flip = |l: &Ledger, at: u64| {
+            let mut byte = [0u8];
+            l.file.read_exact_at(&mut byte, at).unwrap();
+            l.file.write_all_at(&[byte[0] ^ 1], at).unwrap();
+        };
         {
-            let (mut l, _) = Ledger::open(dir.path()).unwrap();
+            let (mut l, _, _) = Ledger::open(dir.path()).unwrap();
             l.append(&encode(1, 1, b"one", &[]).unwrap()).unwrap();
             let second = l.len();
             l.append(&encode(2, 2, b"two", &[]).unwrap()).unwrap();
-            let mut byte = [0u8];
-            l.file.read_exact_at(&mut byte, second + 20).unwrap();
-            l.file.write_all_at(&[byte[0] ^ 1], second + 20).unwrap();
+            flip(&l, second + 20);
         }
-        let (_, frames) = Ledger::open(dir.path()).unwrap();
+        let (l, frames, damage) = Ledger::open(dir.path()).unwrap();
         assert_eq!(frames.len(), 1);
+        assert!(damage.is_none());
+        // The same flip with frames after it: damage, named, with what follows, kept whole.
+        let mut l = l;
+        let second = l.len();
+        l.append(&encode(2, 2, b"two", &[]).unwrap()).unwrap();
+        l.append(&encode(3, 5, b"three", &[]).unwrap()).unwrap();
+        l.append(&encode(6, 6, b"six", &[]).unwrap()).unwrap();
+        flip(&l, second + 20);
+        let size = l.len();
+        drop(l);
+        let (l, frames, damage) = Ledger::open(dir.path()).unwrap();
+        assert_eq!(frames.len(), 1);
+        let damage = damage.expect("damage before valid frames");
+        assert_eq!(damage.at, second);
+        let after: Vec<(u64, u64)> = damage.after.iter().map(|f| (f.first, f.last)).collect();
+        assert_eq!(after, [(3, 5), (6, 6)]);
+        assert_eq!(l.len(), size, "nothing is cut");
     }
 }

@@ -15,7 +15,7 @@ mod store;
 mod verify;
 mod writer;
 
-pub(crate) use cell::{SledCell, lock_held, sled_config};
+pub(crate) use cell::{SledCell, clear_snapshot_debris, lock_held, sled_config};
 pub use event::{
     Approval as ApprovalEvent, CallFacts, Decision as DecisionEvent, Event,
     Execution as ExecutionEvent, Operator, Screened, Sidecar,

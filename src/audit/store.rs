@@ -90,6 +90,13 @@ pub trait AuditStore: Send + Sync {
     fn outage(&self) -> Option<String>;
     /// The newest record.
     fn last(&self) -> Result<Option<Record>, StoreError>;
+    /// The newest record written, readable from the store yet or not: where the next batch
+    /// continues after a failed one. With a ledger it is the ledger's, whose frames are
+    /// applied to the store at recovery (an acknowledged batch the store failed to apply is
+    /// there): continuing from the store instead would number the next batch over it.
+    fn head_record(&self) -> Result<Option<Record>, StoreError> {
+        self.last()
+    }
     /// Stored records in key order, from the first storage unit (sled: block) whose key is at
     /// or above `from_unit`, each with its unit, the position it is stored under and the record
     /// (or why its bytes do not parse). Units come whole, so a page may run past `limit` to the
@@ -215,6 +222,9 @@ pub(crate) struct SledAudit {
     next_reopen: std::sync::Mutex<Option<std::time::Instant>>,
     /// The ledger and the outage note; none for a temporary store.
     ledger: Option<std::sync::Mutex<Ledger>>,
+    /// The newest sequence number written (to the ledger, applied or not): a batch that
+    /// would number a record at or below it is refused, so no record is ever written over.
+    written: std::sync::atomic::AtomicU64,
     /// Free bytes the store leaves on its file system: below this a batch is refused before
     /// anything is written, so that neither the ledger nor sled ever meets a full disk (sled
     /// 0.34 cannot go on after a failed write until it is reopened).
@@ -278,6 +288,7 @@ impl SledAudit {
             next_reopen: std::sync::Mutex::new(None),
             applying: std::sync::Mutex::new(()),
             ledger: None,
+            written: std::sync::atomic::AtomicU64::new(0),
             reserve: 0,
         })
     }
@@ -295,10 +306,43 @@ impl SledAudit {
     ) -> Result<Self, StoreError> {
         let mut store = SledAudit::new(cell)?;
         store.reserve = reserve;
-        let (mut ledger, frames) = Ledger::open(dir)?;
+        let (mut ledger, frames, damage) = Ledger::open(dir)?;
+        if let Some(damage) = damage {
+            store.judge(dir, &damage)?;
+        }
         store.replay(&mut ledger, frames)?;
         store.ledger = Some(std::sync::Mutex::new(ledger));
         Ok(store)
+    }
+
+    /// Whether the store can start over a ledger damaged before its end: only when sled holds
+    /// every record of the frames after the damage (so the bad frame's too, which comes before
+    /// them). Else it refuses, naming the frame: starting would leave a hole in the log, or
+    /// apply a forged or damaged frame.
+    fn judge(&self, dir: &std::path::Path, damage: &ledger::Damage) -> Result<(), StoreError> {
+        let mut stored = self.last()?.map_or(0, |r| r.seq);
+        if let Some(cp) = self.checkpoint()? {
+            stored = stored.max(cp.seq);
+        }
+        let next = damage.after.first().map_or(0, |f| f.first);
+        let needed = damage.after.iter().map(|f| f.last).max().unwrap_or(0);
+        let wal = dir.join("ledger").join("wal");
+        if needed <= stored {
+            tracing::warn!(
+                ledger = %wal.display(),
+                at = damage.at,
+                stored,
+                "the ledger is damaged at byte {} (a frame that does not check, with valid frames after it), but the store already holds every record after it; the ledger is emptied",
+                damage.at
+            );
+            return Ok(());
+        }
+        Err(StoreError(format!(
+            "the audit ledger {} is damaged at byte {}: the frame there does not check, and {} valid frames follow it (records {next} to {needed}), so this is not a write a crash cut short. The store holds records through {stored} only, so starting would leave a hole in the log or apply a damaged frame, and toolgate refuses. Keep a copy of the data directory. To start anyway, move ledger/wal aside: the records after {stored} are then lost, and `toolgate audit verify` reports the cut",
+            wal.display(),
+            damage.at,
+            damage.after.len(),
+        )))
     }
 
     /// Applies the ledger's frames that sled lacks, makes sled durable, and empties the
@@ -339,6 +383,7 @@ impl SledAudit {
             head = last;
             replayed += 1;
         }
+        self.written.fetch_max(head, Ordering::Relaxed);
         if replayed > 0 {
             tracing::warn!(
                 batches = replayed,
@@ -479,13 +524,27 @@ impl SledAudit {
         fail::fail_point!("ledger-write-error", !effects.is_empty(), |_| Err(
             StoreError("injected failure (TOOLGATE_FAILPOINTS)".to_owned())
         ));
+        let written = self.written.load(Ordering::Relaxed);
+        if first <= written {
+            return Err(StoreError(format!(
+                "a batch from record {first} would write over records the log holds (through {written}); refused, and the writer continues after them"
+            )));
+        }
         let mark = ledger.len();
         ledger.append(&ledger::encode(first, last, &block, effects)?)?;
+        // From here the frame may be in the ledger, and so applied at recovery, until it is
+        // cut back.
+        self.written.store(last, Ordering::Relaxed);
+        let cut_back = |ledger: &mut Ledger| {
+            if ledger.truncate(mark).is_ok() {
+                self.written.store(written, Ordering::Relaxed);
+            }
+        };
         fail::fail_point!("ledger-appended", !effects.is_empty(), |_| {
             std::process::abort()
         });
         if durable && let Err(e) = ledger.sync() {
-            let _ = ledger.truncate(mark);
+            cut_back(&mut ledger);
             return Err(e);
         }
         fail::fail_point!("ledger-synced", !effects.is_empty(), |_| {
@@ -513,7 +572,7 @@ impl SledAudit {
                 return Ok(());
             }
             // Not in the store, so not in the ledger either: nothing happened.
-            let _ = ledger.truncate(mark);
+            cut_back(&mut ledger);
             return Err(e);
         }
         if ledger.len() > LEDGER_LIMIT {
@@ -661,6 +720,28 @@ fn postings(batch: &[Record]) -> BTreeMap<(&'static str, &str), Vec<u8>> {
 }
 
 impl AuditStore for SledAudit {
+    fn head_record(&self) -> Result<Option<Record>, StoreError> {
+        if let Some(ledger) = &self.ledger {
+            let frames = ledger
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .frames()?;
+            // The ledger holds every batch since it was last emptied, in order.
+            if let Some(frame) = frames.last() {
+                return match Block::decode(&log_key(frame.first), &frame.block)
+                    .records
+                    .pop()
+                {
+                    Some(r) => r.map(Some).map_err(|e| {
+                        StoreError(format!("the ledger's newest record does not parse: {e}"))
+                    }),
+                    None => Err(StoreError("the ledger's newest frame is empty".to_owned())),
+                };
+            }
+        }
+        self.last()
+    }
+
     fn append(
         &self,
         batch: &[Record],

@@ -478,6 +478,20 @@ fn rule_words(rule: &Retention) -> Vec<String> {
     words
 }
 
+/// [`current_head`] of every record written ([`AuditStore::head_record`]).
+fn written_head(store: &dyn AuditStore) -> Result<Head, StoreError> {
+    Ok(match store.head_record()? {
+        Some(r) => Head {
+            seq: r.seq,
+            hash: r.hash,
+        },
+        None => Head {
+            seq: 0,
+            hash: GENESIS.to_owned(),
+        },
+    })
+}
+
 fn current_head(store: &dyn AuditStore) -> Result<Head, StoreError> {
     Ok(match store.last()? {
         Some(r) => Head {
@@ -736,8 +750,13 @@ impl Writer {
                 *self.outage.borrow_mut() = Some(outage);
                 tracing::error!(error = %e, records = records.len(), "audit batch not stored; denying until it recovers");
                 s.failure = Some(e.to_string());
-                // The batch may or may not have reached the store: continue from what is there.
-                if let Ok(head) = current_head(store) {
+                // The batch may or may not have been written (a frame the ledger could not cut
+                // back is applied at recovery): continue past the newest record written, the
+                // ledger's, never from the store alone, which may lack an acknowledged batch
+                // it failed to apply. Sequence numbers never go back.
+                if let Ok(head) = written_head(store)
+                    && head.seq >= s.head.seq
+                {
                     s.head = head;
                 }
             }
@@ -751,5 +770,129 @@ impl Writer {
                 let _ = ack.send(result.clone().map(|()| first + end as u64 - 1));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::audit::record::{Checkpoint, Record};
+    use crate::audit::store::{Query, Stored};
+
+    /// A store whose first batch reaches the ledger (and is acknowledged) but not the tree,
+    /// whose second write fails outright, and which refuses any batch that would number a
+    /// record the ledger already holds.
+    #[derive(Default)]
+    struct Lagging {
+        ledger: Mutex<Vec<Record>>,
+        tree: Mutex<Vec<Record>>,
+        writes: Mutex<u32>,
+        overwrites: Mutex<Vec<u64>>,
+    }
+
+    impl AuditStore for Lagging {
+        fn append(&self, _: &[Record], _: &[Effect], _: bool) -> Result<(), StoreError> {
+            Err(StoreError("not used".into()))
+        }
+        fn append_early(
+            &self,
+            batch: &[Record],
+            _: &[Effect],
+            _: bool,
+            on_durable: &mut dyn FnMut(),
+        ) -> Result<(), StoreError> {
+            let mut writes = self.writes.lock().unwrap();
+            *writes += 1;
+            let mut ledger = self.ledger.lock().unwrap();
+            let newest = ledger.last().map_or(0, |r| r.seq);
+            if batch[0].seq <= newest {
+                self.overwrites.lock().unwrap().push(batch[0].seq);
+            }
+            match *writes {
+                // Durable in the ledger, answered, then the tree's write fails.
+                1 => {
+                    ledger.extend_from_slice(batch);
+                    on_durable();
+                    Ok(())
+                }
+                2 => Err(StoreError("no space left on device".into())),
+                _ => {
+                    ledger.extend_from_slice(batch);
+                    self.tree.lock().unwrap().extend_from_slice(batch);
+                    on_durable();
+                    Ok(())
+                }
+            }
+        }
+        fn apply(&self, _: &[Effect]) -> Result<(), StoreError> {
+            Ok(())
+        }
+        fn sync(&self) -> Result<(), StoreError> {
+            Ok(())
+        }
+        fn note_outage(&self, _: Option<&str>) -> Result<(), StoreError> {
+            Ok(())
+        }
+        fn outage(&self) -> Option<String> {
+            None
+        }
+        fn last(&self) -> Result<Option<Record>, StoreError> {
+            Ok(self.tree.lock().unwrap().last().cloned())
+        }
+        fn head_record(&self) -> Result<Option<Record>, StoreError> {
+            Ok(self.ledger.lock().unwrap().last().cloned())
+        }
+        fn scan(&self, _: u64, _: usize) -> Result<Vec<Stored>, StoreError> {
+            Ok(Vec::new())
+        }
+        fn query(&self, _: &Query) -> Result<Vec<Record>, StoreError> {
+            Ok(Vec::new())
+        }
+        fn cut_point(&self, _: Option<u64>, _: Option<u64>) -> Result<Option<Record>, StoreError> {
+            Ok(None)
+        }
+        fn cut(&self, _: &Checkpoint) -> Result<u64, StoreError> {
+            Ok(0)
+        }
+        fn checkpoint(&self) -> Result<Option<Checkpoint>, StoreError> {
+            Ok(None)
+        }
+    }
+
+    fn note(n: u32) -> Entry {
+        Event::Sidecar(Sidecar {
+            kind: EntryKind::Admin,
+            decision: format!("note-{n}"),
+            ..Sidecar::default()
+        })
+        .into()
+    }
+
+    #[tokio::test]
+    async fn after_a_failed_batch_numbering_continues_past_the_ledger_not_the_store() {
+        let store = Arc::new(Lagging::default());
+        let audit = Audit::start(store.clone(), Chain::plain(), Durability::Group).unwrap();
+        audit.record(note(1)).await.unwrap();
+        assert!(audit.record(note(2)).await.is_err());
+        audit.record(note(3)).await.unwrap();
+        audit.close();
+        assert!(
+            store.overwrites.lock().unwrap().is_empty(),
+            "batches numbered over acknowledged records: {:?}",
+            store.overwrites.lock().unwrap()
+        );
+        let seqs: Vec<u64> = store.ledger.lock().unwrap().iter().map(|r| r.seq).collect();
+        // The acknowledged first record, the outage note, the third.
+        assert_eq!(seqs, [1, 2, 3]);
+        let decisions: Vec<String> = store
+            .ledger
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| r.entry.decision.clone())
+            .collect();
+        assert_eq!(decisions, ["note-1", "audit_failure", "note-3"]);
     }
 }

@@ -220,3 +220,62 @@ fn kill_9_under_load_loses_no_acknowledged_record() {
         "the load never got through"
     );
 }
+
+/// A full disk under load, with no reserve (`reserve_mb = 0`, so sled itself meets the full
+/// disk, as it does when another process takes the space), then kill -9 while it is full:
+/// every acknowledged decision and approval is in the log afterwards, the chain verifies,
+/// and no sequence number was used twice (an acknowledged batch the store failed to apply is
+/// kept, not written over).
+#[test]
+fn a_full_disk_under_load_loses_no_acknowledged_record() {
+    let set = TempSet::new();
+    let data = set.dir.path().join("data");
+    let Some(disk) = crate::durability::SmallDisk::mount(&data, 64) else {
+        eprintln!(
+            "SKIPPED: cannot mount a tmpfs at {} (needs root)",
+            data.display()
+        );
+        assert!(
+            std::env::var_os("TOOLGATE_REQUIRE_ROOT_TESTS").is_none(),
+            "TOOLGATE_REQUIRE_ROOT_TESTS is set but the tmpfs could not be mounted"
+        );
+        return;
+    };
+    let config = "[audit]\nreserve_mb = 0";
+    let acked = Arc::new(Mutex::new(Acked::default()));
+    for cycle in 0..3u64 {
+        let mut server = crate::process::start_with(&set, config);
+        let stop = Arc::new(AtomicBool::new(false));
+        let clients: Vec<_> = (0..4)
+            .map(|c| {
+                let (stop, acked, port) = (stop.clone(), acked.clone(), server.port);
+                std::thread::spawn(move || client(port, 100 + cycle * 10 + c, &stop, &acked))
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        // Full, then space again while the load goes on, then full again and killed.
+        disk.fill_up();
+        std::thread::sleep(Duration::from_millis(700));
+        disk.free();
+        std::thread::sleep(Duration::from_millis(1500));
+        disk.fill_up();
+        std::thread::sleep(Duration::from_millis(400));
+        server.child.kill().unwrap();
+        server.child.wait().unwrap();
+        stop.store(true, Ordering::Relaxed);
+        for c in clients {
+            c.join().unwrap();
+        }
+        drop(server);
+        disk.free();
+        let (_, lost) = check(&set, &acked.lock().unwrap());
+        assert_eq!(lost, 0, "cycle {cycle}: acknowledged decisions lost");
+    }
+    let acked = acked.lock().unwrap();
+    eprintln!(
+        "full disk under load: {} acknowledged decisions, {} approvals, 0 lost",
+        acked.decisions.len(),
+        acked.approvals.len()
+    );
+    assert!(acked.decisions.len() > 30, "the load never got through");
+}

@@ -287,12 +287,12 @@ fn buffered_mode_keeps_every_answered_decision_through_a_sigterm() {
 }
 
 /// A small file system for the data directory (tmpfs, so root is needed to mount it).
-struct SmallDisk {
+pub(crate) struct SmallDisk {
     dir: std::path::PathBuf,
 }
 
 impl SmallDisk {
-    fn mount(at: &Path, mib: u64) -> Option<SmallDisk> {
+    pub(crate) fn mount(at: &Path, mib: u64) -> Option<SmallDisk> {
         std::fs::create_dir_all(at).unwrap();
         let ok = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
@@ -305,7 +305,7 @@ impl SmallDisk {
     }
 
     /// Fills the disk until `leave` bytes are free.
-    fn fill(&self, leave: u64) {
+    pub(crate) fn fill(&self, leave: u64) {
         // The sidecar writes to the same disk meanwhile: a filler that no longer fits is
         // measured and written again.
         for _ in 0..5 {
@@ -323,7 +323,21 @@ impl SmallDisk {
         panic!("the disk could not be filled to {leave} bytes free");
     }
 
-    fn free(&self) {
+    /// Takes every free byte, as another process writing until ENOSPC would.
+    pub(crate) fn fill_up(&self) {
+        use std::io::Write as _;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("filler"))
+            .unwrap();
+        for chunk in [1 << 20, 4096, 1] {
+            let bytes = vec![0u8; chunk];
+            while f.write_all(&bytes).is_ok() {}
+        }
+    }
+
+    pub(crate) fn free(&self) {
         std::fs::remove_file(self.dir.join("filler")).unwrap();
     }
 }
@@ -475,4 +489,144 @@ fn full_disk(reserve_mb: u64, leave: u64, why: &str) {
     assert_eq!(ready(port)["ready"], true);
     drop(server);
     drop(disk);
+}
+
+/// A snapshot sled did not finish (an empty `snap.*.generating`, as a full disk during a
+/// snapshot leaves) no longer keeps the data directory shut: the offline `audit verify` and
+/// `serve` remove it, say so, and open the store with every record in it.
+#[test]
+fn an_unfinished_sled_snapshot_does_not_keep_the_store_shut() {
+    let set = TempSet::new();
+    let server = start_with(&set, "");
+    let (status, d) = exchange(
+        server.port,
+        "POST",
+        "/v1/authorize",
+        Some(DEV),
+        Some(&allow_call(1)),
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{d}");
+    sigterm_and_wait(server);
+    let data = set.dir.path().join("data");
+    let debris = data.join("snap.7FFFFFFFFFFFFFFF.generating");
+    std::fs::write(&debris, b"").unwrap();
+    // sled itself refuses the directory as it is.
+    assert!(
+        sled::Config::new().path(&data).open().is_err(),
+        "sled opened a directory with an empty unfinished snapshot"
+    );
+    let out = toolgate()
+        .current_dir(set.dir.path())
+        .args(["audit", "verify", "--data-dir", "data"])
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("unfinished sled snapshot"), "{said}");
+    assert!(!debris.exists());
+    // And serve, the same.
+    std::fs::write(&debris, b"").unwrap();
+    let server = start_with(&set, "");
+    let log = std::fs::read_to_string(set.dir.path().join("serve.log")).unwrap();
+    assert!(log.contains("unfinished sled snapshot"), "{log}");
+    let (status, page) = exchange(
+        server.port,
+        "GET",
+        "/v1/audit?decision=allow",
+        Some(ALICE),
+        None,
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["entry"]["id"] == d["decision_id"]),
+        "{page}"
+    );
+}
+
+/// One damaged byte in the middle of the ledger is not a torn tail. With the store lacking
+/// the records after it (a kill -9 before sled's flush), `serve` refuses to start and
+/// `audit verify` names the byte; nothing is cut. A torn last frame is still cut off with a
+/// warning, and the sidecar starts.
+#[test]
+fn a_damaged_ledger_frame_is_refused_and_named_but_a_torn_tail_is_cut() {
+    let set = TempSet::new();
+    let server = start_with(&set, "");
+    for i in 0..20 {
+        let (status, d) = exchange(
+            server.port,
+            "POST",
+            "/v1/authorize",
+            Some(DEV),
+            Some(&allow_call(i)),
+        )
+        .unwrap();
+        assert_eq!(status, 200, "{d}");
+    }
+    drop(server); // SIGKILL: the records are in the ledger, not yet in sled's files
+    let wal = set.dir.path().join("data/ledger/wal");
+    let original = std::fs::read(&wal).unwrap();
+    let frame_len =
+        |at: usize| 12 + u32::from_le_bytes(original[at + 4..at + 8].try_into().unwrap()) as usize;
+    let second = frame_len(0);
+    assert!(
+        original.len() > second + frame_len(second) + 12,
+        "too few frames in the ledger"
+    );
+    let mut damaged = original.clone();
+    damaged[second + 20] ^= 0x01;
+    std::fs::write(&wal, &damaged).unwrap();
+
+    let out = toolgate()
+        .current_dir(set.dir.path())
+        .args(["audit", "verify", "--data-dir", "data"])
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success(),
+        "verify passed a damaged ledger: {said}"
+    );
+    assert!(
+        said.contains(&format!("damaged at byte {second}")),
+        "{said}"
+    );
+    let refused = crate::process::serve_refuses(&set, "");
+    assert!(
+        refused.contains(&format!("damaged at byte {second}")),
+        "{refused}"
+    );
+    assert_eq!(
+        std::fs::read(&wal).unwrap(),
+        damaged,
+        "the damaged ledger was changed"
+    );
+
+    // A torn last frame (a crash in the middle of a write) is cut, and the rest applied.
+    let mut torn = original.clone();
+    torn.truncate(original.len() - 5);
+    std::fs::write(&wal, &torn).unwrap();
+    let server = start_with(&set, "");
+    let log = std::fs::read_to_string(set.dir.path().join("serve.log")).unwrap();
+    assert!(log.contains("torn or damaged frame"), "{log}");
+    let (status, page) = exchange(
+        server.port,
+        "GET",
+        "/v1/audit?decision=allow&limit=100",
+        Some(ALICE),
+        None,
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{page}");
+    assert!(page["records"].as_array().unwrap().len() >= 19, "{page}");
 }
