@@ -419,6 +419,9 @@ pub struct Approvals {
     arguments: Mutex<Arguments>,
     /// Pending approvals already reminded of (half their time to live passed).
     reminded: Mutex<std::collections::HashSet<String>>,
+    /// Woken when a new approval is stored or its place given back: identical calls made
+    /// while it was being stored wait on it ([`Approvals::settled`]).
+    settled: tokio::sync::Notify,
 }
 
 /// Most approvals whose arguments are kept for approvers (oldest forgotten first).
@@ -473,7 +476,28 @@ impl Approvals {
             webhook: None,
             arguments: Mutex::default(),
             reminded: Mutex::default(),
+            settled: tokio::sync::Notify::new(),
         })
+    }
+
+    /// Whether approval `id`, which [`Approvals::open`] gave an identical call while it was
+    /// still being stored, is stored now: waits (up to `limit`) until it is, or until its
+    /// place was given back because storing it failed (`false`, as is running out of time).
+    /// An approval is named to a caller only once it exists.
+    pub async fn settled(&self, id: &str, limit: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let woken = self.settled.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if self.waiting().reserved(id).is_none() {
+                // Stored (pending, or decided since), or given back.
+                return self.store.get(id).ok().flatten().is_some();
+            }
+            if tokio::time::timeout_at(deadline, woken).await.is_err() {
+                return false;
+            }
+        }
     }
 
     /// Keeps the arguments of approval `id` as approvers see them (secrets already masked).
@@ -682,6 +706,9 @@ impl Approvals {
         } else if planned.opened {
             self.waiting().stored(&a.id);
         }
+        if planned.opened {
+            self.settled.notify_waiters();
+        }
         let before = if planned.opened {
             None
         } else {
@@ -760,6 +787,7 @@ impl Approvals {
     pub fn abandon(&self, planned: Planned) {
         if planned.opened {
             self.waiting().remove(&planned.approval.id);
+            self.settled.notify_waiters();
         }
     }
 

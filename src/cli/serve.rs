@@ -52,12 +52,18 @@ pub(super) fn run_with(
 }
 
 /// `TOOLGATE_FAILPOINTS` (`name=action;…`, fail-rs actions): failures injected between the
-/// steps of a state change, for crash tests. Unset in production; a malformed value is an
-/// error, not ignored.
+/// steps of a state change, for crash tests. Only debug builds (what `cargo test` runs) read
+/// it: a release binary refuses to start with it set, so a stray variable can neither crash
+/// nor quietly weaken a production sidecar. A malformed value is an error, not ignored.
 fn failpoints() -> anyhow::Result<()> {
     let Ok(spec) = std::env::var("TOOLGATE_FAILPOINTS") else {
         return Ok(());
     };
+    if !cfg!(debug_assertions) {
+        anyhow::bail!(
+            "TOOLGATE_FAILPOINTS is set, but failure injection is for test builds only; unset it"
+        );
+    }
     for point in spec.split(';').map(str::trim).filter(|p| !p.is_empty()) {
         let (name, action) = point.split_once('=').ok_or_else(|| {
             anyhow::anyhow!("TOOLGATE_FAILPOINTS: `{point}` is not `name=action`")

@@ -21,6 +21,11 @@ use crate::policy::Snapshot;
 /// Longest long-poll.
 const MAX_WAIT: Duration = Duration::from_secs(60);
 
+/// How long a call waits for the approval an identical call is storing, and how often it
+/// opens again when that store failed.
+const REUSE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+const REUSE_TRIES: usize = 3;
+
 fn store_failed(e: &impl std::fmt::Display) -> Error {
     tracing::error!(error = %e, "approval store failed");
     Error::StoreUnavailable
@@ -140,9 +145,29 @@ pub(super) async fn settle(
             .map(|(arg, origin)| (arg.clone(), origin.as_str().to_owned()))
             .collect(),
     };
-    // An approval already open for this exact call is reused (and needs no new place).
-    match state.approvals.open(new) {
-        Ok(Open::Reused(approval)) => Ok(settled(verdict, Some(approval.id))),
+    // An approval already open for this exact call is reused (and needs no new place), once
+    // it is stored: one that an identical call is still storing is waited for, and if that
+    // store fails this call opens its own.
+    let mut opened = state.approvals.open(new.clone());
+    for _ in 0..REUSE_TRIES {
+        let Ok(Open::Reused(approval)) = &opened else {
+            break;
+        };
+        if state.approvals.settled(&approval.id, REUSE_WAIT).await {
+            break;
+        }
+        opened = state.approvals.open(new.clone());
+    }
+    match opened {
+        Ok(Open::Reused(approval)) => {
+            if state.approvals.settled(&approval.id, REUSE_WAIT).await {
+                Ok(settled(verdict, Some(approval.id)))
+            } else {
+                Err(store_failed(
+                    &"an identical call's approval was never stored",
+                ))
+            }
+        }
         // Stored with the pending decision's record: no approval without its decision.
         Ok(Open::New(planned)) => {
             keep_for_approvers(state, &planned.approval.id, &call.args);

@@ -368,6 +368,8 @@ async fn commit_with(
     let effect = planned.effect.clone();
     let writing = std::time::Instant::now();
     let recorded = tokio::spawn(async move {
+        // Tests hold an approval change here, before its store (a new one is reserved).
+        fail::fail_point!("approval-storing");
         let recorded = task_state.audit.commit(vec![entry], vec![effect]).await;
         match &recorded {
             Ok(_) => task_state.approvals.done(planned),
@@ -652,7 +654,7 @@ fn audit_failed(mut body: DecisionBody, error: &crate::audit::StoreError) -> Err
     body.approval_id = None;
     body.errors = vec![Advice::new(
         Code::AuditUnavailable,
-        "the decision could not be recorded in the audit log; denied (fail closed)",
+        "the decision could not be recorded in the audit log; denied (fail closed), and its decision_id names no audit record",
         "retry later; operators: see /readyz and the logs",
     )];
     Error::AuditUnavailable(Box::new(body))

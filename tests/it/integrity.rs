@@ -399,3 +399,41 @@ fn kill_switch_and_quarantine_changes_exist_only_with_their_records() {
         assert_eq!(n, 1, "{word}: {n} records");
     }
 }
+
+/// An approval is named to a caller only once it is stored. A second identical call that
+/// comes while the first one's approval is being stored waits for it; when that store fails,
+/// the second call opens (and stores) its own, and every `approval_id` answered exists.
+#[test]
+fn an_identical_call_is_never_answered_with_an_approval_that_was_not_stored() {
+    let set = TempSet::new();
+    // The first new approval is held 600 ms before its store, which then fails once.
+    let server = start(
+        &set,
+        "approval-storing=1*sleep(600);ledger-write-error=1*return",
+    );
+    let port = server.port;
+    let call = write_call(7);
+    let first = {
+        let call = call.clone();
+        std::thread::spawn(move || {
+            exchange(port, "POST", "/v1/authorize", Some(DEV), Some(&call)).unwrap()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    let (status, second) = exchange(port, "POST", "/v1/authorize", Some(DEV), Some(&call)).unwrap();
+    let (first_status, first) = first.join().unwrap();
+    assert_eq!(first_status, 503, "the first store was to fail: {first}");
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(second["decision"], "pending_approval", "{second}");
+    let id = second["approval_id"].as_str().unwrap();
+    let (status, approval) =
+        exchange(port, "GET", &format!("/v1/approvals/{id}"), Some(DEV), None).unwrap();
+    assert_eq!(
+        status, 200,
+        "answered approval {id} does not exist: {approval}"
+    );
+    assert_eq!(approval["status"], "pending", "{approval}");
+    // A third identical call, after it is stored, reuses it at once.
+    let (_, third) = exchange(port, "POST", "/v1/authorize", Some(DEV), Some(&call)).unwrap();
+    assert_eq!(third["approval_id"], second["approval_id"], "{third}");
+}
