@@ -127,6 +127,7 @@ impl App {
         let cache_mb = stores.cache_bytes() / (1024 * 1024);
         let grants_store = stores.grants.clone();
         let provenance = memory(cfg.provenance, stores.conversations.clone())?;
+        state_matches_log(&stores)?;
         let options = StoreOptions {
             remember: Some(stores.policies.clone()),
             widening: cfg.widening,
@@ -587,6 +588,36 @@ fn kill_switch_env() -> anyhow::Result<bool> {
             ),
         },
     }
+}
+
+/// Refuses to start when the stored state a forged write could use (live approvals, the kill
+/// switch) is not what the audit log produces: serving it would honour an approval nobody
+/// gave, or drop a kill switch an operator set.
+fn state_matches_log(stores: &Stores) -> Result<(), StartError> {
+    let check = stores
+        .check_state(now_ms())
+        .map_err(|e| anyhow::anyhow!("cannot check the stored state against the audit log: {e}"))?;
+    if check.unverifiable > 0 {
+        tracing::warn!(
+            approvals = check.unverifiable,
+            "live approvals older than the audit retention cut: their records are gone, so they cannot be checked against the log"
+        );
+    }
+    if check.contradictions.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = check
+        .contradictions
+        .iter()
+        .take(10)
+        .map(|c| format!("  - {c}"))
+        .collect();
+    Err(anyhow::anyhow!(
+        "the data directory's state contradicts its audit log ({} found), so toolgate does not start on it: state written without its records is forged or damaged\n{}\nKeep the directory for investigation (`toolgate audit verify --state` lists every one), and start from a backup or a new data directory",
+        check.contradictions.len(),
+        list.join("\n")
+    )
+    .into())
 }
 
 /// How often provenance saves what changed in its conversations to the data directory.

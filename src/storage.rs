@@ -354,3 +354,166 @@ fn usable(path: &Path, is_dir: bool) -> bool {
     };
     access(path, want).is_ok()
 }
+
+/// A piece of stored state that the audit log does not produce: what it is, what is stored,
+/// and the record it contradicts (or that no record backs it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Contradiction {
+    /// What: `approval <id>`, `kill switch`.
+    pub what: String,
+    /// Why it contradicts the log, naming the record (`record 812 says …`) or its absence.
+    pub why: String,
+}
+
+impl std::fmt::Display for Contradiction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.what, self.why)
+    }
+}
+
+/// What [`Stores::check_state`] found.
+#[derive(Debug, Clone, Default)]
+pub struct StateCheck {
+    /// Approvals that could grant something (pending, or approved and live), checked.
+    pub checked: usize,
+    /// Approvals older than the log's retention cut: their records are gone, not checkable.
+    pub unverifiable: usize,
+    /// State the log does not produce.
+    pub contradictions: Vec<Contradiction>,
+}
+
+/// Most records one page of the state check reads.
+const STATE_PAGE: usize = 1000;
+
+impl Stores {
+    /// Checks that the state a forged write could use is the state the audit log produces:
+    /// every live approved approval has the `approved` record of its approver (same tool,
+    /// arguments and requester), every pending one the `pending_approval` decision that
+    /// opened it, and the kill switch is as its newest record set it. Values written directly
+    /// into the store, without their records, show up here.
+    pub fn check_state(&self, now_ms: u64) -> Result<StateCheck, StorageError> {
+        use crate::approvals::Status;
+        let mut out = StateCheck::default();
+        let cut_ms = self.audit.checkpoint()?.map_or(0, |cp| cp.at_ms);
+        let live: Vec<_> = self
+            .approvals
+            .all()?
+            .into_iter()
+            .filter(|a| matches!(a.status_at(now_ms), Status::Pending | Status::Approved))
+            .collect();
+        let (checkable, cut): (Vec<_>, Vec<_>) =
+            live.into_iter().partition(|a| a.created_ms > cut_ms);
+        out.unverifiable = cut.len();
+        out.checked = checkable.len();
+        if let Some(since) = checkable.iter().map(|a| a.created_ms).min() {
+            let approved = self.records_since("approved", since)?;
+            let opened = self.records_since("pending_approval", since)?;
+            for a in &checkable {
+                let what = format!("approval {}", a.id);
+                let mut say = |why: String| {
+                    out.contradictions.push(Contradiction {
+                        what: what.clone(),
+                        why,
+                    })
+                };
+                match opened.get(&a.decision_id) {
+                    None => say(format!(
+                        "stored {} for {} on `{}`, but no pending_approval decision {} opened it",
+                        format!("{:?}", a.status).to_lowercase(),
+                        a.principal,
+                        a.tool,
+                        a.decision_id
+                    )),
+                    Some(r)
+                        if r.entry.args_sha256.as_deref() != Some(a.args_sha256.as_str())
+                            || r.entry.tool.as_deref() != Some(a.tool.as_str())
+                            || r.entry.principal.as_deref() != Some(a.principal.as_str()) =>
+                    {
+                        say(format!(
+                            "record {} opened it for other arguments, tool or requester than stored",
+                            r.seq
+                        ));
+                    }
+                    Some(_) => {}
+                }
+                if a.status == Status::Approved {
+                    match approved.get(&a.id) {
+                        None => say("stored approved, but no `approved` record exists".to_owned()),
+                        Some(r)
+                            if r.entry.args_sha256.as_deref() != Some(a.args_sha256.as_str())
+                                || r.entry.principal.as_deref() != a.decided_by.as_deref() =>
+                        {
+                            say(format!(
+                                "record {} approved other arguments or another approver than stored",
+                                r.seq
+                            ));
+                        }
+                        Some(_) => {}
+                    }
+                }
+            }
+        }
+        // The kill switch: as the newest record that turned it on or off said.
+        if let Some(stored) = self.admin.load_kill_switch()? {
+            let newest = |word: &str| -> Result<Option<crate::audit::Record>, StorageError> {
+                let q = crate::audit::Query {
+                    decision: Some(word.to_owned()),
+                    limit: 1,
+                    ..crate::audit::Query::default()
+                };
+                Ok(self.audit.query(&q)?.into_iter().next())
+            };
+            let said = match (newest("kill_switch_on")?, newest("kill_switch_off")?) {
+                (Some(on), Some(off)) => Some((on.seq > off.seq, on.seq.max(off.seq))),
+                (Some(on), None) => Some((true, on.seq)),
+                (None, Some(off)) => Some((false, off.seq)),
+                (None, None) => None,
+            };
+            if let Some((on, seq)) = said
+                && on != stored.on
+            {
+                out.contradictions.push(Contradiction {
+                    what: "kill switch".to_owned(),
+                    why: format!(
+                        "stored {}, but record {seq} turned it {}",
+                        if stored.on { "on" } else { "off" },
+                        if on { "on" } else { "off" }
+                    ),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records whose `decision` is `word`, at or after `since_ms`, by entry id (newest kept).
+    fn records_since(
+        &self,
+        word: &str,
+        since_ms: u64,
+    ) -> Result<std::collections::HashMap<String, crate::audit::Record>, StorageError> {
+        let mut by_id = std::collections::HashMap::new();
+        let mut before_seq = None;
+        loop {
+            let q = crate::audit::Query {
+                decision: Some(word.to_owned()),
+                since_ms: Some(since_ms),
+                before_seq,
+                limit: STATE_PAGE,
+                ..crate::audit::Query::default()
+            };
+            let page = self.audit.query(&q)?;
+            let Some(last) = page.last() else {
+                break;
+            };
+            before_seq = Some(last.seq);
+            let full = page.len() == STATE_PAGE;
+            for r in page {
+                by_id.entry(r.entry.id.clone()).or_insert(r);
+            }
+            if !full {
+                break;
+            }
+        }
+        Ok(by_id)
+    }
+}

@@ -41,6 +41,10 @@ enum AuditCommand {
         /// The Ed25519 public key (hex) the checkpoint must be signed with.
         #[arg(long, requires = "checkpoint")]
         public_key: Option<PathBuf>,
+        /// Also check the stored state against the log: every live approval and the kill
+        /// switch must be what their records made them (exit 1 naming each that is not).
+        #[arg(long)]
+        state: bool,
     },
     /// Add a new generated HMAC key to the data directory's keyring: it seals every record
     /// after the newest one. Run while the sidecar is stopped; older keys stay, so older
@@ -233,6 +237,7 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitCode> {
             head,
             checkpoint,
             public_key,
+            state,
         } => {
             let anchor = match (head, checkpoint, public_key) {
                 (Some(path), _, _) => Some(Anchor::Head(read_head(path)?)),
@@ -248,7 +253,7 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitCode> {
                 }
                 _ => None,
             };
-            verify_cmd(data, anchor)
+            verify_cmd(data, anchor, *state)
         }
         AuditCommand::RotateKey { data } => {
             let opened = data.open()?;
@@ -449,13 +454,48 @@ fn coverage(
     lines
 }
 
-fn verify_cmd(data: &DataDir, anchor: Option<Anchor>) -> anyhow::Result<ExitCode> {
+fn verify_cmd(data: &DataDir, anchor: Option<Anchor>, state: bool) -> anyhow::Result<ExitCode> {
     let Opened {
         stores,
         chain,
         ring,
         ..
     } = data.open()?;
+    let chain_code = verify_chain(&stores, &chain, ring, anchor)?;
+    if !state {
+        return Ok(chain_code);
+    }
+    let check = stores
+        .check_state(crate::clock::now_ms())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if check.contradictions.is_empty() {
+        println!(
+            "ok: state matches the log ({} live approvals checked{}, kill switch)",
+            check.checked,
+            if check.unverifiable > 0 {
+                format!(
+                    "; {} older than the retention cut not checkable",
+                    check.unverifiable
+                )
+            } else {
+                String::new()
+            }
+        );
+        return Ok(chain_code);
+    }
+    for c in &check.contradictions {
+        println!("STATE CONTRADICTS THE LOG: {c}");
+    }
+    Ok(ExitCode::from(1))
+}
+
+fn verify_chain(
+    stores: &crate::storage::Stores,
+    chain: &crate::audit::Chain,
+    ring: bool,
+    anchor: Option<Anchor>,
+) -> anyhow::Result<ExitCode> {
+    let chain = chain.clone();
     match verify(
         stores.audit.as_ref(),
         &chain,

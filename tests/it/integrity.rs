@@ -437,3 +437,104 @@ fn an_identical_call_is_never_answered_with_an_approval_that_was_not_stored() {
     let (_, third) = exchange(port, "POST", "/v1/authorize", Some(DEV), Some(&call)).unwrap();
     assert_eq!(third["approval_id"], second["approval_id"], "{third}");
 }
+
+/// `toolgate audit verify --state`, on the data directory of a stopped sidecar.
+fn verify_state(set: &TempSet) -> (bool, String) {
+    let out = toolgate()
+        .current_dir(set.dir.path())
+        .args(["audit", "verify", "--data-dir", "data", "--state"])
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+fn stop(server: Server) {
+    let mut server = server;
+    std::process::Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    let t = Instant::now();
+    while server.child.try_wait().unwrap().is_none() {
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "no stop after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// State written straight into the store, without the records that would make it (an
+/// approval turned approved, one made up, the kill switch turned off), is found: `audit
+/// verify --state` names each with the record it contradicts, and `serve` refuses to start
+/// on it rather than honour it. An honest directory passes both.
+#[test]
+fn state_written_without_its_records_is_named_and_never_served() {
+    let set = TempSet::new();
+    let server = start(&set, "");
+    let approved = pending(&server, 1);
+    assert_eq!(approve(&server, &approved).unwrap().0, 200);
+    let waiting = pending(&server, 2);
+    let (status, _) = exchange(
+        server.port,
+        "POST",
+        "/v1/admin/kill-switch",
+        Some(ALICE),
+        Some(&json!({"on": true, "reason": "drill"})),
+    )
+    .unwrap();
+    assert_eq!(status, 200);
+    stop(server);
+    let (ok, said) = verify_state(&set);
+    assert!(ok, "an honest directory: {said}");
+    assert!(said.contains("ok: state matches the log"), "{said}");
+    assert!(said.contains("2 live approvals checked"), "{said}");
+
+    // Forged, as someone with write access to the data directory would.
+    {
+        let db = sled::Config::new()
+            .path(set.dir.path().join("data"))
+            .open()
+            .unwrap();
+        let approvals = db.open_tree("approvals").unwrap();
+        let mut turned: Value =
+            serde_json::from_slice(&approvals.get(waiting.as_bytes()).unwrap().unwrap()).unwrap();
+        turned["status"] = json!("approved");
+        turned["decided_by"] = json!("Human::\"bob\"");
+        approvals
+            .insert(waiting.as_bytes(), serde_json::to_vec(&turned).unwrap())
+            .unwrap();
+        let mut made_up: Value =
+            serde_json::from_slice(&approvals.get(approved.as_bytes()).unwrap().unwrap()).unwrap();
+        made_up["id"] = json!("forged-approval");
+        made_up["args_sha256"] = json!("00".repeat(32));
+        approvals
+            .insert(b"forged-approval", serde_json::to_vec(&made_up).unwrap())
+            .unwrap();
+        let admin = db.open_tree("admin").unwrap();
+        let mut switch: Value =
+            serde_json::from_slice(&admin.get(b"kill_switch").unwrap().unwrap()).unwrap();
+        switch["on"] = json!(false);
+        admin
+            .insert(b"kill_switch", serde_json::to_vec(&switch).unwrap())
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let (ok, said) = verify_state(&set);
+    assert!(!ok, "{said}");
+    for what in [
+        format!("approval {waiting}: stored approved, but no `approved` record"),
+        "approval forged-approval: record".to_owned(),
+        "kill switch: stored off, but record".to_owned(),
+    ] {
+        assert!(said.contains(&what), "`{what}` not in:\n{said}");
+    }
+    let refused = crate::process::serve_refuses(&set, "");
+    assert!(
+        refused.contains("state contradicts its audit log (4 found)"),
+        "{refused}"
+    );
+}
