@@ -64,7 +64,21 @@ pub struct Fleet {
     seen: Mutex<(Option<Option<String>>, Instant)>,
     /// Changes made here that Redis did not take yet, oldest first.
     pending: Mutex<Vec<Change>>,
+    /// Adds this sidecar's counts back after Redis lost the fleet's (`restore.lua`).
+    restore: redis::Script,
+    /// This sidecar's own calls in the current windows, per limit key: what it adds back.
+    counted: Mutex<Counted>,
+    /// The counter epoch this sidecar added its counts back to (empty: none yet); held while
+    /// adding, so that they are added once.
+    epoch: tokio::sync::Mutex<String>,
 }
+
+/// Window lengths in ms: minute, hour, day (as `take.lua`).
+const WINDOWS: [u64; 3] = [60_000, 3_600_000, 86_400_000];
+
+/// This sidecar's calls per limit key and window: `[(window number, calls); 3]` for minute,
+/// hour and day (calls 0: none counted).
+type Counted = std::collections::HashMap<String, [(u64, u64); 3]>;
 
 /// A change made on this sidecar (recorded and in force here) for the fleet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,6 +180,9 @@ impl Fleet {
             failures: AtomicU64::new(0),
             seen: Mutex::new((None, Instant::now())),
             pending: Mutex::new(Vec::new()),
+            restore: redis::Script::new(include_str!("restore.lua")),
+            counted: Mutex::new(Counted::new()),
+            epoch: tokio::sync::Mutex::new(String::new()),
         })
     }
 
@@ -235,31 +252,137 @@ impl Fleet {
         out
     }
 
+    fn slot_key(&self, slot: &Slot) -> String {
+        match slot.scope {
+            Scope::Global => self.key("rl:g"),
+            _ => self.key(&format!("rl:{}", slot.key)),
+        }
+    }
+
     /// Takes one unit from every shared limit in `slots`, or none (one script, atomic in
-    /// Redis). `Ok(None)` when `slots` is empty.
+    /// Redis). `Ok(None)` when `slots` is empty. When Redis lost the fleet's counters (it
+    /// restarted empty), this sidecar first adds back its own calls of the current windows,
+    /// as every sidecar does on its next call, so the fleet's counts are rebuilt rather than
+    /// started from zero.
     pub async fn take(&self, slots: &[Slot]) -> Result<Option<Taken>, FleetError> {
         if slots.is_empty() {
             return Ok(None);
         }
-        let mut call = self.take.prepare_invoke();
+        for _ in 0..3 {
+            let known = self.epoch.lock().await.clone();
+            let mut call = self.take.prepare_invoke();
+            for slot in slots {
+                let r = &slot.rate;
+                call.key(self.slot_key(slot))
+                    .arg(r.per_second.unwrap_or(0.0))
+                    .arg(r.burst.unwrap_or(0))
+                    .arg(r.per_minute.unwrap_or(0))
+                    .arg(r.per_hour.unwrap_or(0))
+                    .arg(r.per_day.unwrap_or(0));
+            }
+            call.key(self.key("rl:epoch")).arg(known);
+            let answer: Vec<i64> = self
+                .run(|mut c| async move { call.invoke_async(&mut c).await })
+                .await?;
+            match answer.as_slice() {
+                [2, epoch, ..] => self.add_back(*epoch).await?,
+                _ => return self.taken(slots, &answer).map(Some),
+            }
+        }
+        Err(FleetError(
+            "the fleet's limit counters kept changing epoch; nothing was taken".to_owned(),
+        ))
+    }
+
+    /// Adds this sidecar's calls of the current windows back to the fleet's counters under
+    /// `epoch` (once per epoch), and knows the epoch from then on.
+    async fn add_back(&self, epoch: i64) -> Result<(), FleetError> {
+        let epoch = epoch.to_string();
+        let mut known = self.epoch.lock().await;
+        if *known == epoch {
+            return Ok(());
+        }
+        let counted: Vec<(String, [(u64, u64); 3])> = self
+            .counted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .filter(|(_, w)| w.iter().any(|(_, c)| *c > 0))
+            .map(|(k, w)| (k.clone(), *w))
+            .collect();
+        let calls: u64 = counted
+            .iter()
+            .flat_map(|(_, w)| w.iter().map(|(_, c)| *c))
+            .sum();
+        for chunk in counted.chunks(256) {
+            let mut call = self.restore.prepare_invoke();
+            for (key, windows) in chunk {
+                call.key(key);
+                for (w, c) in windows {
+                    call.arg(*w).arg(*c);
+                }
+            }
+            call.key(self.key("rl:epoch")).arg(&epoch);
+            let done: i64 = self
+                .run(|mut c| async move { call.invoke_async(&mut c).await })
+                .await?;
+            if done != 1 {
+                return Err(FleetError(
+                    "the fleet's limit counters changed epoch while this sidecar added its counts back; nothing was taken".to_owned(),
+                ));
+            }
+        }
+        if !known.is_empty() {
+            tracing::warn!(
+                epoch,
+                keys = counted.len(),
+                calls,
+                "the fleet's Redis lost its limit counters (restarted empty?); this sidecar added back its own calls of the current windows"
+            );
+        }
+        *known = epoch;
+        Ok(())
+    }
+
+    /// Counts one call of `slots` passed at Redis time `now_ms` in this sidecar's windows.
+    fn count(&self, slots: &[Slot], now_ms: u64) {
+        let mut counted = self
+            .counted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for slot in slots {
             let r = &slot.rate;
-            let key = match slot.scope {
-                Scope::Global => self.key("rl:g"),
-                _ => self.key(&format!("rl:{}", slot.key)),
-            };
-            call.key(key)
-                .arg(r.per_second.unwrap_or(0.0))
-                .arg(r.burst.unwrap_or(0))
-                .arg(r.per_minute.unwrap_or(0))
-                .arg(r.per_hour.unwrap_or(0))
-                .arg(r.per_day.unwrap_or(0));
+            let limits = [r.per_minute, r.per_hour, r.per_day];
+            if limits.iter().all(Option::is_none) {
+                continue;
+            }
+            let entry = counted.entry(self.slot_key(slot)).or_default();
+            for ((len, limit), (w, c)) in WINDOWS.iter().zip(limits).zip(entry.iter_mut()) {
+                if limit.is_none() {
+                    continue;
+                }
+                let now_w = now_ms / len;
+                if *w == now_w {
+                    *c += 1;
+                } else {
+                    (*w, *c) = (now_w, 1);
+                }
+            }
         }
-        let answer: Vec<i64> = self
-            .run(|mut c| async move { call.invoke_async(&mut c).await })
-            .await?;
+        // Keys whose every window has passed go (the day's at most a day later).
+        if counted.len() > 4096 {
+            counted.retain(|_, ws| {
+                ws.iter()
+                    .zip(WINDOWS)
+                    .any(|((w, c), len)| *c > 0 && *w == now_ms / len)
+            });
+        }
+    }
+
+    /// What the take script's `answer` says about `slots`; a passed take is counted.
+    fn taken(&self, slots: &[Slot], answer: &[i64]) -> Result<Taken, FleetError> {
         let bad = || FleetError(format!("the limit script answered {answer:?}"));
-        let &[taken, index, per, limit, remaining, reset, wait] = answer.as_slice() else {
+        let &[taken, index, per, limit, remaining, reset, wait, now] = answer else {
             return Err(bad());
         };
         let slot = usize::try_from(index - 1)
@@ -282,14 +405,17 @@ impl Fleet {
             remaining: n32(remaining),
             reset_secs: n64(reset),
         };
-        Ok(Some(match taken {
-            1 => Taken::Passed(quota),
+        Ok(match taken {
+            1 => {
+                self.count(slots, n64(now));
+                Taken::Passed(quota)
+            }
             0 => Taken::Refused(Limited {
                 quota,
                 retry_after_secs: n64(wait).max(1),
             }),
             _ => return Err(bad()),
-        }))
+        })
     }
 
     /// Shares `change` with the fleet. If Redis does not take it, it is kept and sent again

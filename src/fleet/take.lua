@@ -1,16 +1,29 @@
--- toolgate: take one unit from every limit of a call, or none (src/fleet/limits.rs).
--- KEYS[i]: one hash per limit entry. ARGV: 5 numbers per key, in KEYS order:
---   per_second, burst (0 0: no bucket), per_minute, per_hour, per_day (0: no window).
+-- toolgate: take one unit from every limit of a call, or none (src/fleet/mod.rs).
+-- KEYS[i], i < #KEYS: one hash per limit entry; KEYS[#KEYS]: the fleet's counter epoch.
+-- ARGV: 5 numbers per limit key, in KEYS order: per_second, burst (0 0: no bucket),
+-- per_minute, per_hour, per_day (0: no window); then the epoch this sidecar last added its
+-- counts back to ("" for none).
 -- Time is Redis's own (TIME), so every sidecar of a fleet reads the same clock.
--- Returns {taken (1/0), key index (1-based), per (0 bucket, 1 minute, 2 hour, 3 day),
---          limit, remaining, reset_secs, retry_after_secs}:
+-- Returns {taken (1/0/2), key index (1-based), per (0 bucket, 1 minute, 2 hour, 3 day),
+--          limit, remaining, reset_secs, retry_after_secs, now_ms}:
 --   taken = 1: the tightest limit after this call; taken = 0: the limit that refused (the one
 --   with the longest wait, in the first entry that refuses). Nothing is written on a refusal.
+--   taken = 2: the epoch (in the second place) is not the one this sidecar knows: Redis lost
+--   its counters (it restarted empty) or this sidecar is new. Nothing is taken; the sidecar
+--   adds its counts of the current windows back (restore.lua), then asks again.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local epoch = redis.call('GET', KEYS[#KEYS])
+if not epoch then
+  epoch = string.format('%d', now)
+  redis.call('SET', KEYS[#KEYS], epoch)
+end
+if epoch ~= ARGV[#ARGV] then
+  return {2, tonumber(epoch), 0, 0, 0, 0, 0, now}
+end
 local lens = {60000, 3600000, 86400000}
 local entries = {}
-for i = 1, #KEYS do
+for i = 1, #KEYS - 1 do
   local a = (i - 1) * 5
   local ps, burst = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   local h = redis.call('HMGET', KEYS[i], 'tok', 'ts', 'w1', 'c1', 'w2', 'c2', 'w3', 'c3')
@@ -50,12 +63,12 @@ for i = 1, #KEYS do
     end
   end
   if refusing ~= nil then
-    return {0, i, refusing[1], refusing[2], 0, refusing[4], refusing[5]}
+    return {0, i, refusing[1], refusing[2], 0, refusing[4], refusing[5], now}
   end
   entries[i] = e
 end
 local tight = nil
-for i = 1, #KEYS do
+for i = 1, #KEYS - 1 do
   local e = entries[i]
   local a = (i - 1) * 5
   local fields = {}
@@ -81,7 +94,7 @@ for i = 1, #KEYS do
   for _, q in ipairs(e.quotas) do
     local left = math.max(0, q[3] - 1)
     if tight == nil or left < tight[5] then
-      tight = {1, i, q[1], q[2], left, q[4], 0}
+      tight = {1, i, q[1], q[2], left, q[4], 0, now}
     end
   end
 end

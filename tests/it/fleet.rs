@@ -591,3 +591,58 @@ fn an_older_change_never_overwrites_a_newer_one_and_lost_state_is_written_back()
     let (_, d) = authorize(&b, DEV, &call);
     assert_eq!(d["stage"], "kill_switch", "{d}");
 }
+
+/// A Redis restarted empty loses the fleet's counters. Each sidecar adds its own calls of the
+/// current windows back on its next call, so a shared day limit still holds across the
+/// restart instead of starting again from zero.
+#[test]
+fn a_redis_restarted_empty_does_not_reset_the_shared_limits() {
+    let Some(redis) = Redis::start() else { return };
+    let (a, b, _sa, sb) = pair(
+        &redis,
+        "[rate_limits]\nper_principal_tool = { per_day = 20 }\n",
+    );
+    let mut passed = 0;
+    for i in 0..12 {
+        let server = if i % 3 == 0 { &b } else { &a };
+        let (s, d) = authorize(server, DEV, &read_call(i));
+        assert!(allowed(s, &d), "{d}");
+        passed += 1;
+    }
+    // Redis restarts with nothing (no persistence), on the same port.
+    let (bin, port) = redis.stop();
+    let redis = Redis::on(bin, port);
+    // Each sidecar decides again once it reads Redis (until then its calls are denied at
+    // `shared_state`); the first call that gets a decision counts.
+    for server in [&a, &b] {
+        let start = Instant::now();
+        loop {
+            let (s, d) = authorize(server, DEV, &read_call(500));
+            if allowed(s, &d) {
+                passed += 1;
+                break;
+            }
+            assert!(d["stage"] == "shared_state", "{s} {d}");
+            assert!(start.elapsed() < Duration::from_secs(10), "{d}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let mut more = 0;
+    for i in 100..140 {
+        let server = if i % 2 == 0 { &a } else { &b };
+        let (s, d) = authorize(server, DEV, &read_call(i));
+        if allowed(s, &d) {
+            more += 1;
+        } else {
+            assert_eq!(s, 429, "{d}");
+        }
+    }
+    assert_eq!(
+        passed + more,
+        20,
+        "the day's limit across the restart: {passed} before and while it came back, {more} after"
+    );
+    let log = std::fs::read_to_string(sb.dir.path().join("serve.log")).unwrap();
+    assert!(log.contains("lost its limit counters"), "{log}");
+    drop(redis);
+}
