@@ -478,9 +478,9 @@ fn rule_words(rule: &Retention) -> Vec<String> {
     words
 }
 
-/// [`current_head`] of every record written ([`AuditStore::head_record`]).
-fn written_head(store: &dyn AuditStore) -> Result<Head, StoreError> {
-    Ok(match store.head_record()? {
+/// Where the chain stands after `newest` (the genesis hash when there is none).
+fn head_after(newest: Option<super::record::Record>) -> Head {
+    match newest {
         Some(r) => Head {
             seq: r.seq,
             hash: r.hash,
@@ -489,20 +489,16 @@ fn written_head(store: &dyn AuditStore) -> Result<Head, StoreError> {
             seq: 0,
             hash: GENESIS.to_owned(),
         },
-    })
+    }
+}
+
+/// [`current_head`] of every record written ([`AuditStore::head_record`]).
+fn written_head(store: &dyn AuditStore) -> Result<Head, StoreError> {
+    Ok(head_after(store.head_record()?))
 }
 
 fn current_head(store: &dyn AuditStore) -> Result<Head, StoreError> {
-    Ok(match store.last()? {
-        Some(r) => Head {
-            seq: r.seq,
-            hash: r.hash,
-        },
-        None => Head {
-            seq: 0,
-            hash: GENESIS.to_owned(),
-        },
-    })
+    Ok(head_after(store.last()?))
 }
 
 /// How long the writer polls for the next job before it sleeps: a sequential caller's next

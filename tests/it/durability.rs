@@ -244,7 +244,7 @@ fn each_durable_answer_is_written_after_an_fdatasync_of_its_record() {
     }
 }
 
-fn sigterm_and_wait(mut server: Server) {
+pub(crate) fn sigterm_and_wait(mut server: Server) {
     let pid = server.child.id().to_string();
     Command::new("kill").args(["-TERM", &pid]).status().unwrap();
     let start = Instant::now();

@@ -451,22 +451,6 @@ fn verify_state(set: &TempSet) -> (bool, String) {
     )
 }
 
-fn stop(server: Server) {
-    let mut server = server;
-    std::process::Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
-        .status()
-        .unwrap();
-    let t = Instant::now();
-    while server.child.try_wait().unwrap().is_none() {
-        assert!(
-            t.elapsed() < Duration::from_secs(15),
-            "no stop after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// State written straight into the store, without the records that would make it (an
 /// approval turned approved, one made up, the kill switch turned off), is found: `audit
 /// verify --state` names each with the record it contradicts, and `serve` refuses to start
@@ -487,7 +471,7 @@ fn state_written_without_its_records_is_named_and_never_served() {
     )
     .unwrap();
     assert_eq!(status, 200);
-    stop(server);
+    crate::durability::sigterm_and_wait(server);
     let (ok, said) = verify_state(&set);
     assert!(ok, "an honest directory: {said}");
     assert!(said.contains("ok: state matches the log"), "{said}");

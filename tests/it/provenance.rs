@@ -726,7 +726,7 @@ fn conversations_survive_a_restart_and_fail_closed_after_a_crash() {
             .clone()
     };
 
-    let mut server = start(&set);
+    let server = start(&set);
     ok(
         server.port,
         "/v1/gates/input",
@@ -750,17 +750,7 @@ fn conversations_survive_a_restart_and_fail_closed_after_a_crash() {
     assert_eq!(before["conversation"]["injections"], 1, "{before}");
 
     // A clean stop (SIGTERM), then a start on the same data directory.
-    let sent = std::process::Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
-    let t = std::time::Instant::now();
-    while server.child.try_wait().unwrap().is_none() {
-        assert!(t.elapsed().as_secs() < 15, "still running after SIGTERM");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    drop(server);
+    crate::durability::sigterm_and_wait(server);
     let server = start(&set);
     let after = explain(server.port);
     assert_eq!(after["provenance"], before["provenance"], "{after}");
