@@ -286,6 +286,21 @@ fn buffered_mode_keeps_every_answered_decision_through_a_sigterm() {
     }
 }
 
+/// `toolgate audit verify --data-dir data EXTRA…` on a stopped sidecar's directory: whether
+/// it passed, and all it printed.
+pub(crate) fn verify_offline(set: &TempSet, extra: &[&str]) -> (bool, String) {
+    let out = toolgate()
+        .current_dir(set.dir.path())
+        .args(["audit", "verify", "--data-dir", "data"])
+        .args(extra)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
 /// A small file system for the data directory (tmpfs, so root is needed to mount it).
 pub(crate) struct SmallDisk {
     dir: std::path::PathBuf,
@@ -321,6 +336,23 @@ impl SmallDisk {
             }
         }
         panic!("the disk could not be filled to {leave} bytes free");
+    }
+
+    /// [`SmallDisk::mount`], or `None` after saying the test is skipped (mounting needs
+    /// root, which CI has; `TOOLGATE_REQUIRE_ROOT_TESTS` turns the skip into a failure).
+    pub(crate) fn mount_or_skip(at: &Path, mib: u64) -> Option<SmallDisk> {
+        let disk = SmallDisk::mount(at, mib);
+        if disk.is_none() {
+            eprintln!(
+                "SKIPPED: cannot mount a tmpfs at {} (needs root)",
+                at.display()
+            );
+            assert!(
+                std::env::var_os("TOOLGATE_REQUIRE_ROOT_TESTS").is_none(),
+                "TOOLGATE_REQUIRE_ROOT_TESTS is set but the tmpfs could not be mounted"
+            );
+        }
+        disk
     }
 
     /// Takes every free byte, as another process writing until ENOSPC would.
@@ -373,16 +405,7 @@ fn a_full_disk_is_survived_and_recovered_from_without_a_restart() {
 fn full_disk(reserve_mb: u64, leave: u64, why: &str) {
     let set = TempSet::new();
     let data = set.dir.path().join("data");
-    let Some(disk) = SmallDisk::mount(&data, 64) else {
-        // Mounting needs root (CI runs as root); say so rather than pass in silence.
-        eprintln!(
-            "SKIPPED: cannot mount a tmpfs at {} (needs root)",
-            data.display()
-        );
-        assert!(
-            std::env::var_os("TOOLGATE_REQUIRE_ROOT_TESTS").is_none(),
-            "TOOLGATE_REQUIRE_ROOT_TESTS is set but the tmpfs could not be mounted"
-        );
+    let Some(disk) = SmallDisk::mount_or_skip(&data, 64) else {
         return;
     };
     let config = format!("[audit]\nreserve_mb = {reserve_mb}");
@@ -516,17 +539,8 @@ fn an_unfinished_sled_snapshot_does_not_keep_the_store_shut() {
         sled::Config::new().path(&data).open().is_err(),
         "sled opened a directory with an empty unfinished snapshot"
     );
-    let out = toolgate()
-        .current_dir(set.dir.path())
-        .args(["audit", "verify", "--data-dir", "data"])
-        .output()
-        .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{said}");
+    let (ok, said) = verify_offline(&set, &[]);
+    assert!(ok, "{said}");
     assert!(said.contains("unfinished sled snapshot"), "{said}");
     assert!(!debris.exists());
     // And serve, the same.
@@ -586,17 +600,8 @@ fn a_damaged_ledger_frame_is_refused_and_named_but_a_torn_tail_is_cut() {
     damaged[second + 20] ^= 0x01;
     std::fs::write(&wal, &damaged).unwrap();
 
-    let out = toolgate()
-        .current_dir(set.dir.path())
-        .args(["audit", "verify", "--data-dir", "data"])
-        .output()
-        .unwrap();
-    let said =
-        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
-    assert!(
-        !out.status.success(),
-        "verify passed a damaged ledger: {said}"
-    );
+    let (ok, said) = verify_offline(&set, &[]);
+    assert!(!ok, "verify passed a damaged ledger: {said}");
     assert!(
         said.contains(&format!("damaged at byte {second}")),
         "{said}"

@@ -438,19 +438,6 @@ fn an_identical_call_is_never_answered_with_an_approval_that_was_not_stored() {
     assert_eq!(third["approval_id"], second["approval_id"], "{third}");
 }
 
-/// `toolgate audit verify --state`, on the data directory of a stopped sidecar.
-fn verify_state(set: &TempSet) -> (bool, String) {
-    let out = toolgate()
-        .current_dir(set.dir.path())
-        .args(["audit", "verify", "--data-dir", "data", "--state"])
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
-    )
-}
-
 /// State written straight into the store, without the records that would make it (an
 /// approval turned approved, one made up, the kill switch turned off), is found: `audit
 /// verify --state` names each with the record it contradicts, and `serve` refuses to start
@@ -472,7 +459,7 @@ fn state_written_without_its_records_is_named_and_never_served() {
     .unwrap();
     assert_eq!(status, 200);
     crate::durability::sigterm_and_wait(server);
-    let (ok, said) = verify_state(&set);
+    let (ok, said) = crate::durability::verify_offline(&set, &["--state"]);
     assert!(ok, "an honest directory: {said}");
     assert!(said.contains("ok: state matches the log"), "{said}");
     assert!(said.contains("2 live approvals checked"), "{said}");
@@ -507,7 +494,7 @@ fn state_written_without_its_records_is_named_and_never_served() {
             .unwrap();
         db.flush().unwrap();
     }
-    let (ok, said) = verify_state(&set);
+    let (ok, said) = crate::durability::verify_offline(&set, &["--state"]);
     assert!(!ok, "{said}");
     for what in [
         format!("approval {waiting}: stored approved, but no `approved` record"),
