@@ -5,7 +5,7 @@
 //! read as `context.provenance.<arg>`.
 //!
 //! Owns: the bounded memory (per principal and conversation, with a TTL and a cap on
-//! conversations and on tokens per side), kept across restarts ([`keep`]), and the matching
+//! conversations and on tokens per side), kept across restarts (`keep`), and the matching
 //! rule. Tokens come from [`crate::canon`]; only their keyed 64-bit hashes are kept, never
 //! the text.
 
