@@ -32,6 +32,7 @@ COMPONENTS = [
     "ExecResult",
     "Screened",
     "Error",
+    "ConversationSignals",
     "AuditEntry",
     "AuditRecord",
 ]

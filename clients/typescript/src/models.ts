@@ -173,6 +173,20 @@ export interface ErrorBody {
   suggestion: string;
 }
 
+/** context.conversation: what the gates found in the tool output of the call's conversation. known is false when the call names no conversation or toolgate holds none for it (every count 0), or holds it only in part, read back after an unclean stop (the counts are what was saved). */
+export interface ConversationSignals {
+  known: boolean;
+  /** Tool outputs screened in the conversation. */
+  outputs: number;
+  /** Every detector kind and category found in them. */
+  kinds: Array<string>;
+  /** Outputs with an injection finding. */
+  injections: number;
+  injection_kinds: Array<string>;
+  /** Age of the last output with an injection finding; absent when none. */
+  seconds_since_injection?: number;
+}
+
 /** Detector kinds and categories found in the arguments (context.findings). */
 export interface AuditEntryInputsFindings {
   kinds?: Array<string>;

@@ -5,7 +5,7 @@ Generated from docs/openapi.json by clients/gen_models.py; do not edit by hand.
 
 from typing import Any, Literal, NotRequired, TypedDict
 
-__all__ = ["Risk", "Advice", "Rate", "Limits", "Violation", "DecisionGate", "Decision", "Approval", "ExecResultError", "ExecResultMetadata", "ExecResultOutput", "ExecResult", "Screened", "ErrorBody", "AuditEntryInputsFindings", "AuditEntryInputs", "AuditEntry", "AuditRecord", "ResultReport", "AuditPage", "ApprovalList"]
+__all__ = ["Risk", "Advice", "Rate", "Limits", "Violation", "DecisionGate", "Decision", "Approval", "ExecResultError", "ExecResultMetadata", "ExecResultOutput", "ExecResult", "Screened", "ErrorBody", "ConversationSignals", "AuditEntryInputsFindings", "AuditEntryInputs", "AuditEntry", "AuditRecord", "ResultReport", "AuditPage", "ApprovalList"]
 
 
 Risk = Literal['low', 'medium', 'high', 'critical']
@@ -183,6 +183,21 @@ class ErrorBody(TypedDict):
     error: "str"
     message: "str"
     suggestion: "str"
+
+
+class ConversationSignals(TypedDict):
+    """context.conversation: what the gates found in the tool output of the call's conversation. known is false when the call names no conversation or toolgate holds none for it (every count 0), or holds it only in part, read back after an unclean stop (the counts are what was saved)."""
+
+    known: "bool"
+    # Tool outputs screened in the conversation.
+    outputs: "int"
+    # Every detector kind and category found in them.
+    kinds: "list[str]"
+    # Outputs with an injection finding.
+    injections: "int"
+    injection_kinds: "list[str]"
+    # Age of the last output with an injection finding; absent when none.
+    seconds_since_injection: NotRequired["int"]
 
 
 class AuditEntryInputsFindings(TypedDict):
