@@ -112,6 +112,35 @@ fn client(port: u16, id: u64, stop: &AtomicBool, acked: &Mutex<Acked>) {
     }
 }
 
+/// Four [`client`]s (ids from `first_id`) loading a sidecar on `port`.
+struct Load {
+    stop: Arc<AtomicBool>,
+    clients: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(port: u16, first_id: u64, acked: &Arc<Mutex<Acked>>) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let clients = (0..4)
+            .map(|c| {
+                let (stop, acked) = (stop.clone(), acked.clone());
+                std::thread::spawn(move || client(port, first_id + c, &stop, &acked))
+            })
+            .collect();
+        Load { stop, clients }
+    }
+
+    /// kill -9 on `server` under the load, then the clients stop.
+    fn kill_and_stop(self, mut server: crate::process::Server) {
+        server.child.kill().unwrap();
+        server.child.wait().unwrap();
+        self.stop.store(true, Ordering::Relaxed);
+        for c in self.clients {
+            c.join().unwrap();
+        }
+    }
+}
+
 fn check(set: &TempSet, acked: &Acked) -> (u64, u64) {
     let data = set.dir.path().join("data");
     let stores = Stores::open_existing(&data, toolgate::storage::DEFAULT_CACHE_BYTES).unwrap();
@@ -184,22 +213,10 @@ fn kill_9_under_load_loses_no_acknowledged_record() {
     let started = Instant::now();
     let mut records = 0;
     for cycle in 0..cycles {
-        let mut server = start(&set);
-        let stop = Arc::new(AtomicBool::new(false));
-        let clients: Vec<_> = (0..4)
-            .map(|c| {
-                let (stop, acked, port) = (stop.clone(), acked.clone(), server.port);
-                std::thread::spawn(move || client(port, cycle * 10 + c, &stop, &acked))
-            })
-            .collect();
+        let server = start(&set);
+        let load = Load::start(server.port, cycle * 10, &acked);
         std::thread::sleep(Duration::from_millis(150 + rng.below(600)));
-        server.child.kill().unwrap();
-        server.child.wait().unwrap();
-        stop.store(true, Ordering::Relaxed);
-        for c in clients {
-            c.join().unwrap();
-        }
-        drop(server);
+        load.kill_and_stop(server);
         let (n, lost) = check(&set, &acked.lock().unwrap());
         assert_eq!(
             lost, 0,
@@ -236,14 +253,8 @@ fn a_full_disk_under_load_loses_no_acknowledged_record() {
     let config = "[audit]\nreserve_mb = 0";
     let acked = Arc::new(Mutex::new(Acked::default()));
     for cycle in 0..3u64 {
-        let mut server = crate::process::start_with(&set, config);
-        let stop = Arc::new(AtomicBool::new(false));
-        let clients: Vec<_> = (0..4)
-            .map(|c| {
-                let (stop, acked, port) = (stop.clone(), acked.clone(), server.port);
-                std::thread::spawn(move || client(port, 100 + cycle * 10 + c, &stop, &acked))
-            })
-            .collect();
+        let server = crate::process::start_with(&set, config);
+        let load = Load::start(server.port, 100 + cycle * 10, &acked);
         std::thread::sleep(Duration::from_millis(300));
         // Full, then space again while the load goes on, then full again and killed.
         disk.fill_up();
@@ -252,13 +263,7 @@ fn a_full_disk_under_load_loses_no_acknowledged_record() {
         std::thread::sleep(Duration::from_millis(1500));
         disk.fill_up();
         std::thread::sleep(Duration::from_millis(400));
-        server.child.kill().unwrap();
-        server.child.wait().unwrap();
-        stop.store(true, Ordering::Relaxed);
-        for c in clients {
-            c.join().unwrap();
-        }
-        drop(server);
+        load.kill_and_stop(server);
         disk.free();
         let (_, lost) = check(&set, &acked.lock().unwrap());
         assert_eq!(lost, 0, "cycle {cycle}: acknowledged decisions lost");
