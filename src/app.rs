@@ -46,6 +46,9 @@ pub struct App {
     expired: Vec<Grant>,
     /// An audit key that seals nothing yet: its start is recorded first.
     key_started: Option<crate::audit::keys::Started>,
+    /// The stored state found to match the log, to record as a `state_checked` record once
+    /// serving starts (`None`: unchanged since the last one, or the log is off).
+    state_to_record: Option<Vec<crate::audit::Attest>>,
     revision: String,
     server: ServerSettings,
     exec: crate::exec::ExecSettings,
@@ -118,19 +121,22 @@ impl App {
         // Before the data directory is opened: what another user, or a program that ran as
         // toolgate's user before the runs were confined, changed is repaired or refused.
         own_files_safe(&cfg)?;
-        let stores = Stores::open_configured(
+        let configured_key = cfg
+            .audit_hmac_key_file
+            .as_deref()
+            .map(crate::audit::keys::read_key_file)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let stores = Stores::open_keyed(
             &cfg.data_dir,
             cfg.store_cache_bytes,
             cfg.store_reserve_bytes,
+            configured_key.as_slice(),
         )
         .map_err(|e| anyhow::anyhow!("{e}"))?;
         let cache_mb = stores.cache_bytes() / (1024 * 1024);
         let grants_store = stores.grants.clone();
         let provenance = memory(cfg.provenance, stores.conversations.clone())?;
-        // With the audit log off (benchmarks only) no record backs any state: nothing to check.
-        if cfg.audit_durability != crate::audit::Durability::Off {
-            state_matches_log(&stores)?;
-        }
         let options = StoreOptions {
             remember: Some(stores.policies.clone()),
             widening: cfg.widening,
@@ -222,6 +228,15 @@ impl App {
             head_record.as_ref(),
         )
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+        // With the audit log off (benchmarks only) no record backs any state: nothing to check.
+        let state_to_record = if cfg.audit_durability == crate::audit::Durability::Off {
+            None
+        } else {
+            let (verifying, _) =
+                crate::audit::keys::chain_for_verify(&cfg.data_dir, configured_key.as_slice())
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+            state_matches_log(&stores, &verifying)?
+        };
         let audit = Arc::new(
             Audit::start(stores.audit, chain, cfg.audit_durability)
                 .map_err(|e| anyhow::anyhow!("{e}"))?,
@@ -298,6 +313,7 @@ impl App {
             audit,
             expired,
             key_started,
+            state_to_record,
             revision,
             server,
             exec: cfg.exec,
@@ -337,6 +353,7 @@ impl App {
             audit,
             expired,
             key_started,
+            state_to_record,
             revision,
             server,
             exec,
@@ -356,6 +373,18 @@ impl App {
                 .await
                 .map_err(|e| anyhow::anyhow!("cannot record the audit key's start: {e}"))?;
             tracing::info!(key = %started.id, from = started.from_seq, "audit key in use");
+        }
+        if let Some(state) = state_to_record {
+            // Before anything else can change state: the next start walks from here.
+            let keys = state.len();
+            audit
+                .commit(
+                    vec![crate::audit::state_checked(&revision, state)],
+                    Vec::new(),
+                )
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot record the state check: {e}"))?;
+            tracing::info!(keys, "stored state matches the audit log; recorded");
         }
         let state = match &exec.root {
             None => state,
@@ -593,21 +622,37 @@ fn kill_switch_env() -> anyhow::Result<bool> {
     }
 }
 
-/// Refuses to start when the stored state a forged write could use (live approvals, the kill
-/// switch) is not what the audit log produces: serving it would honour an approval nobody
-/// gave, or drop a kill switch an operator set.
-fn state_matches_log(stores: &Stores) -> Result<(), StartError> {
+/// Refuses to start when the stored state (approvals, grants, quarantines, the kill switch,
+/// approved descriptors) is not what the audit log produces under `chain`: serving it would
+/// honour an approval nobody gave, or drop a kill switch an operator set. Returns the state
+/// to record as checked, when it changed since the last check.
+fn state_matches_log(
+    stores: &Stores,
+    chain: &crate::audit::Chain,
+) -> Result<Option<Vec<crate::audit::Attest>>, StartError> {
     let check = stores
-        .check_state(now_ms())
+        .check_state(now_ms(), chain)
         .map_err(|e| anyhow::anyhow!("cannot check the stored state against the audit log: {e}"))?;
     if check.unverifiable > 0 {
         tracing::warn!(
-            approvals = check.unverifiable,
-            "live approvals older than the audit retention cut: their records are gone, so they cannot be checked against the log"
+            keys = check.unverifiable,
+            "stored state that no record since the retention cut names (written before records named their changes, or retention removed the last state check); approvals and the kill switch among it were held to their own records"
         );
     }
+    if check.unsealed > 0 {
+        tracing::warn!(
+            records = check.unsealed,
+            "records sealed by an audit key not available here (a retired audit.hmac_key_file): their state changes were taken as linked, their seals not checked"
+        );
+    }
+    tracing::info!(
+        keys = check.checked,
+        walked = check.walked,
+        from = check.baseline,
+        "stored state checked against the audit log"
+    );
     if check.contradictions.is_empty() {
-        return Ok(());
+        return Ok(check.to_record);
     }
     let list: Vec<String> = check
         .contradictions

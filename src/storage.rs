@@ -70,6 +70,8 @@ pub struct Stores {
     pub conversations: Arc<dyn crate::provenance::Shelf>,
     /// The page cache sled was opened with, in bytes (read back from sled's configuration).
     cache_bytes: u64,
+    /// The database, for the state check's reading of whole trees.
+    cell: Arc<SledCell>,
 }
 
 impl Stores {
@@ -92,6 +94,18 @@ impl Stores {
         cache_bytes: u64,
         reserve_bytes: u64,
     ) -> Result<Stores, StorageError> {
+        Self::open_keyed(dir, cache_bytes, reserve_bytes, &[])
+    }
+
+    /// [`Stores::open_configured`], with HMAC keys (`audit.hmac_key_file`) whose secrets the
+    /// data directory's keyring does not hold: the frames of the audit ledger that sled
+    /// lacks are applied only once their records' seals check under them.
+    pub fn open_keyed(
+        dir: &Path,
+        cache_bytes: u64,
+        reserve_bytes: u64,
+        keys: &[Vec<u8>],
+    ) -> Result<Stores, StorageError> {
         std::fs::create_dir_all(dir).map_err(|e| {
             StorageError(
                 access_problem(dir, &e).unwrap_or_else(|| {
@@ -102,7 +116,7 @@ impl Stores {
         let config = sled_config(dir, cache_bytes);
         let db = open_waiting(&config, dir)?;
         let cell = SledCell::new(db, Some((dir.to_path_buf(), config.cache_capacity)));
-        let audit = SledAudit::with_ledger(cell.clone(), dir, reserve_bytes)?;
+        let audit = SledAudit::with_ledger(cell.clone(), dir, reserve_bytes, keys)?;
         let shelf = SledShelf {
             cell: cell.clone(),
             reserve: Some((dir.to_path_buf(), reserve_bytes)),
@@ -113,13 +127,23 @@ impl Stores {
     /// Opens an existing data directory (for offline tools: a missing one is an error, not a
     /// new empty log).
     pub fn open_existing(dir: &Path, cache_bytes: u64) -> Result<Stores, StorageError> {
+        Self::open_existing_keyed(dir, cache_bytes, &[])
+    }
+
+    /// [`Stores::open_existing`] with HMAC keys besides the keyring's (see
+    /// [`Stores::open_keyed`]).
+    pub fn open_existing_keyed(
+        dir: &Path,
+        cache_bytes: u64,
+        keys: &[Vec<u8>],
+    ) -> Result<Stores, StorageError> {
         if !dir.join("conf").is_file() {
             return Err(StorageError(format!(
                 "{} is not a toolgate data directory (no sled database there); pass --data-dir or --config",
                 dir.display()
             )));
         }
-        Self::open_with_cache(dir, cache_bytes)
+        Self::open_keyed(dir, cache_bytes, DEFAULT_RESERVE_BYTES, keys)
     }
 
     /// Stores in a temporary directory removed on drop (tests, `toolgate authorize`).
@@ -151,6 +175,7 @@ impl Stores {
         shelf: SledShelf,
     ) -> Result<Stores, StorageError> {
         Ok(Stores {
+            cell: cell.clone(),
             conversations: Arc::new(shelf),
             cache_bytes,
             approvals: Arc::new(SledApprovals::new(cell.clone())?),
@@ -374,24 +399,149 @@ impl std::fmt::Display for Contradiction {
 /// What [`Stores::check_state`] found.
 #[derive(Debug, Clone, Default)]
 pub struct StateCheck {
-    /// Approvals that could grant something (pending, or approved and live), checked.
+    /// Stored keys held to the record that set them.
     pub checked: usize,
-    /// Approvals older than the log's retention cut: their records are gone, not checkable.
+    /// Stored keys no record since the retention cut names (a log written before records
+    /// named their state changes, or retention removed the last `state_checked` record):
+    /// approvals and the kill switch among them were held to their own records instead.
     pub unverifiable: usize,
+    /// Records walked from the newest `state_checked` record (or the retention cut).
+    pub walked: u64,
+    /// The `state_checked` record the walk started from.
+    pub baseline: Option<u64>,
+    /// Records on the walk sealed by a key not available here: their seals were not
+    /// checked.
+    pub unsealed: u64,
     /// State the log does not produce.
     pub contradictions: Vec<Contradiction>,
+    /// The whole state as stored, when a new `state_checked` record should name it (no
+    /// contradiction, and something changed since the last one).
+    pub to_record: Option<Vec<crate::audit::Attest>>,
 }
 
 /// Most records one page of the state check reads.
 const STATE_PAGE: usize = 1000;
 
+/// Names a stored key for a person: `approval <id>`, `grant <id>`, `kill switch`,
+/// `quarantine of <agent>`, else the tree and the key.
+fn what_key(tree: &str, key: &str) -> String {
+    match (tree, key) {
+        ("approvals", id) => format!("approval {id}"),
+        ("grants", id) => format!("grant {id}"),
+        ("admin", "kill_switch") => "kill switch".to_owned(),
+        ("admin", k) => match k.strip_prefix("quarantine/") {
+            Some(agent) => format!("quarantine of {agent}"),
+            None => match k.strip_prefix("descriptor/") {
+                Some(tool) => format!("approved descriptor of {tool}"),
+                None => format!("`{tree}` key `{key}`"),
+            },
+        },
+        _ => format!("`{tree}` key `{key}`"),
+    }
+}
+
 impl Stores {
-    /// Checks that the state a forged write could use is the state the audit log produces:
+    /// Every key of the trees the audit log attests, as stored, in order.
+    pub fn current_state(&self) -> Result<Vec<crate::audit::Attest>, StorageError> {
+        let mut out = Vec::new();
+        for name in crate::audit::ATTESTED_TREES {
+            let tree = self.cell.tree(name)?;
+            for kv in tree.iter() {
+                let (k, v) =
+                    kv.map_err(|e| StorageError(format!("cannot read the `{name}` tree: {e}")))?;
+                out.push(crate::audit::Attest::of(name, &k, Some(&v)));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Checks that the stored state is the state the audit log produces. The chain is
+    /// walked, each link checked under `chain`, from the newest `state_checked` record (the
+    /// whole state found at a start) to the head, each record's named state changes laid
+    /// over it; every key of approvals, grants, quarantines, the kill switch and approved
+    /// descriptors must then hold the value its last record set. A value written without
+    /// its record, a removed key and a value rolled back to an earlier one all show up,
+    /// naming the record contradicted. Keys no record names (a log from before records named
+    /// their changes) fall back to [`Stores::check_records`].
+    pub fn check_state(
+        &self,
+        now_ms: u64,
+        chain: &crate::audit::Chain,
+    ) -> Result<StateCheck, StorageError> {
+        let expected = crate::audit::expected_state(&*self.audit, chain)?;
+        let mut out = StateCheck {
+            walked: expected.walked,
+            baseline: expected.baseline,
+            unsealed: expected.unsealed,
+            ..StateCheck::default()
+        };
+        if let Some((seq, why)) = &expected.broken {
+            out.contradictions.push(Contradiction {
+                what: "audit log".to_owned(),
+                why: format!(
+                    "the chain breaks at record {seq} ({why}), so the state cannot be held to the records after it"
+                ),
+            });
+            return Ok(out);
+        }
+        let state = self.current_state()?;
+        let mut unattested = 0usize;
+        let mut seen = std::collections::BTreeSet::new();
+        for a in &state {
+            let k = (a.tree.clone(), a.key.clone());
+            let what = what_key(&a.tree, &a.key);
+            let mut say = |why: String| {
+                out.contradictions.push(Contradiction {
+                    what: what.clone(),
+                    why,
+                })
+            };
+            match expected.keys.get(&k) {
+                Some(said) => match &said.sha256 {
+                    Some(h) if Some(h) == a.sha256.as_ref() => out.checked += 1,
+                    Some(_) => say(format!(
+                        "the stored value is not the one record {} set",
+                        said.seq
+                    )),
+                    None => say(format!("stored, but record {} removed it", said.seq)),
+                },
+                None => match expected.baseline {
+                    Some(b) => say(format!(
+                        "stored, but neither the state check at record {b} nor any record after it sets it"
+                    )),
+                    None => unattested += 1,
+                },
+            }
+            seen.insert(k);
+        }
+        for ((tree, key), said) in &expected.keys {
+            if said.sha256.is_some() && !seen.contains(&(tree.clone(), key.clone())) {
+                out.contradictions.push(Contradiction {
+                    what: what_key(tree, key),
+                    why: format!(
+                        "record {} set it, but it is not stored (removed without a record)",
+                        said.seq
+                    ),
+                });
+            }
+        }
+        if unattested > 0 {
+            let legacy = self.check_records(now_ms)?;
+            out.unverifiable = unattested;
+            out.contradictions.extend(legacy.contradictions);
+        }
+        if out.contradictions.is_empty() && (expected.changed || expected.baseline.is_none()) {
+            out.to_record = Some(state);
+        }
+        Ok(out)
+    }
+
+    /// Checks approvals and the kill switch against the records that made them, for state
+    /// no record names (written before records named their changes):
     /// every live approved approval has the `approved` record of its approver (same tool,
     /// arguments and requester), every pending one the `pending_approval` decision that
-    /// opened it, and the kill switch is as its newest record set it. Values written directly
-    /// into the store, without their records, show up here.
-    pub fn check_state(&self, now_ms: u64) -> Result<StateCheck, StorageError> {
+    /// opened it, and the kill switch is as its newest record set it.
+    pub fn check_records(&self, now_ms: u64) -> Result<StateCheck, StorageError> {
         use crate::approvals::Status;
         let mut out = StateCheck::default();
         let cut_ms = self.audit.checkpoint()?.map_or(0, |cp| cp.at_ms);

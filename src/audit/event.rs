@@ -250,6 +250,7 @@ impl From<Event> for Entry {
                     trace_id: call.trace_id,
                     iter: call.iter,
                     duration_us: d.duration_us,
+                    effects: None,
                     detail: d.detail,
                     otel_trace_id: d.otel_trace_id,
                     inputs: d.inputs.map(|b| super::record::sorted(*b)),

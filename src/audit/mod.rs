@@ -4,6 +4,7 @@
 //! ([`Effect`]s) the records attest, checked by [`verify()`], under the HMAC keys of
 //! [`keys`].
 
+mod attest;
 mod cell;
 mod event;
 pub mod keys;
@@ -15,6 +16,9 @@ mod store;
 mod verify;
 mod writer;
 
+pub use attest::{
+    ATTESTED_TREES, Attest, Expected, STATE_CHECKED, Said, expected_state, state_checked,
+};
 pub(crate) use cell::{SledCell, clear_snapshot_debris, lock_held, sled_config};
 pub use event::{
     Approval as ApprovalEvent, CallFacts, Decision as DecisionEvent, Event,

@@ -71,6 +71,12 @@ pub struct Entry {
     /// Time spent deciding, in microseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub duration_us: Option<u64>,
+    /// The state changes committed with this record, each as the tree, the key and the
+    /// SHA-256 of the value set (none: removed); on a `state_checked` record, the whole state
+    /// it found. What `audit verify --state` and the start check hold the stored state to.
+    /// Never on records written before it existed, so their hashes are unchanged.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub effects: Option<Vec<super::attest::Attest>>,
     /// Decision id, approval id or event id.
     pub id: String,
     /// What the policies of a decision read besides its arguments and deployment data:
@@ -135,6 +141,7 @@ impl Entry {
             decision: String::new(),
             detail: None,
             duration_us: None,
+            effects: None,
             id: String::new(),
             inputs: None,
             iter: None,
@@ -612,6 +619,11 @@ mod tests {
                 serde_json::json!({"provenance": {"to": "tool", "body": "none"}}),
             )),
             duration_us: Some(9),
+            effects: Some(vec![super::super::attest::Attest::of(
+                "grants",
+                b"g1",
+                Some(b"{}"),
+            )]),
             detail: Some("x".into()),
             sealed: Sealed,
         };

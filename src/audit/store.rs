@@ -299,10 +299,15 @@ impl SledAudit {
 
     /// The store of data directory `dir`: opens its ledger and applies the frames sled lacks
     /// (a crash came between the ledger's `fdatasync` and sled's own flush), then empties it.
+    ///
+    /// Each record of a frame applied here must follow the one before it and carry its
+    /// chain's seal, under the keyring in `dir` (secrets it lacks looked up among `keys`):
+    /// a frame written without the key is refused before any of it takes effect.
     pub(crate) fn with_ledger(
         cell: Arc<SledCell>,
         dir: &std::path::Path,
         reserve: u64,
+        keys: &[Vec<u8>],
     ) -> Result<Self, StoreError> {
         let mut store = SledAudit::new(cell)?;
         store.reserve = reserve;
@@ -310,6 +315,7 @@ impl SledAudit {
         if let Some(damage) = damage {
             store.judge(dir, &damage)?;
         }
+        store.check_frames(dir, &frames, keys)?;
         store.replay(&mut ledger, frames)?;
         store.ledger = Some(std::sync::Mutex::new(ledger));
         Ok(store)
@@ -343,6 +349,68 @@ impl SledAudit {
             damage.at,
             damage.after.len(),
         )))
+    }
+
+    /// Checks the links of every record in the `frames` sled lacks, from sled's head on.
+    fn check_frames(
+        &self,
+        dir: &std::path::Path,
+        frames: &[Frame],
+        keys: &[Vec<u8>],
+    ) -> Result<(), StoreError> {
+        let mut head = self.last()?;
+        let cp = self.checkpoint()?;
+        let mut at = head.as_ref().map_or(0, |r| r.seq);
+        let mut prev = head.take().map(|r| r.hash);
+        if let Some(cp) = cp
+            && cp.seq >= at
+        {
+            at = cp.seq;
+            prev = Some(cp.hash);
+        }
+        if at == 0 {
+            prev = Some(super::record::GENESIS.to_owned());
+        }
+        let fresh: Vec<&Frame> = frames.iter().filter(|f| f.last > at).collect();
+        if fresh.is_empty() {
+            return Ok(());
+        }
+        let (chain, _) = super::keys::chain_for_verify(dir, keys).map_err(|e| {
+            StoreError(format!(
+                "cannot check the audit ledger's frames before applying them: {e}"
+            ))
+        })?;
+        let wal = dir.join("ledger").join("wal");
+        for frame in fresh {
+            let records = Block::decode(&log_key(frame.first), &frame.block).records;
+            for r in records {
+                let r = r.map_err(|e| {
+                    StoreError(format!(
+                        "a frame of the audit ledger {} holds a record that does not parse ({e}); nothing from the ledger was applied",
+                        wal.display()
+                    ))
+                })?;
+                // A gap before this frame is reported by `verify`; its seal is checked all
+                // the same.
+                let fault = match &prev {
+                    Some(p) if r.seq == at + 1 => super::attest::link_fault(&chain, p, &r),
+                    _ => chain
+                        .check(&r)
+                        .err()
+                        .map(|f| super::verify::fault_words(r.seq, &f)),
+                };
+                if let Some(why) = fault {
+                    return Err(StoreError(format!(
+                        "the audit ledger {} holds record {} that the chain does not seal: {why}. A frame written without the chain's key is forged (or the key it was sealed with is not given: `audit.hmac_key_file`), so nothing from the ledger was applied and toolgate refuses to start. Keep a copy of the data directory; to start anyway, move ledger/wal aside (its records are then lost, and `toolgate audit verify` reports the cut)",
+                        wal.display(),
+                        r.seq
+                    )));
+                }
+                at = r.seq;
+                prev = Some(r.hash);
+            }
+        }
+        Ok(())
     }
 
     /// Applies the ledger's frames that sled lacks, makes sled durable, and empties the

@@ -246,7 +246,7 @@ fn walk(
 }
 
 /// Why a record's own link fails, in words.
-fn fault_words(seq: u64, fault: &LinkFault) -> String {
+pub(crate) fn fault_words(seq: u64, fault: &LinkFault) -> String {
     match fault {
         LinkFault::Altered => {
             format!("record {seq} was altered: its content does not match its hash")

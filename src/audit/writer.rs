@@ -282,6 +282,13 @@ impl Audit {
             self.store.apply(&effects)?;
             return Ok(None);
         }
+        if entries.is_empty() && !effects.is_empty() {
+            return Err(StoreError(
+                "state changes without the record that attests them; nothing changed".to_owned(),
+            ));
+        }
+        let mut entries = entries;
+        super::attest::attach(&mut entries, &effects);
         let (ack, done) = tokio::sync::oneshot::channel();
         self.send(Job {
             entries,

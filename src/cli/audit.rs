@@ -164,12 +164,12 @@ impl DataDir {
             None => Config::defaults(),
         };
         let dir = self.data_dir.clone().unwrap_or(cfg.data_dir);
-        let stores = Stores::open_existing(&dir, cfg.store_cache_bytes)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
         let mut extra = Vec::new();
         for path in self.hmac_key_file.iter().chain(&cfg.audit_hmac_key_file) {
             extra.push(keys::read_key_file(path).map_err(|e| anyhow::anyhow!("{e}"))?);
         }
+        let stores = Stores::open_existing_keyed(&dir, cfg.store_cache_bytes, &extra)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         let (chain, ring) =
             keys::chain_for_verify(&dir, &extra).map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok(Opened {
@@ -466,21 +466,29 @@ fn verify_cmd(data: &DataDir, anchor: Option<Anchor>, state: bool) -> anyhow::Re
         return Ok(chain_code);
     }
     let check = stores
-        .check_state(crate::clock::now_ms())
+        .check_state(crate::clock::now_ms(), &chain)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     if check.contradictions.is_empty() {
+        let from = match check.baseline {
+            Some(b) => format!("the state check at record {b}"),
+            None => "the log's start".to_owned(),
+        };
         println!(
-            "ok: state matches the log ({} live approvals checked{}, kill switch)",
-            check.checked,
-            if check.unverifiable > 0 {
-                format!(
-                    "; {} older than the retention cut not checkable",
-                    check.unverifiable
-                )
-            } else {
-                String::new()
-            }
+            "ok: state matches the log ({} stored keys held to their records; {} records walked from {from})",
+            check.checked, check.walked
         );
+        if check.unverifiable > 0 {
+            println!(
+                "not checkable: {} stored keys no record since the retention cut names (approvals and the kill switch among them were held to their own records)",
+                check.unverifiable
+            );
+        }
+        if check.unsealed > 0 {
+            println!(
+                "not checkable: the seals of {} records under a key not given (--hmac-key-file)",
+                check.unsealed
+            );
+        }
         return Ok(chain_code);
     }
     for c in &check.contradictions {

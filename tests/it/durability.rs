@@ -635,3 +635,104 @@ fn a_damaged_ledger_frame_is_refused_and_named_but_a_torn_tail_is_cut() {
     assert_eq!(status, 200, "{page}");
     assert!(page["records"].as_array().unwrap().len() >= 19, "{page}");
 }
+
+/// A ledger frame as the sidecar writes one (`TGL1`, length, CRC-32, then the batch's
+/// sequence numbers, its block of JSON lines and its effects): what a forger with write
+/// access to the data directory, but not the HMAC key, can make.
+fn frame(seq: u64, block: &[u8], effects: &[(&str, &[u8], &[u8])]) -> Vec<u8> {
+    let part = |out: &mut Vec<u8>, b: &[u8]| {
+        out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+        out.extend_from_slice(b);
+    };
+    let mut payload = Vec::new();
+    payload.extend_from_slice(&seq.to_le_bytes());
+    payload.extend_from_slice(&seq.to_le_bytes());
+    part(&mut payload, block);
+    payload.extend_from_slice(&(effects.len() as u32).to_le_bytes());
+    for (tree, key, value) in effects {
+        part(&mut payload, tree.as_bytes());
+        part(&mut payload, key);
+        payload.push(1);
+        part(&mut payload, value);
+    }
+    let mut out = b"TGL1".to_vec();
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+    out.extend_from_slice(&payload);
+    out
+}
+
+/// A frame appended to the ledger by someone without the HMAC key (it checks, and it
+/// continues the stored log, but its record's seal is made up) is refused at start and by
+/// `audit verify`, naming the record; nothing in it takes effect: the approval it would
+/// approve stays pending.
+#[test]
+fn a_forged_ledger_frame_is_refused_and_nothing_in_it_takes_effect() {
+    let set = TempSet::new();
+    let server = start_with(&set, "");
+    let (status, d) = exchange(
+        server.port,
+        "POST",
+        "/v1/authorize",
+        Some(DEV),
+        Some(&json!({"tool": "write_file", "args": {"path": "src/lib.rs", "content": "x"}})),
+    )
+    .unwrap();
+    assert_eq!(d["decision"], "pending_approval", "{status} {d}");
+    let id = d["approval_id"].as_str().unwrap().to_owned();
+    sigterm_and_wait(server);
+    let data = set.dir.path().join("data");
+    let (head, stored) = {
+        let stores =
+            toolgate::storage::Stores::open_existing(&data, toolgate::storage::DEFAULT_CACHE_BYTES)
+                .unwrap();
+        let head = stores.audit.last().unwrap().unwrap();
+        let a = stores.approvals.all().unwrap();
+        (head, serde_json::to_value(&a[0]).unwrap())
+    };
+    assert_eq!(stored["status"], "pending");
+    let mut approved = stored.clone();
+    approved["status"] = json!("approved");
+    approved["decided_by"] = json!("Human::\"bob\"");
+    let record = json!({
+        "seq": head.seq + 1,
+        "prev": head.hash,
+        "hash": "ab".repeat(32),
+        "key": head.key,
+        "entry": {"at_ms": 1, "decision": "approved", "id": id, "kind": "approval",
+                  "principal": "Human::\"bob\""},
+    });
+    let wal = data.join("ledger/wal");
+    let forged = frame(
+        head.seq + 1,
+        &serde_json::to_vec(&record).unwrap(),
+        &[(
+            "approvals",
+            id.as_bytes(),
+            &serde_json::to_vec(&approved).unwrap(),
+        )],
+    );
+    std::fs::write(&wal, &forged).unwrap();
+
+    let refused = crate::process::serve_refuses(&set, "");
+    let named = format!("holds record {} that the chain does not seal", head.seq + 1);
+    assert!(refused.contains(&named), "{refused}");
+    let (ok, said) = verify_offline(&set, &[]);
+    assert!(!ok, "verify passed a forged frame: {said}");
+    assert!(said.contains(&named), "{said}");
+    assert_eq!(
+        std::fs::read(&wal).unwrap(),
+        forged,
+        "the ledger was changed"
+    );
+    let db = sled::Config::new().path(&data).open().unwrap();
+    let now: Value = serde_json::from_slice(
+        &db.open_tree("approvals")
+            .unwrap()
+            .get(id.as_bytes())
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(now["status"], "pending", "the forged approval took effect");
+}

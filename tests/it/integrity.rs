@@ -438,10 +438,12 @@ fn an_identical_call_is_never_answered_with_an_approval_that_was_not_stored() {
     assert_eq!(third["approval_id"], second["approval_id"], "{third}");
 }
 
-/// State written straight into the store, without the records that would make it (an
-/// approval turned approved, one made up, the kill switch turned off), is found: `audit
-/// verify --state` names each with the record it contradicts, and `serve` refuses to start
-/// on it rather than honour it. An honest directory passes both.
+/// State written straight into the store, without the records that would make it, is
+/// found: an approval turned approved, one made up, the kill switch turned off, a grant made
+/// up, a quarantine lifted by deleting it, and a redeemed approval rolled back to its
+/// earlier (once genuine) approved value. `audit verify --state` names each with the record
+/// it contradicts, and `serve` refuses to start on it rather than honour it. An honest
+/// directory passes both, across restarts.
 #[test]
 fn state_written_without_its_records_is_named_and_never_served() {
     let set = TempSet::new();
@@ -449,12 +451,73 @@ fn state_written_without_its_records_is_named_and_never_served() {
     let approved = pending(&server, 1);
     assert_eq!(approve(&server, &approved).unwrap().0, 200);
     let waiting = pending(&server, 2);
+    let used = pending(&server, 3);
+    assert_eq!(approve(&server, &used).unwrap().0, 200);
+    let post = |path: &str, body: Value| {
+        let (status, v) = exchange(server.port, "POST", path, Some(ALICE), Some(&body)).unwrap();
+        assert!(status == 200 || status == 201, "{path}: {status} {v}");
+        v
+    };
+    post(
+        "/v1/admin/kill-switch",
+        json!({"on": true, "reason": "drill"}),
+    );
+    post(
+        "/v1/admin/quarantine",
+        json!({"agent": "po-agent", "on": true, "reason": "drill"}),
+    );
+    let grant = post(
+        "/v1/grants",
+        json!({"template": "grant-tool-access",
+               "principal": {"type": "Agent", "id": "po-agent"},
+               "resource": {"type": "Tool", "id": "run_tests"},
+               "ttl_s": 600, "reason": "incident 42"}),
+    );
+    crate::durability::sigterm_and_wait(server);
+    // The approved value of `used`, genuine once: kept to roll back to after it is redeemed.
+    let before_use = {
+        let db = sled::Config::new()
+            .path(set.dir.path().join("data"))
+            .open()
+            .unwrap();
+        db.open_tree("approvals")
+            .unwrap()
+            .get(used.as_bytes())
+            .unwrap()
+            .unwrap()
+            .to_vec()
+    };
+    // A restart checks the state, and the one after it walks from that check.
+    for _ in 0..2 {
+        let server = start(&set, "");
+        crate::durability::sigterm_and_wait(server);
+    }
+    let server = start(&set, "");
+    // The kill switch is on: redeeming is refused, so turn it off (recorded) first.
     let (status, _) = exchange(
         server.port,
         "POST",
         "/v1/admin/kill-switch",
         Some(ALICE),
-        Some(&json!({"on": true, "reason": "drill"})),
+        Some(&json!({"on": false, "reason": "drill over"})),
+    )
+    .unwrap();
+    assert_eq!(status, 200);
+    let mut call = write_call(3);
+    call["approval_id"] = json!(used);
+    let (status, d) =
+        exchange(server.port, "POST", "/v1/authorize", Some(DEV), Some(&call)).unwrap();
+    assert_eq!(
+        (status, d["decision"].as_str()),
+        (200, Some("allow")),
+        "{d}"
+    );
+    let (status, _) = exchange(
+        server.port,
+        "POST",
+        "/v1/admin/kill-switch",
+        Some(ALICE),
+        Some(&json!({"on": true, "reason": "drill again"})),
     )
     .unwrap();
     assert_eq!(status, 200);
@@ -462,7 +525,7 @@ fn state_written_without_its_records_is_named_and_never_served() {
     let (ok, said) = crate::durability::verify_offline(&set, &["--state"]);
     assert!(ok, "an honest directory: {said}");
     assert!(said.contains("ok: state matches the log"), "{said}");
-    assert!(said.contains("2 live approvals checked"), "{said}");
+    assert!(said.contains("from the state check at record"), "{said}");
 
     // Forged, as someone with write access to the data directory would.
     {
@@ -485,6 +548,8 @@ fn state_written_without_its_records_is_named_and_never_served() {
         approvals
             .insert(b"forged-approval", serde_json::to_vec(&made_up).unwrap())
             .unwrap();
+        // Redeemed, then rolled back to its approved value: usable once more.
+        approvals.insert(used.as_bytes(), before_use).unwrap();
         let admin = db.open_tree("admin").unwrap();
         let mut switch: Value =
             serde_json::from_slice(&admin.get(b"kill_switch").unwrap().unwrap()).unwrap();
@@ -492,20 +557,37 @@ fn state_written_without_its_records_is_named_and_never_served() {
         admin
             .insert(b"kill_switch", serde_json::to_vec(&switch).unwrap())
             .unwrap();
+        admin
+            .remove(b"quarantine/Agent::\"po-agent\"")
+            .unwrap()
+            .unwrap();
+        let grants = db.open_tree("grants").unwrap();
+        let gid = grant["id"].as_str().unwrap();
+        let mut copied: Value =
+            serde_json::from_slice(&grants.get(gid.as_bytes()).unwrap().unwrap()).unwrap();
+        copied["id"] = json!("grant-forged");
+        copied["principal"] = json!({"type": "Agent", "id": "dev-agent"});
+        grants
+            .insert(b"grant-forged", serde_json::to_vec(&copied).unwrap())
+            .unwrap();
         db.flush().unwrap();
     }
     let (ok, said) = crate::durability::verify_offline(&set, &["--state"]);
     assert!(!ok, "{said}");
     for what in [
-        format!("approval {waiting}: stored approved, but no `approved` record"),
-        "approval forged-approval: record".to_owned(),
-        "kill switch: stored off, but record".to_owned(),
+        format!("approval {waiting}: the stored value is not the one record"),
+        "approval forged-approval: stored, but neither the state check at record".to_owned(),
+        format!("approval {used}: the stored value is not the one record"),
+        "kill switch: the stored value is not the one record".to_owned(),
+        "quarantine of Agent::\"po-agent\": record".to_owned(),
+        "removed without a record".to_owned(),
+        "grant grant-forged: stored, but neither".to_owned(),
     ] {
         assert!(said.contains(&what), "`{what}` not in:\n{said}");
     }
     let refused = crate::process::serve_refuses(&set, "");
     assert!(
-        refused.contains("state contradicts its audit log (4 found)"),
+        refused.contains("state contradicts its audit log (6 found)"),
         "{refused}"
     );
 }

@@ -219,6 +219,8 @@ export interface AuditEntry {
   detail?: string;
   /** Time spent deciding, in microseconds. */
   duration_us?: number;
+  /** State changes committed with this record: the tree, the key, and the SHA-256 of the value set (absent: removed). On a `state_checked` record, the whole state found at a start. `audit verify --state` holds the stored state to these. */
+  effects?: Array<Record<string, unknown>>;
   /** Decision id, approval id or event id. */
   id: string;
   /** Decisions: what the policies read besides the arguments and the deployment data, as the decision saw it, each part present only when it says something. Fact strings are redacted; sets keep at most 16 items (then `+N more`). */

@@ -235,6 +235,8 @@ class AuditEntry(TypedDict):
     detail: NotRequired["str"]
     # Time spent deciding, in microseconds.
     duration_us: NotRequired["int"]
+    # State changes committed with this record: the tree, the key, and the SHA-256 of the value set (absent: removed). On a `state_checked` record, the whole state found at a start. `audit verify --state` holds the stored state to these.
+    effects: NotRequired["list[dict[str, Any]]"]
     # Decision id, approval id or event id.
     id: "str"
     # Decisions: what the policies read besides the arguments and the deployment data, as the decision saw it, each part present only when it says something. Fact strings are redacted; sets keep at most 16 items (then `+N more`).
