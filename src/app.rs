@@ -375,16 +375,18 @@ impl App {
             tracing::info!(key = %started.id, from = started.from_seq, "audit key in use");
         }
         if let Some(state) = state_to_record {
-            // Before anything else can change state: the next start walks from here.
+            // Before anything else can change state: the next start walks from here. Not
+            // recording it is safe (the next start walks from the one before), so a full disk
+            // does not keep the sidecar from starting and denying with 503.
             let keys = state.len();
-            audit
-                .commit(
-                    vec![crate::audit::state_checked(&revision, state)],
-                    Vec::new(),
-                )
-                .await
-                .map_err(|e| anyhow::anyhow!("cannot record the state check: {e}"))?;
-            tracing::info!(keys, "stored state matches the audit log; recorded");
+            let entry = crate::audit::state_checked(&revision, state);
+            match audit.commit(vec![entry], Vec::new()).await {
+                Ok(_) => tracing::info!(keys, "stored state matches the audit log; recorded"),
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "the state check was not recorded; the next start checks from the one before"
+                ),
+            }
         }
         let state = match &exec.root {
             None => state,

@@ -192,7 +192,11 @@ fn take(out: &mut Expected, r: &Record) {
     } else {
         out.changed = true;
     }
-    for a in list {
+    // Other trees' changes (the remembered policy set) are named, but not held to.
+    for a in list
+        .iter()
+        .filter(|a| ATTESTED_TREES.contains(&a.tree.as_str()))
+    {
         out.keys.insert(
             (a.tree.clone(), a.key.clone()),
             Said {

@@ -235,7 +235,7 @@ pub(crate) struct SledAudit {
 const REOPEN_FREE: u64 = 1024 * 1024;
 
 /// Once the ledger holds this much, sled is made durable and the ledger emptied.
-const LEDGER_LIMIT: u64 = 32 * 1024 * 1024;
+const LEDGER_LIMIT: u64 = 12 * 1024 * 1024;
 
 /// One decoded block: its first sequence number and its records in order.
 struct Block {
@@ -462,7 +462,7 @@ impl SledAudit {
         if ledger.len() > 0 {
             self.cell.db()?.flush().map_err(StoreError::from_sled)?;
             ledger.sync_data_dir()?;
-            ledger.truncate(0)?;
+            ledger.reset(head.saturating_add(1))?;
         }
         Ok(())
     }
@@ -603,10 +603,13 @@ impl SledAudit {
         // From here the frame may be in the ledger, and so applied at recovery, until it is
         // cut back.
         self.written.store(last, Ordering::Relaxed);
-        let cut_back = |ledger: &mut Ledger| {
-            if ledger.truncate(mark).is_ok() {
-                self.written.store(written, Ordering::Relaxed);
-            }
+        let cut_back = |ledger: &mut Ledger| match ledger.truncate(mark) {
+            Ok(()) => self.written.store(written, Ordering::Relaxed),
+            // Sequence numbers still go on past it, so nothing is written over.
+            Err(e) => tracing::error!(
+                error = %e,
+                "a batch whose write failed could not be cut from the ledger: its records may still be applied when the store reopens, so a caller answered 503 may find them in the log"
+            ),
         };
         fail::fail_point!("ledger-appended", !effects.is_empty(), |_| {
             std::process::abort()
@@ -629,7 +632,14 @@ impl SledAudit {
             }
             _ => false,
         };
-        let committed = self.commit(first, block, batch, effects);
+        let committed = (|| {
+            // sled meeting a disk error (EIO, a read-only file system) fails the write and
+            // refuses everything after it (tests inject it).
+            fail::fail_point!("store-apply-error", |_| Err(StoreError(
+                "injected store failure (TOOLGATE_FAILPOINTS)".to_owned()
+            )));
+            self.commit(first, block, batch, effects)
+        })();
         drop(applying);
         if let Err(e) = committed {
             // sled refuses everything after a failed write until it is reopened: the next
@@ -650,7 +660,7 @@ impl SledAudit {
                 .db()
                 .and_then(|db| db.flush().map_err(StoreError::from_sled))
                 .and_then(|_| ledger.sync_data_dir())
-                .and_then(|()| ledger.truncate(0));
+                .and_then(|()| ledger.reset(last.saturating_add(1)));
             if let Err(e) = emptied {
                 tracing::warn!(error = %e, "the ledger could not be emptied; it is kept and tried again");
             }

@@ -589,13 +589,18 @@ fn a_damaged_ledger_frame_is_refused_and_named_but_a_torn_tail_is_cut() {
     drop(server); // SIGKILL: the records are in the ledger, not yet in sled's files
     let wal = set.dir.path().join("data/ledger/wal");
     let original = std::fs::read(&wal).unwrap();
+    // Frames follow the header block, written over zeros laid out ahead of them.
+    assert_eq!(&original[..4], b"TGL0", "the ledger has no header block");
+    let base = 4096;
     let frame_len =
         |at: usize| 12 + u32::from_le_bytes(original[at + 4..at + 8].try_into().unwrap()) as usize;
-    let second = frame_len(0);
-    assert!(
-        original.len() > second + frame_len(second) + 12,
-        "too few frames in the ledger"
-    );
+    let mut ends = vec![base];
+    while original[*ends.last().unwrap()..].starts_with(b"TGL1") {
+        let at = *ends.last().unwrap();
+        ends.push(at + frame_len(at));
+    }
+    assert!(ends.len() > 3, "too few frames in the ledger");
+    let second = ends[1];
     let mut damaged = original.clone();
     damaged[second + 20] ^= 0x01;
     std::fs::write(&wal, &damaged).unwrap();
@@ -619,7 +624,8 @@ fn a_damaged_ledger_frame_is_refused_and_named_but_a_torn_tail_is_cut() {
 
     // A torn last frame (a crash in the middle of a write) is cut, and the rest applied.
     let mut torn = original.clone();
-    torn.truncate(original.len() - 5);
+    let end = *ends.last().unwrap();
+    torn[end - 20..end].fill(0);
     std::fs::write(&wal, &torn).unwrap();
     let server = start_with(&set, "");
     let log = std::fs::read_to_string(set.dir.path().join("serve.log")).unwrap();
@@ -735,4 +741,100 @@ fn a_forged_ledger_frame_is_refused_and_nothing_in_it_takes_effect() {
     )
     .unwrap();
     assert_eq!(now["status"], "pending", "the forged approval took effect");
+}
+
+/// The data directory on its own ext4 file system (a loop device, so root is needed), to
+/// make it go read-only the way a disk error does: `errors=remount-ro`, then an error the
+/// kernel is told of. Unlike `mount -o remount,ro`, which the kernel refuses while files are
+/// open for writing, this takes effect under a running sidecar.
+pub(crate) struct Ext4Disk {
+    dir: std::path::PathBuf,
+    image: std::path::PathBuf,
+}
+
+impl Ext4Disk {
+    /// A new `mib` MiB ext4 file system in `image`, mounted at `at`; `None` after saying the
+    /// test is skipped (no root or no loop device; `TOOLGATE_REQUIRE_ROOT_TESTS` turns the
+    /// skip into a failure).
+    pub(crate) fn mount_or_skip(at: &Path, image: &Path, mib: u64) -> Option<Ext4Disk> {
+        std::fs::create_dir_all(at).unwrap();
+        let made = std::fs::File::create(image)
+            .and_then(|f| f.set_len(mib << 20))
+            .is_ok()
+            && Command::new("mkfs.ext4")
+                .args(["-q", "-F"])
+                .arg(image)
+                .status()
+                .is_ok_and(|s| s.success());
+        let disk = Ext4Disk {
+            dir: at.to_path_buf(),
+            image: image.to_path_buf(),
+        };
+        if made && disk.mount() {
+            return Some(disk);
+        }
+        std::mem::forget(disk);
+        eprintln!(
+            "SKIPPED: cannot mount an ext4 loop device at {} (needs root and mkfs.ext4)",
+            at.display()
+        );
+        assert!(
+            std::env::var_os("TOOLGATE_REQUIRE_ROOT_TESTS").is_none(),
+            "TOOLGATE_REQUIRE_ROOT_TESTS is set but the ext4 loop device could not be mounted"
+        );
+        None
+    }
+
+    fn mount(&self) -> bool {
+        Command::new("mount")
+            .args(["-o", "loop,errors=remount-ro"])
+            .arg(&self.image)
+            .arg(&self.dir)
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// The file system turns read-only under whoever is writing, as after a disk error.
+    pub(crate) fn go_read_only(&self) {
+        let out = Command::new("findmnt")
+            .args(["-n", "-o", "SOURCE"])
+            .arg(&self.dir)
+            .output()
+            .unwrap();
+        let source = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        let dev = source.rsplit('/').next().unwrap().to_owned();
+        std::fs::write(format!("/sys/fs/ext4/{dev}/trigger_fs_error"), "1").unwrap();
+        let probe = std::fs::write(self.dir.join("probe"), b"x");
+        assert!(probe.is_err(), "the file system did not go read-only");
+    }
+
+    /// What an operator does after the error (the sidecar is gone): unmount, `e2fsck`, and
+    /// mount again read-write.
+    pub(crate) fn repair(&self) {
+        assert!(
+            Command::new("umount")
+                .arg(&self.dir)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let fsck = Command::new("e2fsck")
+            .args(["-f", "-y"])
+            .arg(&self.image)
+            .output()
+            .unwrap();
+        // 0: clean; 1: errors corrected.
+        assert!(
+            matches!(fsck.status.code(), Some(0 | 1)),
+            "e2fsck: {}",
+            String::from_utf8_lossy(&fsck.stdout)
+        );
+        assert!(self.mount(), "the repaired file system does not mount");
+    }
+}
+
+impl Drop for Ext4Disk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+    }
 }
