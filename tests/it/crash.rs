@@ -33,6 +33,15 @@ struct Acked {
 struct Rng(u64);
 
 impl Rng {
+    /// A generator seeded from the clock, and its seed (printed, to reproduce a run).
+    fn seeded() -> (u64, Rng) {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+            | 1;
+        (seed, Rng(seed))
+    }
     fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
@@ -220,12 +229,7 @@ fn kill_9_under_load_loses_no_acknowledged_record() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(6);
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-        | 1;
-    let mut rng = Rng(seed);
+    let (seed, mut rng) = Rng::seeded();
     let set = TempSet::new();
     let acked = Arc::new(Mutex::new(Acked::default()));
     let started = Instant::now();
@@ -303,12 +307,7 @@ fn a_full_disk_under_load_loses_no_acknowledged_record() {
 /// state against the log).
 #[test]
 fn a_disk_failing_with_eio_under_load_loses_no_acknowledged_record() {
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-        | 1;
-    let mut rng = Rng(seed);
+    let (seed, mut rng) = Rng::seeded();
     let set = TempSet::new();
     let acked = Arc::new(Mutex::new(Acked::default()));
     let failing = "ledger-append-eio=3%return;ledger-sync-eio=3%return;store-apply-error=3%return";

@@ -301,6 +301,16 @@ pub(crate) fn verify_offline(set: &TempSet, extra: &[&str]) -> (bool, String) {
     )
 }
 
+/// Says that a test is skipped because `what` cannot be mounted (it needs `needs`), or fails
+/// when `TOOLGATE_REQUIRE_ROOT_TESTS` is set (CI runs as root: such tests must run there).
+fn skipped(what: &str, needs: &str) {
+    eprintln!("SKIPPED: cannot mount {what} (needs {needs})");
+    assert!(
+        std::env::var_os("TOOLGATE_REQUIRE_ROOT_TESTS").is_none(),
+        "TOOLGATE_REQUIRE_ROOT_TESTS is set but {what} could not be mounted"
+    );
+}
+
 /// A small file system for the data directory (tmpfs, so root is needed to mount it).
 pub(crate) struct SmallDisk {
     dir: std::path::PathBuf,
@@ -343,14 +353,7 @@ impl SmallDisk {
     pub(crate) fn mount_or_skip(at: &Path, mib: u64) -> Option<SmallDisk> {
         let disk = SmallDisk::mount(at, mib);
         if disk.is_none() {
-            eprintln!(
-                "SKIPPED: cannot mount a tmpfs at {} (needs root)",
-                at.display()
-            );
-            assert!(
-                std::env::var_os("TOOLGATE_REQUIRE_ROOT_TESTS").is_none(),
-                "TOOLGATE_REQUIRE_ROOT_TESTS is set but the tmpfs could not be mounted"
-            );
+            skipped(&format!("a tmpfs at {}", at.display()), "root");
         }
         disk
     }
@@ -774,13 +777,9 @@ impl Ext4Disk {
             return Some(disk);
         }
         std::mem::forget(disk);
-        eprintln!(
-            "SKIPPED: cannot mount an ext4 loop device at {} (needs root and mkfs.ext4)",
-            at.display()
-        );
-        assert!(
-            std::env::var_os("TOOLGATE_REQUIRE_ROOT_TESTS").is_none(),
-            "TOOLGATE_REQUIRE_ROOT_TESTS is set but the ext4 loop device could not be mounted"
+        skipped(
+            &format!("an ext4 loop device at {}", at.display()),
+            "root and mkfs.ext4",
         );
         None
     }
