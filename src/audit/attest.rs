@@ -150,7 +150,7 @@ pub fn expected_state(store: &dyn AuditStore, chain: &Chain) -> Result<Expected,
                 Ok(()) => {}
                 Err(LinkFault::NoKey(_)) => out.unsealed += 1,
                 Err(f) => {
-                    out.broken = Some((r.seq, super::verify::fault_words(r.seq, &f)));
+                    out.broken = Some((r.seq, super::record::fault_words(r.seq, &f)));
                     break 'pages;
                 }
             }
@@ -164,20 +164,6 @@ pub fn expected_state(store: &dyn AuditStore, chain: &Chain) -> Result<Expected,
         }
     }
     Ok(out)
-}
-
-/// Why `r` does not follow a record hashed `prev` under `chain`, if it does not.
-pub(crate) fn link_fault(chain: &Chain, prev: &str, r: &Record) -> Option<String> {
-    if r.prev != prev {
-        return Some(format!(
-            "record {} does not follow the record before it (its previous hash differs)",
-            r.seq
-        ));
-    }
-    chain
-        .check(r)
-        .err()
-        .map(|f| super::verify::fault_words(r.seq, &f))
 }
 
 fn take(out: &mut Expected, r: &Record) {

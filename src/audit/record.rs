@@ -575,6 +575,51 @@ fn bounded(v: &Value, max: usize) -> String {
     text
 }
 
+/// Why a record's own link fails, in words.
+pub(crate) fn fault_words(seq: u64, fault: &LinkFault) -> String {
+    match fault {
+        LinkFault::Altered => {
+            format!("record {seq} was altered: its content does not match its hash")
+        }
+        LinkFault::WrongKey {
+            found: None,
+            expected: Some(k),
+        } => format!(
+            "record {seq} carries no key id, but key `{k}` seals records from here on: forged or re-chained without the key"
+        ),
+        LinkFault::WrongKey {
+            found: Some(f),
+            expected: None,
+        } => format!(
+            "record {seq} names key `{f}`, which seals no record at this position (no keyring, or the key starts later): forged, or pass the data directory's keyring"
+        ),
+        LinkFault::WrongKey { found, expected } => format!(
+            "record {seq} names key `{}`, but key `{}` seals records at this position: forged or moved",
+            found.as_deref().unwrap_or("none"),
+            expected.as_deref().unwrap_or("none")
+        ),
+        LinkFault::NoKey(id) => format!(
+            "record {seq} is sealed with key `{id}`, which this verifier does not hold: pass it with --hmac-key-file"
+        ),
+    }
+}
+
+/// Why `r` does not follow a record hashed `prev` under `chain`, in words, if it does not.
+pub(crate) fn link_fault(chain: &Chain, prev: &str, r: &Record) -> Option<String> {
+    if r.prev != prev {
+        return Some(format!(
+            "record {} does not follow the record before it (its previous hash differs)",
+            r.seq
+        ));
+    }
+    seal_fault(chain, r)
+}
+
+/// Why `r`'s own seal does not hold under `chain`, in words, if it does not.
+pub(crate) fn seal_fault(chain: &Chain, r: &Record) -> Option<String> {
+    chain.check(r).err().map(|f| fault_words(r.seq, &f))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -393,11 +393,8 @@ impl SledAudit {
                 // A gap before this frame is reported by `verify`; its seal is checked all
                 // the same.
                 let fault = match &prev {
-                    Some(p) if r.seq == at + 1 => super::attest::link_fault(&chain, p, &r),
-                    _ => chain
-                        .check(&r)
-                        .err()
-                        .map(|f| super::verify::fault_words(r.seq, &f)),
+                    Some(p) if r.seq == at + 1 => super::record::link_fault(&chain, p, &r),
+                    _ => super::record::seal_fault(&chain, &r),
                 };
                 if let Some(why) = fault {
                     return Err(StoreError(format!(

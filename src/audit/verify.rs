@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use super::record::{Chain, Checkpoint, EntryKind, GENESIS, LinkFault};
+use super::record::{Chain, Checkpoint, EntryKind, GENESIS, fault_words};
 use super::store::{AuditStore, StoreError};
 use super::writer::Head;
 
@@ -243,35 +243,6 @@ fn walk(
             hash: prev,
         },
     })
-}
-
-/// Why a record's own link fails, in words.
-pub(crate) fn fault_words(seq: u64, fault: &LinkFault) -> String {
-    match fault {
-        LinkFault::Altered => {
-            format!("record {seq} was altered: its content does not match its hash")
-        }
-        LinkFault::WrongKey {
-            found: None,
-            expected: Some(k),
-        } => format!(
-            "record {seq} carries no key id, but key `{k}` seals records from here on: forged or re-chained without the key"
-        ),
-        LinkFault::WrongKey {
-            found: Some(f),
-            expected: None,
-        } => format!(
-            "record {seq} names key `{f}`, which seals no record at this position (no keyring, or the key starts later): forged, or pass the data directory's keyring"
-        ),
-        LinkFault::WrongKey { found, expected } => format!(
-            "record {seq} names key `{}`, but key `{}` seals records at this position: forged or moved",
-            found.as_deref().unwrap_or("none"),
-            expected.as_deref().unwrap_or("none")
-        ),
-        LinkFault::NoKey(id) => format!(
-            "record {seq} is sealed with key `{id}`, which this verifier does not hold: pass it with --hmac-key-file"
-        ),
-    }
 }
 
 /// Whether `anchor` is settled before the walk: it is empty, or it lies at or before the
