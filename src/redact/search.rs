@@ -1,0 +1,601 @@
+//! Every detector's matches in one scan whose cost is linear in the text, whatever the
+//! density of findings, and whose memory is returned when the scan ends.
+//!
+//! One `RegexSet` over every detector used to say which could match. Its lazy DFA is the
+//! product of ~110 patterns: text dense with secrets made it build new states at almost every
+//! byte (3 MB/s), and after three cache clears within one cache's life it gave up for good, so
+//! the pooled cache stayed slow (and kept its memory) for every later text. Now:
+//!
+//! - **Triggers.** Most detectors begin with one of a few literals (`ghp_`, `AKIA`,
+//!   `password`, …, extracted from the pattern by `regex-syntax`). One Aho-Corasick pass,
+//!   ASCII case-insensitive, finds every place any of them starts.
+//! - **Anchored checks.** At each such place, the detector's own lazy DFA runs anchored, byte
+//!   by byte, until it dies: the match (the leftmost-first one `find_iter` would give) or
+//!   nothing. Every byte stepped is counted; past [`WALK_PER_BYTE`] steps per byte of text,
+//!   the detectors left search the rest of the text once each, linearly.
+//! - **The rest.** Detectors with no literal to start from (addresses, card numbers, phone
+//!   numbers, injection phrasing) run as one small set, then each one that matched.
+//! - **Caches are per scan.** Each scan takes a set of caches from a small pool and gives them
+//!   back; a cache that grew past [`KEEP_CACHE_BYTES`] is dropped instead, so one dense text
+//!   leaves neither a slow nor a large cache behind.
+
+use std::sync::Mutex;
+
+use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind as AcMatchKind};
+use regex_automata::hybrid::dfa::{Cache as DfaCache, DFA};
+use regex_automata::meta::{Cache as MetaCache, Regex as MetaRegex};
+use regex_automata::util::syntax;
+use regex_automata::{Anchored, Input, MatchKind, PatternSet};
+use regex_syntax::hir::literal::{ExtractKind, Extractor};
+use regex_syntax::hir::{Capture, Class, Hir, HirKind, Look, Repetition};
+
+use super::RedactError;
+
+/// DFA steps the anchored checks of one scan may take per byte of text (plus
+/// [`WALK_FLOOR`]); past that, each detector still to run searches the text linearly.
+pub(super) const WALK_PER_BYTE: usize = 8;
+/// Steps any scan may take, however short its text.
+const WALK_FLOOR: usize = 64 * 1024;
+/// A cache bigger than this after a scan is dropped, not pooled.
+pub(super) const KEEP_CACHE_BYTES: usize = 256 * 1024;
+/// The rest's cache is kept up to this size: a cold one costs a small text more than its scan.
+const KEEP_REST_BYTES: usize = 2 << 20;
+/// A scan's caches together are kept up to this size.
+const KEEP_SCRATCH_BYTES: usize = 8 << 20;
+/// Scans' cache sets kept for reuse.
+const POOLED: usize = 8;
+/// Trigger literals a detector may have; more, and it runs with the rest.
+const MAX_TRIGGERS: usize = 1024;
+/// Largest fixed offset of a trigger from the start of its match.
+const MAX_TRIGGER_OFFSET: usize = 64;
+/// Places one detector is checked at, per byte of text (1 in this many); past it, the
+/// detector searches linearly from its first place.
+const PLACES_PER: usize = 16;
+/// Bytes of the lazy DFA cache of one detector, and of the set of the rest.
+const DFA_CACHE: usize = 2 << 20;
+
+/// One match: where the whole match starts, and the span of the part reported (the whole
+/// match, or the detector's capture group).
+pub(super) type Span = (usize, usize, usize);
+
+/// One detector, compiled for the scan.
+struct Detector {
+    /// Anchored checks; `None` when the lazy DFA cannot be built (a Unicode word boundary):
+    /// the detector then always searches linearly.
+    dfa: Option<DFA>,
+    /// Spans, capture groups and linear searches.
+    meta: MetaRegex,
+    /// Capture group reported (0: the whole match).
+    group: usize,
+    /// Every match starts at an ASCII word boundary (`\b…`): a trigger inside a word is
+    /// skipped before any check.
+    word_start: bool,
+}
+
+/// The compiled detectors of a [`super::Redactor`].
+pub(super) struct Searcher {
+    detectors: Vec<Detector>,
+    /// Every detector's trigger literals, lower-cased.
+    triggers: Option<AhoCorasick>,
+    /// Trigger literal → the detectors it starts, and how far before the literal each
+    /// detector's match starts.
+    trigger_rows: Vec<Vec<(usize, usize)>>,
+    /// Detectors without triggers, as one set (`MatchKind::All`).
+    rest: Option<MetaRegex>,
+    /// Set pattern → detector.
+    rest_rows: Vec<usize>,
+    pool: Mutex<Vec<Scratch>>,
+}
+
+/// Caches and buffers of one scan.
+struct Scratch {
+    dfa: Vec<Option<DfaCache>>,
+    meta: Vec<Option<MetaCache>>,
+    rest: Option<MetaCache>,
+    places: Vec<Vec<usize>>,
+}
+
+fn syntax_config() -> syntax::Config {
+    syntax::Config::new().unicode(false).utf8(false)
+}
+
+/// Where every match of `pattern` can be found from: the literals (ASCII lower-cased) that
+/// every match has at a fixed offset from its start, if there are few enough, each at least
+/// 2 bytes long. The offset is 0 for a literal prefix (`ghp_…`); a pattern that starts with
+/// a fixed number of class characters is found by what follows them (`[0-9a-f]{32}-us`).
+fn trigger_literals(pattern: &str) -> Option<(Vec<Vec<u8>>, usize)> {
+    let hir = regex_syntax::ParserBuilder::new()
+        .unicode(false)
+        .utf8(false)
+        .build()
+        .parse(pattern)
+        .ok()?;
+    let parts: Vec<Hir> = match hir.kind() {
+        HirKind::Concat(parts) => parts.clone(),
+        _ => vec![hir.clone()],
+    };
+    let mut offset = 0;
+    for (k, part) in parts.iter().enumerate() {
+        let tail = fold_case(&Hir::concat(parts.get(k..).unwrap_or_default().to_vec()));
+        if let Some(lits) = literals_of(&tail) {
+            return Some((lits, offset));
+        }
+        let props = part.properties();
+        match (props.minimum_len(), props.maximum_len()) {
+            (Some(min), Some(max)) if min == max && offset + min <= MAX_TRIGGER_OFFSET => {
+                offset += min;
+            }
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// Whether `pattern` begins with `\b` (so its first byte is a word byte after a non-word one).
+fn starts_at_word_boundary(pattern: &str) -> bool {
+    let Ok(hir) = regex_syntax::ParserBuilder::new()
+        .unicode(false)
+        .utf8(false)
+        .build()
+        .parse(pattern)
+    else {
+        return false;
+    };
+    let first = match hir.kind() {
+        HirKind::Concat(parts) => parts.first(),
+        _ => Some(&hir),
+    };
+    first.is_some_and(|h| matches!(h.kind(), HirKind::Look(Look::WordAscii)))
+}
+
+/// `hir` with every class that is one ASCII letter in either case (`(?i)`) made that letter
+/// in lower case: the triggers are matched case-insensitively anyway, and without the case
+/// pairs a case-insensitive label is a handful of literals instead of too many to keep.
+fn fold_case(hir: &Hir) -> Hir {
+    match hir.kind() {
+        HirKind::Class(Class::Bytes(class)) => match class.ranges() {
+            [a, b]
+                if a.start() == a.end()
+                    && b.start() == b.end()
+                    && a.start().is_ascii_uppercase()
+                    && a.start().to_ascii_lowercase() == b.start() =>
+            {
+                Hir::literal([b.start()])
+            }
+            _ => hir.clone(),
+        },
+        HirKind::Concat(parts) => Hir::concat(parts.iter().map(fold_case).collect()),
+        HirKind::Alternation(parts) => Hir::alternation(parts.iter().map(fold_case).collect()),
+        HirKind::Repetition(r) => Hir::repetition(Repetition {
+            sub: Box::new(fold_case(&r.sub)),
+            ..r.clone()
+        }),
+        HirKind::Capture(c) => Hir::capture(Capture {
+            sub: Box::new(fold_case(&c.sub)),
+            ..c.clone()
+        }),
+        _ => hir.clone(),
+    }
+}
+
+/// The prefix literals of `hir`, when they are usable as triggers: the extractor's own
+/// limits first (it shortens literals to keep their number down), then wider ones.
+fn literals_of(hir: &Hir) -> Option<Vec<Vec<u8>>> {
+    [250, 4 * MAX_TRIGGERS].into_iter().find_map(|limit| {
+        let mut extractor = Extractor::new();
+        extractor.kind(ExtractKind::Prefix).limit_total(limit);
+        let seq = extractor.extract(hir);
+        let mut lits: Vec<Vec<u8>> = seq
+            .literals()?
+            .iter()
+            .map(|l| l.as_bytes().to_ascii_lowercase())
+            .collect();
+        lits.sort();
+        lits.dedup();
+        (!lits.is_empty() && lits.len() <= MAX_TRIGGERS && lits.iter().all(|l| l.len() >= 2))
+            .then_some(lits)
+    })
+}
+
+impl Searcher {
+    /// Compiles `patterns` (detector pattern, capture group reported), in row order.
+    pub(super) fn new(patterns: &[(&str, usize)]) -> Result<Searcher, RedactError> {
+        let mut detectors = Vec::with_capacity(patterns.len());
+        let mut literals: Vec<Vec<u8>> = Vec::new();
+        let mut trigger_rows: Vec<Vec<(usize, usize)>> = Vec::new();
+        let mut rest_sources: Vec<&str> = Vec::new();
+        let mut rest_rows = Vec::new();
+        for (row, (pattern, group)) in patterns.iter().enumerate() {
+            let meta = MetaRegex::builder()
+                .syntax(syntax_config())
+                .configure(
+                    MetaRegex::config()
+                        .nfa_size_limit(Some(4 << 20))
+                        .hybrid_cache_capacity(DFA_CACHE),
+                )
+                .build(pattern)
+                .map_err(|e| RedactError(format!("pattern `{pattern}`: {e}")))?;
+            let dfa = DFA::builder()
+                .configure(
+                    DFA::config()
+                        .match_kind(MatchKind::LeftmostFirst)
+                        .cache_capacity(DFA_CACHE)
+                        .minimum_cache_clear_count(None),
+                )
+                .syntax(syntax_config())
+                .thompson(
+                    regex_automata::nfa::thompson::Config::new().nfa_size_limit(Some(4 << 20)),
+                )
+                .build(pattern)
+                .ok();
+            match trigger_literals(pattern).filter(|_| dfa.is_some()) {
+                Some((lits, offset)) => {
+                    for lit in lits {
+                        match literals.iter().position(|l| *l == lit) {
+                            Some(at) => {
+                                if let Some(rows) = trigger_rows.get_mut(at) {
+                                    rows.push((row, offset));
+                                }
+                            }
+                            None => {
+                                literals.push(lit);
+                                trigger_rows.push(vec![(row, offset)]);
+                            }
+                        }
+                    }
+                }
+                None => {
+                    rest_sources.push(pattern);
+                    rest_rows.push(row);
+                }
+            }
+            detectors.push(Detector {
+                dfa,
+                meta,
+                group: *group,
+                word_start: starts_at_word_boundary(pattern),
+            });
+        }
+        let triggers = if literals.is_empty() {
+            None
+        } else {
+            Some(
+                AhoCorasick::builder()
+                    .ascii_case_insensitive(true)
+                    .match_kind(AcMatchKind::Standard)
+                    .kind(Some(AhoCorasickKind::DFA))
+                    .build(&literals)
+                    .map_err(|e| RedactError(format!("trigger literals: {e}")))?,
+            )
+        };
+        let rest = if rest_sources.is_empty() {
+            None
+        } else {
+            Some(
+                MetaRegex::builder()
+                    .syntax(syntax_config())
+                    .configure(
+                        MetaRegex::config()
+                            .match_kind(MatchKind::All)
+                            .nfa_size_limit(Some(16 << 20))
+                            .hybrid_cache_capacity(DFA_CACHE),
+                    )
+                    .build_many(&rest_sources)
+                    .map_err(|e| RedactError(format!("detectors: {e}")))?,
+            )
+        };
+        Ok(Searcher {
+            detectors,
+            triggers,
+            trigger_rows,
+            rest,
+            rest_rows,
+            pool: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Rows searched as one set, without triggers.
+    #[cfg(test)]
+    pub(super) fn untriggered(&self) -> &[usize] {
+        &self.rest_rows
+    }
+
+    fn take(&self) -> Scratch {
+        let pooled = self
+            .pool
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop();
+        pooled.unwrap_or_else(|| Scratch {
+            dfa: (0..self.detectors.len()).map(|_| None).collect(),
+            meta: (0..self.detectors.len()).map(|_| None).collect(),
+            rest: None,
+            places: vec![Vec::new(); self.detectors.len()],
+        })
+    }
+
+    /// Returns `scratch` to the pool, without the caches and buffers that grew large.
+    fn give_back(&self, mut scratch: Scratch) {
+        for c in &mut scratch.dfa {
+            if c.as_ref()
+                .is_some_and(|c| c.memory_usage() > KEEP_CACHE_BYTES)
+            {
+                *c = None;
+            }
+        }
+        for c in &mut scratch.meta {
+            if c.as_ref()
+                .is_some_and(|c| c.memory_usage() > KEEP_CACHE_BYTES)
+            {
+                *c = None;
+            }
+        }
+        if scratch
+            .rest
+            .as_ref()
+            .is_some_and(|c| c.memory_usage() > KEEP_REST_BYTES)
+        {
+            scratch.rest = None;
+        }
+        let total: usize = scratch
+            .dfa
+            .iter()
+            .flatten()
+            .map(DfaCache::memory_usage)
+            .sum::<usize>()
+            + scratch
+                .meta
+                .iter()
+                .flatten()
+                .map(MetaCache::memory_usage)
+                .sum::<usize>()
+            + scratch.rest.as_ref().map_or(0, MetaCache::memory_usage);
+        if total > KEEP_SCRATCH_BYTES {
+            return;
+        }
+        for p in &mut scratch.places {
+            p.clear();
+            if p.capacity() > KEEP_CACHE_BYTES / 8 {
+                *p = Vec::new();
+            }
+        }
+        let mut pool = self
+            .pool
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if pool.len() < POOLED {
+            pool.push(scratch);
+        }
+    }
+
+    /// Every match of detector `row` in `text` (as `find_iter` gives them), linearly.
+    pub(super) fn find_all(&self, row: usize, text: &[u8]) -> Vec<Span> {
+        let Some(d) = self.detectors.get(row) else {
+            return Vec::new();
+        };
+        let mut scratch = self.take();
+        let mut out = Vec::new();
+        if let Some(cache) = scratch.meta.get_mut(row) {
+            let cache = cache.get_or_insert_with(|| d.meta.create_cache());
+            linear(d, cache, text, 0, &mut out);
+        }
+        self.give_back(scratch);
+        out
+    }
+
+    /// Calls `each` with every detector that matches in `text` and its matches in order
+    /// (non-overlapping within a detector, as `find_iter` gives them), detectors in row order.
+    pub(super) fn scan(&self, text: &[u8], mut each: impl FnMut(usize, Vec<Span>)) {
+        let mut scratch = self.take();
+        let n = text.len();
+        let cap = n / PLACES_PER + 64;
+        // Detectors whose places passed the cap: they search linearly from the first.
+        let mut linear_from: Vec<Option<usize>> = vec![None; self.detectors.len()];
+        if let Some(ac) = &self.triggers {
+            for m in ac.find_overlapping_iter(text) {
+                let Some(rows) = self.trigger_rows.get(m.pattern().as_usize()) else {
+                    continue;
+                };
+                // Inside a word: no `\b…` detector starts here.
+                let in_word = m.start() > 0
+                    && text.get(m.start() - 1).is_some_and(|b| is_word(*b))
+                    && text.get(m.start()).is_some_and(|b| is_word(*b));
+                for &(row, offset) in rows {
+                    let Some(start) = m.start().checked_sub(offset) else {
+                        continue;
+                    };
+                    if offset == 0
+                        && in_word
+                        && self.detectors.get(row).is_some_and(|d| d.word_start)
+                    {
+                        continue;
+                    }
+                    let (Some(places), Some(lin)) =
+                        (scratch.places.get_mut(row), linear_from.get_mut(row))
+                    else {
+                        continue;
+                    };
+                    match lin {
+                        Some(first) => *first = (*first).min(start),
+                        None if places.len() >= cap => {
+                            let first = places.iter().copied().min().unwrap_or(start);
+                            *lin = Some(first.min(start));
+                            places.clear();
+                        }
+                        None => places.push(start),
+                    }
+                }
+            }
+        }
+        let mut rest_hits = vec![false; self.detectors.len()];
+        if let Some(rest) = &self.rest {
+            let cache = scratch.rest.get_or_insert_with(|| rest.create_cache());
+            let mut set = PatternSet::new(rest.pattern_len());
+            rest.which_overlapping_matches_with(cache, &Input::new(text), &mut set);
+            for p in set.iter() {
+                if let Some(hit) = self
+                    .rest_rows
+                    .get(p.as_usize())
+                    .and_then(|&row| rest_hits.get_mut(row))
+                {
+                    *hit = true;
+                }
+            }
+        }
+        let mut walk_left = WALK_PER_BYTE.saturating_mul(n).saturating_add(WALK_FLOOR);
+        for (row, d) in self.detectors.iter().enumerate() {
+            let (Some(places), Some(meta_cache), Some(dfa_cache)) = (
+                scratch.places.get_mut(row),
+                scratch.meta.get_mut(row),
+                scratch.dfa.get_mut(row),
+            ) else {
+                continue;
+            };
+            let mut found = Vec::new();
+            let from = linear_from.get(row).copied().flatten();
+            if rest_hits.get(row).copied().unwrap_or(false) {
+                let cache = meta_cache.get_or_insert_with(|| d.meta.create_cache());
+                linear(d, cache, text, 0, &mut found);
+            } else if !places.is_empty() || from.is_some() {
+                places.sort_unstable();
+                places.dedup();
+                let meta = meta_cache.get_or_insert_with(|| d.meta.create_cache());
+                let mut at = 0;
+                let mut rest_from = from;
+                for &p in places.iter() {
+                    if rest_from.is_some_and(|f| f <= p) {
+                        break;
+                    }
+                    if p < at {
+                        continue;
+                    }
+                    let Some(dfa) = &d.dfa else {
+                        rest_from = Some(p);
+                        break;
+                    };
+                    if walk_left == 0 {
+                        rest_from = Some(p);
+                        break;
+                    }
+                    let cache = dfa_cache.get_or_insert_with(|| dfa.create_cache());
+                    match anchored_end(dfa, cache, text, p, &mut walk_left) {
+                        Walk::NoMatch => {}
+                        Walk::Match(end) => {
+                            if let Some(span) = report(d, meta, text, p, end) {
+                                found.push(span);
+                            }
+                            at = end.max(p + 1);
+                        }
+                        Walk::Failed => {
+                            rest_from = Some(p);
+                            break;
+                        }
+                    }
+                }
+                if let Some(f) = rest_from {
+                    linear(d, meta, text, f.max(at), &mut found);
+                }
+            }
+            places.clear();
+            if !found.is_empty() {
+                each(row, found);
+            }
+        }
+        self.give_back(scratch);
+    }
+}
+
+fn is_word(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
+/// How an anchored check ended.
+enum Walk {
+    NoMatch,
+    /// The leftmost-first match ends here.
+    Match(usize),
+    /// The walk ran out of steps, or the DFA could not go on: search linearly instead.
+    Failed,
+}
+
+/// Runs `dfa` anchored at `at` until it dies or the text ends, taking one step from
+/// `walk_left` per byte.
+fn anchored_end(
+    dfa: &DFA,
+    cache: &mut DfaCache,
+    text: &[u8],
+    at: usize,
+    walk_left: &mut usize,
+) -> Walk {
+    let input = Input::new(text)
+        .span(at..text.len())
+        .anchored(Anchored::Yes);
+    let Ok(mut sid) = dfa.start_state_forward(cache, &input) else {
+        return Walk::Failed;
+    };
+    let mut last = None;
+    let mut i = at;
+    while let Some(&b) = text.get(i) {
+        if *walk_left == 0 {
+            return Walk::Failed;
+        }
+        *walk_left -= 1;
+        let Ok(next) = dfa.next_state(cache, sid, b) else {
+            return Walk::Failed;
+        };
+        sid = next;
+        if sid.is_tagged() {
+            if sid.is_match() {
+                // Matches are reported one byte late: this one ends before `b`.
+                last = Some(i);
+            } else if sid.is_dead() {
+                return last.map_or(Walk::NoMatch, Walk::Match);
+            } else if sid.is_quit() {
+                return Walk::Failed;
+            }
+        }
+        i += 1;
+    }
+    match dfa.next_eoi_state(cache, sid) {
+        Ok(eoi) if eoi.is_match() => Walk::Match(text.len()),
+        Ok(_) => last.map_or(Walk::NoMatch, Walk::Match),
+        Err(_) => Walk::Failed,
+    }
+}
+
+/// The reported span of the match `start..end` (its capture group when the detector has one).
+fn report(
+    d: &Detector,
+    cache: &mut MetaCache,
+    text: &[u8],
+    start: usize,
+    end: usize,
+) -> Option<Span> {
+    if d.group == 0 {
+        return Some((start, start, end));
+    }
+    let input = Input::new(text).span(start..end).anchored(Anchored::Yes);
+    let mut caps = d.meta.create_captures();
+    d.meta.search_captures_with(cache, &input, &mut caps);
+    let g = caps.get_group(d.group)?;
+    Some((start, g.start, g.end))
+}
+
+/// Every match of `d` in `text` from `from` on, as `find_iter` gives them.
+fn linear(d: &Detector, cache: &mut MetaCache, text: &[u8], from: usize, out: &mut Vec<Span>) {
+    let mut at = from;
+    while at <= text.len() {
+        let input = Input::new(text).span(at..text.len());
+        let Some(m) = d.meta.search_with(cache, &input) else {
+            break;
+        };
+        if let Some(span) = report(d, cache, text, m.start(), m.end()) {
+            out.push(span);
+        }
+        at = if m.end() > m.start() {
+            m.end()
+        } else {
+            m.end() + 1
+        };
+    }
+}
