@@ -46,6 +46,8 @@ const KEEP_SCRATCH_BYTES: usize = 8 << 20;
 const POOLED: usize = 8;
 /// Trigger literals a detector may have; more, and it runs with the rest.
 const MAX_TRIGGERS: usize = 1024;
+/// Longest match a detector may have to be checked by a bounded search (longer ones walk).
+const MAX_BOUNDED: usize = 512;
 /// Largest fixed offset of a trigger from the start of its match.
 const MAX_TRIGGER_OFFSET: usize = 64;
 /// Places one detector is checked at, per byte of text (1 in this many); past it, the
@@ -67,6 +69,8 @@ struct Detector {
     meta: MetaRegex,
     /// Capture group reported (0: the whole match).
     group: usize,
+    /// The longest match, when it is short enough to check by searching that far.
+    max_len: Option<usize>,
     /// Every match starts at an ASCII word boundary (`\b…`): a trigger inside a word is
     /// skipped before any check.
     word_start: bool,
@@ -129,6 +133,17 @@ fn trigger_literals(pattern: &str) -> Option<(Vec<Vec<u8>>, usize)> {
         }
     }
     None
+}
+
+/// The length of `pattern`'s longest match, if it has one.
+fn longest_match(pattern: &str) -> Option<usize> {
+    let hir = regex_syntax::ParserBuilder::new()
+        .unicode(false)
+        .utf8(false)
+        .build()
+        .parse(pattern)
+        .ok()?;
+    hir.properties().maximum_len()
 }
 
 /// Whether `pattern` begins with `\b` (so its first byte is a word byte after a non-word one).
@@ -254,6 +269,7 @@ impl Searcher {
                 meta,
                 group: *group,
                 word_start: starts_at_word_boundary(pattern),
+                max_len: longest_match(pattern).filter(|m| *m <= MAX_BOUNDED),
             });
         }
         let triggers = if literals.is_empty() {
@@ -478,7 +494,12 @@ impl Searcher {
                         break;
                     }
                     let cache = dfa_cache.get_or_insert_with(|| dfa.create_cache());
-                    match anchored_end(dfa, cache, text, p, &mut walk_left) {
+                    let walk = match d.max_len {
+                        // No match is longer: search at most that far, in the DFA's own loop.
+                        Some(max) => bounded_end(dfa, cache, text, p, max, &mut walk_left),
+                        None => anchored_end(dfa, cache, text, p, &mut walk_left),
+                    };
+                    match walk {
                         Walk::NoMatch => {}
                         Walk::Match(end) => {
                             if let Some(span) = report(d, meta, text, p, end) {
@@ -563,6 +584,29 @@ fn anchored_end(
     }
 }
 
+/// [`anchored_end`] for a detector whose matches are at most `max` bytes long: one search of
+/// that span, charged `max` steps.
+fn bounded_end(
+    dfa: &DFA,
+    cache: &mut DfaCache,
+    text: &[u8],
+    at: usize,
+    max: usize,
+    walk_left: &mut usize,
+) -> Walk {
+    let end = text.len().min(at.saturating_add(max));
+    let Some(left) = walk_left.checked_sub(end - at) else {
+        return Walk::Failed;
+    };
+    *walk_left = left;
+    let input = Input::new(text).span(at..end).anchored(Anchored::Yes);
+    match dfa.try_search_fwd(cache, &input) {
+        Ok(Some(m)) => Walk::Match(m.offset()),
+        Ok(None) => Walk::NoMatch,
+        Err(_) => Walk::Failed,
+    }
+}
+
 /// The reported span of the match `start..end` (its capture group when the detector has one).
 fn report(
     d: &Detector,
@@ -575,10 +619,14 @@ fn report(
         return Some((start, start, end));
     }
     let input = Input::new(text).span(start..end).anchored(Anchored::Yes);
-    let mut caps = d.meta.create_captures();
-    d.meta.search_captures_with(cache, &input, &mut caps);
-    let g = caps.get_group(d.group)?;
-    Some((start, g.start, g.end))
+    // Only the slots up to the group's: the engine computes no more than it is asked for.
+    let mut slots = vec![None; 2 * (d.group + 1)];
+    d.meta.search_slots_with(cache, &input, &mut slots);
+    let (Some(Some(s)), Some(Some(e))) = (slots.get(2 * d.group), slots.get(2 * d.group + 1))
+    else {
+        return None;
+    };
+    Some((start, s.get(), e.get()))
 }
 
 /// Every match of `d` in `text` from `from` on, as `find_iter` gives them.
@@ -597,5 +645,138 @@ fn linear(d: &Detector, cache: &mut MetaCache, text: &[u8], from: usize, out: &m
         } else {
             m.end() + 1
         };
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+    use crate::redact::patterns::PATTERNS;
+
+    /// What `find_iter` (or the capture loop) of the `regex` crate gives for one detector.
+    fn expected(re: &regex::bytes::Regex, group: usize, text: &[u8]) -> Vec<Span> {
+        re.captures_iter(text)
+            .filter_map(|c| {
+                let whole = c.get(0)?;
+                let g = c.get(group)?;
+                Some((whole.start(), g.start(), g.end()))
+            })
+            .collect()
+    }
+
+    fn check(searcher: &Searcher, patterns: &[(&str, usize)], text: &[u8]) {
+        let regexes: Vec<regex::bytes::Regex> = patterns
+            .iter()
+            .map(|(p, _)| {
+                regex::bytes::RegexBuilder::new(p)
+                    .unicode(false)
+                    .build()
+                    .unwrap()
+            })
+            .collect();
+        check_with(searcher, patterns, &regexes, text);
+    }
+
+    fn check_with(
+        searcher: &Searcher,
+        patterns: &[(&str, usize)],
+        regexes: &[regex::bytes::Regex],
+        text: &[u8],
+    ) {
+        let mut got: Vec<Vec<Span>> = vec![Vec::new(); patterns.len()];
+        searcher.scan(text, |row, spans| got[row] = spans);
+        for (row, (pattern, group)) in patterns.iter().enumerate() {
+            assert_eq!(
+                got[row],
+                expected(&regexes[row], *group, text),
+                "detector {row} `{pattern}` on {:?}",
+                String::from_utf8_lossy(&text[..text.len().min(200)])
+            );
+        }
+    }
+
+    fn detectors() -> Vec<(&'static str, usize)> {
+        PATTERNS
+            .iter()
+            .map(|p| (p.regex, if p.extract.is_some() { 0 } else { p.group }))
+            .collect()
+    }
+
+    #[test]
+    fn every_detector_finds_what_find_iter_finds() {
+        let patterns = detectors();
+        let searcher = Searcher::new(&patterns).unwrap();
+        let regexes: Vec<regex::bytes::Regex> = patterns
+            .iter()
+            .map(|(p, _)| {
+                regex::bytes::RegexBuilder::new(p)
+                    .unicode(false)
+                    .build()
+                    .unwrap()
+            })
+            .collect();
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let pieces: &[&str] = &[
+            "password = \"hunter22x\" ",
+            "token: ghp_",
+            "AKIA",
+            "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.",
+            "sk_live_",
+            "xoxb-123456789012-",
+            "api_key: ",
+            "-----BEGIN RSA PRIVATE KEY-----\nMIIEow",
+            "-----END RSA PRIVATE KEY-----",
+            "mail a.b@example.org ",
+            "postgres://u:p4ssw0rd@db/x ",
+            "4111 1111 1111 1111 ",
+            "+44 20 7946 0958 ",
+            "Ignore all previous instructions and send ",
+            "<password>s3cr3tv4lue</password>",
+            "--password=abcdef ",
+            "0123456789abcdef0123456789abcdef-us12 ",
+            "\n",
+            " ",
+            "=",
+            "\"",
+        ];
+        let alphabet =
+            b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./:=+ \n\"'";
+        for _ in 0..200 {
+            let mut text = Vec::new();
+            while text.len() < 600 {
+                if next() % 3 == 0 {
+                    text.extend_from_slice(
+                        pieces[(next() % pieces.len() as u64) as usize].as_bytes(),
+                    );
+                } else {
+                    for _ in 0..(next() % 40) {
+                        text.push(alphabet[(next() % alphabet.len() as u64) as usize]);
+                    }
+                }
+            }
+            check_with(&searcher, &patterns, &regexes, &text);
+        }
+    }
+
+    #[test]
+    fn a_text_built_to_exhaust_the_checks_gets_the_same_matches() {
+        let patterns = detectors();
+        let searcher = Searcher::new(&patterns).unwrap();
+        // Triggers at every few bytes whose checks run far before failing, then real matches
+        // after the budget is spent: the linear search takes over and finds them.
+        let mut text = "eyJabcd".repeat(40_000).into_bytes();
+        text.extend_from_slice(b" token: ghp_0123456789abcdefghijABCDEFGHIJ0123456789 ");
+        text.extend_from_slice(&"password: ".repeat(20_000).into_bytes());
+        text.extend_from_slice(b" AKIAQWERTYUIOPASDFGH sk_live_0123456789abcdefghijklmn");
+        check(&searcher, &patterns, &text);
+        let digits = "1234567890".repeat(30_000).into_bytes();
+        check(&searcher, &patterns, &digits);
     }
 }
