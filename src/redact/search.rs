@@ -665,8 +665,9 @@ mod tests {
             .collect()
     }
 
-    fn check(searcher: &Searcher, patterns: &[(&str, usize)], text: &[u8]) {
-        let regexes: Vec<regex::bytes::Regex> = patterns
+    /// Each detector as the `regex` crate compiles it (the reference).
+    fn reference(patterns: &[(&str, usize)]) -> Vec<regex::bytes::Regex> {
+        patterns
             .iter()
             .map(|(p, _)| {
                 regex::bytes::RegexBuilder::new(p)
@@ -674,8 +675,11 @@ mod tests {
                     .build()
                     .unwrap()
             })
-            .collect();
-        check_with(searcher, patterns, &regexes, text);
+            .collect()
+    }
+
+    fn check(searcher: &Searcher, patterns: &[(&str, usize)], text: &[u8]) {
+        check_with(searcher, patterns, &reference(patterns), text);
     }
 
     fn check_with(
@@ -707,15 +711,7 @@ mod tests {
     fn every_detector_finds_what_find_iter_finds() {
         let patterns = detectors();
         let searcher = Searcher::new(&patterns).unwrap();
-        let regexes: Vec<regex::bytes::Regex> = patterns
-            .iter()
-            .map(|(p, _)| {
-                regex::bytes::RegexBuilder::new(p)
-                    .unicode(false)
-                    .build()
-                    .unwrap()
-            })
-            .collect();
+        let regexes = reference(&patterns);
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
         let mut next = move || {
             x ^= x << 13;
