@@ -103,17 +103,11 @@ fn syntax_config() -> syntax::Config {
     syntax::Config::new().unicode(false).utf8(false)
 }
 
-/// Where every match of `pattern` can be found from: the literals (ASCII lower-cased) that
+/// Where every match of a pattern can be found from: the literals (ASCII lower-cased) that
 /// every match has at a fixed offset from its start, if there are few enough, each at least
 /// 2 bytes long. The offset is 0 for a literal prefix (`ghp_…`); a pattern that starts with
 /// a fixed number of class characters is found by what follows them (`[0-9a-f]{32}-us`).
-fn trigger_literals(pattern: &str) -> Option<(Vec<Vec<u8>>, usize)> {
-    let hir = regex_syntax::ParserBuilder::new()
-        .unicode(false)
-        .utf8(false)
-        .build()
-        .parse(pattern)
-        .ok()?;
+fn trigger_literals(hir: &Hir) -> Option<(Vec<Vec<u8>>, usize)> {
     let parts: Vec<Hir> = match hir.kind() {
         HirKind::Concat(parts) => parts.clone(),
         _ => vec![hir.clone()],
@@ -135,30 +129,21 @@ fn trigger_literals(pattern: &str) -> Option<(Vec<Vec<u8>>, usize)> {
     None
 }
 
-/// The length of `pattern`'s longest match, if it has one.
-fn longest_match(pattern: &str) -> Option<usize> {
-    let hir = regex_syntax::ParserBuilder::new()
+/// `pattern` as the detectors' syntax reads it (bytes, no Unicode classes).
+fn parse(pattern: &str) -> Option<Hir> {
+    regex_syntax::ParserBuilder::new()
         .unicode(false)
         .utf8(false)
         .build()
         .parse(pattern)
-        .ok()?;
-    hir.properties().maximum_len()
+        .ok()
 }
 
-/// Whether `pattern` begins with `\b` (so its first byte is a word byte after a non-word one).
-fn starts_at_word_boundary(pattern: &str) -> bool {
-    let Ok(hir) = regex_syntax::ParserBuilder::new()
-        .unicode(false)
-        .utf8(false)
-        .build()
-        .parse(pattern)
-    else {
-        return false;
-    };
+/// Whether the pattern begins with `\b` (so its first byte is a word byte after a non-word one).
+fn starts_at_word_boundary(hir: &Hir) -> bool {
     let first = match hir.kind() {
         HirKind::Concat(parts) => parts.first(),
-        _ => Some(&hir),
+        _ => Some(hir),
     };
     first.is_some_and(|h| matches!(h.kind(), HirKind::Look(Look::WordAscii)))
 }
@@ -243,7 +228,12 @@ impl Searcher {
                 )
                 .build(pattern)
                 .ok();
-            match trigger_literals(pattern).filter(|_| dfa.is_some()) {
+            let hir = parse(pattern);
+            match hir
+                .as_ref()
+                .and_then(trigger_literals)
+                .filter(|_| dfa.is_some())
+            {
                 Some((lits, offset)) => {
                     for lit in lits {
                         match literals.iter().position(|l| *l == lit) {
@@ -268,8 +258,11 @@ impl Searcher {
                 dfa,
                 meta,
                 group: *group,
-                word_start: starts_at_word_boundary(pattern),
-                max_len: longest_match(pattern).filter(|m| *m <= MAX_BOUNDED),
+                word_start: hir.as_ref().is_some_and(starts_at_word_boundary),
+                max_len: hir
+                    .as_ref()
+                    .and_then(|h| h.properties().maximum_len())
+                    .filter(|m| *m <= MAX_BOUNDED),
             });
         }
         let triggers = if literals.is_empty() {
