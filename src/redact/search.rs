@@ -469,46 +469,13 @@ impl Searcher {
                 places.sort_unstable();
                 places.dedup();
                 let meta = meta_cache.get_or_insert_with(|| d.meta.create_cache());
-                let mut at = 0;
-                let mut rest_from = from;
-                for &p in places.iter() {
-                    if rest_from.is_some_and(|f| f <= p) {
-                        break;
-                    }
-                    if p < at {
-                        continue;
-                    }
-                    let Some(dfa) = &d.dfa else {
-                        rest_from = Some(p);
-                        break;
-                    };
-                    if walk_left == 0 {
-                        rest_from = Some(p);
-                        break;
-                    }
-                    let cache = dfa_cache.get_or_insert_with(|| dfa.create_cache());
-                    let walk = match d.max_len {
-                        // No match is longer: search at most that far, in the DFA's own loop.
-                        Some(max) => bounded_end(dfa, cache, text, p, max, &mut walk_left),
-                        None => anchored_end(dfa, cache, text, p, &mut walk_left),
-                    };
-                    match walk {
-                        Walk::NoMatch => {}
-                        Walk::Match(end) => {
-                            if let Some(span) = report(d, meta, text, p, end) {
-                                found.push(span);
-                            }
-                            at = end.max(p + 1);
-                        }
-                        Walk::Failed => {
-                            rest_from = Some(p);
-                            break;
-                        }
-                    }
-                }
-                if let Some(f) = rest_from {
-                    linear(d, meta, text, f.max(at), &mut found);
-                }
+                let check = Check {
+                    d,
+                    text,
+                    meta,
+                    dfa_cache,
+                };
+                check.places(places, from, &mut walk_left, &mut found);
             }
             places.clear();
             if !found.is_empty() {
@@ -516,6 +483,67 @@ impl Searcher {
             }
         }
         self.give_back(scratch);
+    }
+}
+
+/// One detector's checks in one scan.
+struct Check<'a> {
+    d: &'a Detector,
+    text: &'a [u8],
+    meta: &'a mut MetaCache,
+    dfa_cache: &'a mut Option<DfaCache>,
+}
+
+impl Check<'_> {
+    /// Checks the detector at each of `places` (sorted) before `from`, skipping places inside
+    /// a match, then searches linearly from `from`, or from where a check failed.
+    fn places(
+        self,
+        places: &[usize],
+        from: Option<usize>,
+        walk_left: &mut usize,
+        found: &mut Vec<Span>,
+    ) {
+        let Check {
+            d,
+            text,
+            meta,
+            dfa_cache,
+        } = self;
+        let mut at = 0;
+        let mut linear_from = from;
+        if let Some(dfa) = &d.dfa {
+            let cache = dfa_cache.get_or_insert_with(|| dfa.create_cache());
+            for &p in places {
+                if linear_from.is_some_and(|f| f <= p) {
+                    break;
+                }
+                if p < at {
+                    continue;
+                }
+                let walk = match d.max_len {
+                    // No match is longer: search at most that far, in the DFA's own loop.
+                    Some(max) => bounded_end(dfa, cache, text, p, max, walk_left),
+                    None => anchored_end(dfa, cache, text, p, walk_left),
+                };
+                match walk {
+                    Walk::NoMatch => {}
+                    Walk::Match(end) => {
+                        found.extend(report(d, meta, text, p, end));
+                        at = end.max(p + 1);
+                    }
+                    Walk::Failed => {
+                        linear_from = Some(p);
+                        break;
+                    }
+                }
+            }
+        } else {
+            linear_from = places.first().copied().into_iter().chain(from).min();
+        }
+        if let Some(f) = linear_from {
+            linear(d, meta, text, f.max(at), found);
+        }
     }
 }
 
