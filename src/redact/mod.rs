@@ -282,9 +282,6 @@ impl Redactor {
             .iter()
             .filter(|p| !p.optional || config.ip_addresses)
         {
-            builder(p.regex)
-                .build()
-                .map_err(|e| RedactError(format!("{}: {e}", p.kind)))?;
             let group = if p.extract.is_some() { 0 } else { p.group };
             sources.push((p.regex, group));
             rows.push(Row {
