@@ -138,6 +138,27 @@ fn main() {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mib = 1 << 20;
     let clean_mib = clean(&mut rng, mib);
+    // `PROFILE=clean` or `PROFILE=dense`: redact that kind of 1 MiB body for ten seconds and
+    // stop, for a profiler to attach to.
+    if let Ok(kind) = std::env::var("PROFILE") {
+        let bodies: Vec<String> = match kind.as_str() {
+            "dense" => (0..20).map(|_| dense(&mut rng, mib)).collect(),
+            _ => vec![clean_mib],
+        };
+        let t = Instant::now();
+        let mut n = 0usize;
+        while t.elapsed().as_secs() < 10 {
+            for b in &bodies {
+                std::hint::black_box(redactor.redact(b));
+                n += 1;
+            }
+        }
+        println!(
+            "{kind}: {:.1} ms per MiB",
+            t.elapsed().as_secs_f64() * 1e3 / n as f64
+        );
+        return;
+    }
     let rss_start = rss_mb();
     // Warm: the first clean pass builds what any clean text needs.
     cost(&redactor, &clean_mib);

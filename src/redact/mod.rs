@@ -658,7 +658,8 @@ impl Gates {
 fn unescape_whitespace(text: &str) -> std::borrow::Cow<'_, str> {
     let bytes = text.as_bytes();
     let escape = |w: &[u8]| matches!(w, [b'\\', b'n' | b'r' | b't']);
-    if !bytes.windows(2).any(escape) {
+    let escaped = |i: usize| bytes.get(i..i + 2).is_some_and(escape);
+    if !memchr::memchr_iter(b'\\', bytes).any(escaped) {
         return std::borrow::Cow::Borrowed(text);
     }
     let mut out = bytes.to_vec();
