@@ -330,7 +330,10 @@ pub fn ibans(text: &str) -> Vec<String> {
 
 /// The ISO 13616 mod-97 check of an IBAN (spaces ignored; 15 to 34 characters).
 pub fn iban_checksum(s: &str) -> bool {
-    let compact: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+    let compact: String = s
+        .chars()
+        .filter(|c| !c.is_whitespace() && *c != '-')
+        .collect();
     if !(15..=34).contains(&compact.len()) || !compact.is_ascii() {
         return false;
     }

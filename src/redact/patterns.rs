@@ -384,12 +384,13 @@ pub(super) const PATTERNS: &[Pattern] = &[
         )
     },
     // A type after the label is a declaration (`password: String`), not a value: the
-    // typed-default row reads the literal that follows it.
+    // typed-default row reads the literal that follows it. A value on the next line must be
+    // indented (YAML): after an empty `API_KEY=`, the next line's name is not its value.
     Pattern {
         check: Some(validate::assignment_value),
         ..g(
             "password-assignment",
-            r#"(?i:password|passwd|passphrase|secret|api_?key|access_?token|auth_?token|refresh_?token|private_?key)(?:\\?["'])?\s*(?:[:=]|%3[ADad])\s*(?:\\?["'])?([^\s"'\\,;{}()\[\]<>]{4,}[(\[]?)"#,
+            r#"(?i:password|passwd|passphrase|secret|api_?key|access_?token|auth_?token|refresh_?token|private_?key)(?:\\?["'])?\s*(?:[:=]|%3[ADad])[ \t]*(?:\r?\n[ \t]+)?(?:\\?["'])?([^\s"'\\,;{}()\[\]<>]{4,}[(\[]?)"#,
             extract::after_colon_or_equals,
         )
     },
@@ -399,7 +400,7 @@ pub(super) const PATTERNS: &[Pattern] = &[
         check: Some(validate::label_value),
         ..g(
             "short-label-password",
-            r#"(?i:\b(?:pw|pwd|pass|pswd|passcode|pword|password|passwd))(?:\\?["'])?\s*(?:=>|:=|[:=])\s*(?:\\?["'])?([^\s"'\\,;{}()\[\]<>]{4,}[(\[]?)"#,
+            r#"(?i:\b(?:pw|pwd|pass|pswd|passcode|pword|password|passwd))(?:\\?["'])?\s*(?:=>|:=|[:=])[ \t]*(?:\r?\n[ \t]+)?(?:\\?["'])?([^\s"'\\,;{}()\[\]<>]{4,}[(\[]?)"#,
             extract::after_operator,
         )
     },
@@ -760,10 +761,27 @@ pub(super) const PATTERNS: &[Pattern] = &[
     ),
     checked(
         "iban",
-        r"\b[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b",
+        r"\b[A-Z]{2}[0-9]{2}(?:[ \-]?[A-Z0-9]{4}){2,7}(?:[ \-]?[A-Z0-9]{1,4})?\b",
         validate::iban,
     ),
     checked("us-ssn", r"\b[0-9]{3}-[0-9]{2}-[0-9]{4}\b", validate::ssn),
+    // Without dashes (`536221234`, `536 22 1234`) only after a label: nine digits alone are
+    // an order number as often as an SSN.
+    Pattern {
+        group: 1,
+        ..checked(
+            "us-ssn",
+            r"(?i:\b(?:ssn|social[ _\-]?security(?:[ _\-]?(?:number|num|no))?)\b|\bss#)[^0-9\n]{0,24}?\b([0-9]{3}[ \-]?[0-9]{2}[ \-]?[0-9]{4})\b",
+            validate::ssn,
+        )
+    },
+    // International numbers in E.164 form, with or without separators (`+14155552671`,
+    // `+33 1 42 68 53 00`, `+81-3-1234-5678`).
+    checked(
+        "phone",
+        r"\+[1-9][0-9]{0,3}(?:[ .\-]?(?:\([0-9]{1,5}\)[ .\-]?)?[0-9]{1,6}){1,6}\b",
+        validate::e164,
+    ),
     checked(
         "phone",
         r"(?:\+[1-9][0-9]{0,2}[ .\-]?)?(?:\([0-9]{2,4}\)|\b[0-9]{2,4})[ .\-][0-9]{3,4}[ .\-][0-9]{3,4}\b",

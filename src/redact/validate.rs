@@ -8,11 +8,14 @@ pub(super) fn credit_card(s: &str) -> bool {
         return false;
     }
     let prefix = |n: usize| digits.iter().take(n).fold(0u32, |acc, d| acc * 10 + d);
+    // Issuer ranges (IIN) by brand: Visa; Mastercard (51–55, 2221–2720); Mir (2200–2204);
+    // American Express (34, 37); Diners Club (300–305, 309, 36, 38, 39); JCB (3528–3589);
+    // Maestro (50, 56–58, 6x); Discover (6011, 644–649, 65); UnionPay (62); RuPay (60, 65).
     let known = matches!(prefix(1), 4)
-        || (51..=55).contains(&prefix(2))
+        || matches!(prefix(2), 34 | 36..=39 | 50..=58 | 60..=69)
         || (2221..=2720).contains(&prefix(4))
-        || matches!(prefix(2), 34 | 37 | 36 | 38 | 62 | 65)
-        || matches!(prefix(4), 6011)
+        || (2200..=2204).contains(&prefix(4))
+        || matches!(prefix(3), 300..=305 | 309)
         || (3528..=3589).contains(&prefix(4));
     known && luhn(&digits)
 }
@@ -361,11 +364,74 @@ pub(super) fn secret_header(h: &str) -> bool {
 
 /// A US SSN: area not 000, 666 or 9xx; group not 00; serial not 0000.
 pub(super) fn ssn(s: &str) -> bool {
-    let mut parts = s.split('-').map(|p| p.parse::<u32>().unwrap_or(0));
-    let (Some(area), Some(group), Some(serial)) = (parts.next(), parts.next(), parts.next()) else {
-        return false;
+    // Nine digits, in groups of 3, 2 and 4 when separated (spaces or dashes).
+    let parts: Vec<&str> = s.split([' ', '-']).filter(|p| !p.is_empty()).collect();
+    let digits: String = match parts.as_slice() {
+        [all] if all.len() == 9 => (*all).to_owned(),
+        [a, g, n] if a.len() == 3 && g.len() == 2 && n.len() == 4 => format!("{a}{g}{n}"),
+        _ => return false,
     };
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return false;
+    }
+    let number = |from: usize, to: usize| {
+        digits
+            .get(from..to)
+            .and_then(|d| d.parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    let (area, group, serial) = (number(0, 3), number(3, 5), number(5, 9));
     area != 0 && area != 666 && area < 900 && group != 0 && serial != 0
+}
+
+/// A telephone number in E.164 form (`+` and country code): 8 to 15 digits when written
+/// in groups, 10 to 15 when written without separators (a bare `+` and 8 digits is as often
+/// a count), not all one digit after the country code.
+pub(super) fn e164(s: &str) -> bool {
+    let digits: Vec<u8> = s.bytes().filter(u8::is_ascii_digit).collect();
+    let grouped = s.bytes().any(|b| matches!(b, b' ' | b'.' | b'-' | b'('));
+    let range = if grouped { 8..=15 } else { 10..=15 };
+    range.contains(&digits.len())
+        && digits
+            .get(3..)
+            .is_some_and(|rest| rest.iter().any(|d| Some(d) != rest.first()))
+}
+
+/// Whether the number starting at `start` continues an account number written in groups
+/// (`DE89 3704 0044 …`, `GB82-WEST-1234-…`): a chain of upper-case letter and digit groups,
+/// joined by single spaces or dashes, that begins with a country code and two check digits.
+/// Such a number is part of an IBAN (valid or not), never a phone or card number of its own.
+pub(super) fn inside_iban(text: &str, start: usize) -> bool {
+    let b = text.as_bytes();
+    let group_byte = |i: usize| {
+        b.get(i)
+            .is_some_and(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
+    };
+    let mut end = start;
+    for _ in 0..8 {
+        let Some(sep) = end.checked_sub(1) else {
+            return false;
+        };
+        if !matches!(b.get(sep), Some(b' ' | b'-')) {
+            return false;
+        }
+        let mut s = sep;
+        while s > 0 && group_byte(s - 1) {
+            s -= 1;
+        }
+        let Some(token) = b.get(s..sep).filter(|t| !t.is_empty()) else {
+            return false;
+        };
+        let head = token.len() >= 4
+            && token.iter().take(2).all(u8::is_ascii_uppercase)
+            && token.iter().skip(2).take(2).all(u8::is_ascii_digit);
+        let alone = s == 0 || b.get(s - 1).is_some_and(|c| !c.is_ascii_alphanumeric());
+        if head && alone {
+            return true;
+        }
+        end = s;
+    }
+    false
 }
 
 /// A phone number: 9 to 15 digits, not all the same digit.
@@ -664,6 +730,12 @@ mod tests {
         assert!(!iban("DE89370400440532013001"));
         assert!(ssn("123-45-6789"));
         assert!(!ssn("666-45-6789") && !ssn("123-00-6789") && !ssn("912-45-6789"));
+        assert!(ssn("123456789") && ssn("123 45 6789") && !ssn("12345678") && !ssn("12-345-6789"));
+        assert!(iban("GB82-WEST-1234-5698-7654-32"));
+        assert!(e164("+14155552671") && e164("+33 1 42 68 53 00") && e164("+81-3-1234-5678"));
+        assert!(!e164("+12345678") && !e164("+1 555") && !e164("+1 000 000 0000"));
+        assert!(inside_iban("DE89 3704 0044", 5) && inside_iban("GB82-WEST-1234", 10));
+        assert!(!inside_iban("call 020 7946", 5) && !inside_iban("XDE89 3704", 6));
         assert!(ipv6("2001:db8::8a2e:370:7334") && !ipv6("12:30:45"));
         assert!(entropy("aaaa") < 0.1 && entropy("abcd") > 1.9);
         for p in [

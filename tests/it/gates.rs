@@ -380,3 +380,90 @@ fn the_input_gate_records_and_masks_only_where_the_deployment_asks() {
     let err = crate::process::serve_refuses(&set, "[provenance]\ninput = \"masked\"\n");
     assert!(err.contains("`provenance.input` is `masked`"), "{err}");
 }
+
+/// Personal data by the forms countries and issuers use, through the output gate: SSNs
+/// without dashes after a label, E.164 phone numbers, IBANs in dashed groups, card brands by
+/// issuer range with Luhn. A number inside an invalid IBAN is neither a phone nor a card, and
+/// an empty `KEY=` does not take the next line's name as its value. Wherever something is
+/// masked, neither the value nor any 8-character piece of it is left.
+#[tokio::test]
+async fn personal_data_in_each_countrys_form_is_masked_whole() {
+    let app = app();
+    let maestro = luhn_number("675964982643845");
+    let diners = luhn_number("3056930902590");
+    let mir = luhn_number("220012345678901");
+    let jcb = luhn_number("353011133330000");
+    let unionpay = luhn_number("620000000000000");
+    let found: Vec<(String, &str, String)> = vec![
+        (
+            "SSN: 536221234 on file".into(),
+            "us-ssn",
+            "536221234".into(),
+        ),
+        (
+            "social security number 536 22 1234".into(),
+            "us-ssn",
+            "536 22 1234".into(),
+        ),
+        (
+            "call +14155552671 now".into(),
+            "phone",
+            "+14155552671".into(),
+        ),
+        (
+            "tel +33 1 42 68 53 00".into(),
+            "phone",
+            "+33 1 42 68 53 00".into(),
+        ),
+        (
+            "office +81-3-1234-5678.".into(),
+            "phone",
+            "+81-3-1234-5678".into(),
+        ),
+        (
+            "IBAN GB82-WEST-1234-5698-7654-32 please".into(),
+            "iban",
+            "GB82-WEST-1234-5698-7654-32".into(),
+        ),
+        (format!("maestro {maestro}"), "credit-card", maestro.clone()),
+        (format!("diners {diners}"), "credit-card", diners.clone()),
+        (format!("mir {mir}"), "credit-card", mir.clone()),
+        (format!("jcb {jcb}"), "credit-card", jcb.clone()),
+        (
+            format!("unionpay {unionpay}"),
+            "credit-card",
+            unionpay.clone(),
+        ),
+    ];
+    for (text, kind, value) in &found {
+        let (s, v) = gate(&app, "output", json!(text)).await;
+        assert_eq!(s, StatusCode::OK, "{text}: {v}");
+        let kinds: Vec<&str> = v["violations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|f| f["kind"].as_str())
+            .collect();
+        assert_eq!(kinds, [*kind], "{text}: {v}");
+        let out = v["content"].as_str().unwrap();
+        let chars: Vec<char> = value.chars().collect();
+        for piece in chars.windows(8.min(chars.len())) {
+            let piece: String = piece.iter().collect();
+            assert!(!out.contains(&piece), "{text}: {piece:?} left in {out:?}");
+        }
+    }
+    let clean = [
+        "order id 536221234 shipped",
+        "count +12345678 items",
+        // Bad check digits: an account number all the same, not a phone or a card.
+        "IBAN DE89 3704 0044 0532 0130 01",
+        "IBAN GB82-WEST-1234-5698-7654-33",
+        "API_KEY=\nDATABASE_URL_FOR_PRODUCTION_SERVICE=x",
+    ];
+    for text in clean {
+        let (s, v) = gate(&app, "output", json!(text)).await;
+        assert_eq!(s, StatusCode::OK, "{text}: {v}");
+        assert_eq!(v["violations"], json!([]), "{text}: {v}");
+        assert_eq!(v["content"], text);
+    }
+}
