@@ -227,6 +227,17 @@ fn repeats(text: &str, kept: &mut std::collections::BTreeMap<usize, Finding>) {
             Some((*i, m.start(), m.end()))
         }));
     }
+    // A copy inside a longer word is not the value: a 32-character key is the start of a
+    // 40-character commit id, which must be neither masked in part nor taken for the key.
+    let bytes = text.as_bytes();
+    let joined = |a: Option<&u8>, b: Option<&u8>| {
+        a.is_some_and(u8::is_ascii_alphanumeric) && b.is_some_and(u8::is_ascii_alphanumeric)
+    };
+    let inside = |s: usize, e: usize| {
+        s > 0 && joined(bytes.get(s - 1), bytes.get(s))
+            || e > 0 && joined(bytes.get(e - 1), bytes.get(e))
+    };
+    hits.retain(|&(_, s, e)| !inside(s, e));
     // By position, the longer value first where two start together (a value that is the
     // prefix of another must not take its place).
     hits.sort_by_key(|(_, s, e)| (*s, usize::MAX - e));
@@ -807,6 +818,20 @@ mod tests {
         ] {
             assert!(kinds(text).is_empty(), "{text}: {:?}", kinds(text));
         }
+    }
+
+    #[test]
+    fn a_found_value_inside_a_longer_word_is_not_a_repeat() {
+        let r = Redactor::new(&RedactConfig::default()).unwrap();
+        let key = "9f86d081884c7d659a2feaa0c55ad015";
+        let text = format!("key={key} user=bob\ncommit {key}a3bf4f1b\nagain {key}\n");
+        assert_eq!(
+            r.redact(&text),
+            format!(
+                "key=<redacted:labelled-token> user=bob\ncommit {key}a3bf4f1b\n\
+                 again <redacted:labelled-token>\n"
+            )
+        );
     }
 
     #[test]

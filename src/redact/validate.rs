@@ -249,6 +249,13 @@ fn wordy_only(s: &str) -> bool {
             || wordy(s))
 }
 
+/// A random-looking value ([`random_value`]) that is not public key material (DER in base64,
+/// an SSH public key): what a stored entry named `…Key` must hold to be a secret.
+pub(super) fn private_key_value(s: &str) -> bool {
+    const PUBLIC: [&str; 5] = ["MII", "MFkw", "MCow", "MHYw", "ssh-"];
+    random_value(s) && !PUBLIC.iter().any(|p| s.starts_with(p)) && !s.starts_with("AAAA")
+}
+
 /// A value after a weak label (`token:`, `key=`, `nonce`, `salt`): random-looking, with
 /// digits or mixed case, not mostly words, with some entropy.
 pub(super) fn random_value(s: &str) -> bool {

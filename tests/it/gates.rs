@@ -467,3 +467,60 @@ async fn personal_data_in_each_countrys_form_is_masked_whole() {
         assert_eq!(v["content"], text);
     }
 }
+
+/// Values after a weak word at the end of any name (`StorageKey=`, `myServiceToken:`), in
+/// credential stores (`<add key="…Key" value="…"/>`), lowercase and hex included, through the
+/// output gate: masked whole, no 8-character piece left. A found key's copy inside a longer
+/// word (a commit id that starts with it) is left alone, and plain words after such names are
+/// not secrets.
+#[tokio::test]
+async fn weak_labels_at_the_end_of_names_and_in_credential_stores() {
+    let app = app();
+    let hex = "9f86d081884c7d659a2feaa0c55ad015";
+    let lower = "k3j4h5g6f7d8s9a0q1w2e3r4t5y6u7i8";
+    let found = [
+        (
+            format!("StorageKey={hex}a3bf4f1b"),
+            format!("{hex}a3bf4f1b"),
+        ),
+        (format!("myServiceToken: {lower}"), lower.to_owned()),
+        (format!("db.auth.key = {hex}"), hex.to_owned()),
+        (
+            format!("<add key=\"StorageKey\" value=\"{hex}a3bf4f1b\"/>"),
+            format!("{hex}a3bf4f1b"),
+        ),
+        (
+            format!("<setting name=\"AuthKey\">{lower}</setting>"),
+            lower.to_owned(),
+        ),
+    ];
+    for (text, value) in &found {
+        let (s, v) = gate(&app, "output", json!(text)).await;
+        assert_eq!(s, StatusCode::OK, "{text}: {v}");
+        let out = v["content"].as_str().unwrap();
+        assert!(out.contains("<redacted:"), "{text}: {out}");
+        let chars: Vec<char> = value.chars().collect();
+        for piece in chars.windows(8) {
+            let piece: String = piece.iter().collect();
+            assert!(!out.contains(&piece), "{text}: {piece:?} left in {out:?}");
+        }
+    }
+    let text = format!("key={hex} user=bob\ncommit {hex}a3bf4f1b\nagain {hex}\n");
+    let (_, v) = gate(&app, "output", json!(text)).await;
+    assert_eq!(
+        v["content"],
+        format!(
+            "key=<redacted:labelled-token> user=bob\ncommit {hex}a3bf4f1b\n\
+             again <redacted:labelled-token>\n"
+        ),
+        "{v}"
+    );
+    for text in [
+        "monkey: bananas are yellow fruit",
+        "primary_key: user_account_identifier_column",
+        "<add key=\"CacheKey\" value=\"users_by_region_and_country\"/>",
+    ] {
+        let (_, v) = gate(&app, "output", json!(text)).await;
+        assert_eq!(v["violations"], json!([]), "{text}: {v}");
+    }
+}
