@@ -253,6 +253,18 @@ pub(super) const PATTERNS: &[Pattern] = &[
         Secret,
         r"\bxox[abposr]-(?:[0-9]+-){1,3}[A-Za-z0-9]{10,}",
     ),
+    // App-level tokens (`xapp-1-A…-…-<hex>`), and configuration and refresh tokens
+    // (`xoxe.xoxp-1-…`, `xoxe-1-…`).
+    p(
+        "slack-token",
+        Secret,
+        r"\bxapp-[0-9]+-[A-Z0-9]+-[0-9]+-[a-f0-9]{32,}",
+    ),
+    p(
+        "slack-token",
+        Secret,
+        r"\bxoxe(?:\.xox[bp])?-[0-9]+-[A-Za-z0-9]{60,}",
+    ),
     p("npm-token", Secret, r"\bnpm_[A-Za-z0-9]{36}\b"),
     p(
         "pypi-token",

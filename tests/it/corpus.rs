@@ -173,6 +173,15 @@ pub(crate) fn positives() -> Vec<(&'static str, String, String)> {
         add("slack-webhook", s.clone(), format!("post to {s}"));
         let s = format!("xoxb-{}-{}-{}", r.digits(12), r.digits(13), r.pick(AN, 24));
         add("slack-token", s.clone(), format!("SLACK {s}"));
+        let s = format!(
+            "xapp-1-A{}-{}-{}",
+            r.pick("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", 10),
+            r.digits(13),
+            r.pick(HEX, 64)
+        );
+        add("slack-token", s.clone(), format!("SLACK_APP_TOKEN={s}"));
+        let s = format!("xoxe.xoxp-1-{}", r.pick(AN, 140));
+        add("slack-token", s.clone(), format!("refresh with {s}"));
         let s = format!("npm_{}", r.pick(AN, 36));
         add(
             "npm-token",
