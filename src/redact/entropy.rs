@@ -107,9 +107,11 @@ pub(super) fn high_entropy(text: &str, min_len: usize, bits: f64, out: &mut Vec<
         }
         // Random tokens switch between upper, lower and digits about every other
         // character; identifiers (`AbstractProxyFactoryBean2`) do so once per word and are
-        // mostly runs of lowercase letters.
+        // mostly runs of lowercase letters, or words with a capital each
+        // (`MyVeryLongName2Version3` switches often, but is still words).
         let h = validate::entropy(token);
-        let shaped = validate::class_switches(token) >= 0.42 || !validate::wordy(token);
+        let shaped = (validate::class_switches(token) >= 0.42 || !validate::wordy(token))
+            && !validate::identifier_like(token);
         if h < bits || !shaped {
             continue;
         }

@@ -682,6 +682,30 @@ pub(super) fn class_switches(s: &str) -> f64 {
     switches as f64 / (b.len() - 1) as f64
 }
 
+/// Whether `s` reads as a name made of words: runs of four or more letters, each a capital
+/// and lowercase letters or only lowercase ones (`Identifier`, `Version`, `name`), fill 60%
+/// of it (`MyVeryLongIdentifierName2Version3`). A random token of any alphabet almost never
+/// holds such runs.
+pub(super) fn identifier_like(s: &str) -> bool {
+    let b = s.as_bytes();
+    let (mut in_words, mut run) = (0usize, 0usize);
+    for (i, c) in b.iter().enumerate() {
+        if c.is_ascii_lowercase() {
+            run += 1;
+            continue;
+        }
+        if run >= 4 {
+            in_words += run;
+        }
+        let capital = c.is_ascii_uppercase() && b.get(i + 1).is_some_and(u8::is_ascii_lowercase);
+        run = usize::from(capital);
+    }
+    if run >= 4 {
+        in_words += run;
+    }
+    in_words * 5 >= s.len() * 3
+}
+
 /// Whether at least half of `s` is runs of four or more lowercase letters (words).
 pub(super) fn wordy(s: &str) -> bool {
     words_fill_half(s, u8::is_ascii_lowercase)
@@ -737,6 +761,11 @@ mod tests {
         assert!(!iban("DE89370400440532013001"));
         assert!(ssn("123-45-6789"));
         assert!(!ssn("666-45-6789") && !ssn("123-00-6789") && !ssn("912-45-6789"));
+        assert!(identifier_like("MyVeryLongIdentifierName2Version3"));
+        assert!(identifier_like("AbstractSingletonProxyFactoryBean2Impl"));
+        assert!(
+            !identifier_like("q8Zt2mWv9LkP4xRn7Yb3") && !identifier_like("wJalrXUtnFEMI/K7MDENG")
+        );
         assert!(ssn("123456789") && ssn("123 45 6789") && !ssn("12345678") && !ssn("12-345-6789"));
         assert!(iban("GB82-WEST-1234-5698-7654-32"));
         assert!(e164("+14155552671") && e164("+33 1 42 68 53 00") && e164("+81-3-1234-5678"));

@@ -519,6 +519,8 @@ async fn weak_labels_at_the_end_of_names_and_in_credential_stores() {
         "monkey: bananas are yellow fruit",
         "primary_key: user_account_identifier_column",
         "<add key=\"CacheKey\" value=\"users_by_region_and_country\"/>",
+        // A name made of words, however often its case switches, is not random.
+        "class MyVeryLongIdentifierName2Version3 extends Base",
     ] {
         let (_, v) = gate(&app, "output", json!(text)).await;
         assert_eq!(v["violations"], json!([]), "{text}: {v}");
