@@ -561,16 +561,27 @@ pub(super) const PATTERNS: &[Pattern] = &[
             r#"(?i:\b(?:api[ \-]?key|access[ \-]key(?:[ _\-]?id)?|secret[ \-](?:access[ \-])?key|client[ _\-]?secret|app[ _\-]?secret|consumer[ _\-]?secret|webhook[ _\-]?secret|shared[ _\-]?secret|signing[ _\-]?secret|master[ _\-]?key|encryption[ _\-]?key|signing[ _\-]?key|credentials?))(?:\\?["'])?(?:[ \t]*(?:=>|:=|-->|->|--|[:=\-|])[ \t]*|[ \t]+for[ \t]+[^:\n]{1,40}?:[ \t]*|[ \t]+(?:(?:is|was|are|now|still|changed|set|reset|updated|to|will[ \t]+be|has[ \t]+been)\b[ \t]*){0,3}(?:(?:=>|:=|-->|->|--|[:=\-])[ \t]*)?)[`"'\\]?["']?([^\s"'\\,;{}()\[\]<>]{6,})"#,
         )
     },
-    // Weak labels (`token:`, `key =`, `nonce`, `salt`, `signature`, `session id`), also at
-    // the end of any name (`StorageKey=`, `myServiceToken:`, `db.auth.key =`): only a value
-    // that looks random (16 characters or more, no words, digits or mixed case).
+    // Weak labels (`token:`, `key =`, `nonce`, `salt`, `signature`, `session id`): only a
+    // value that looks random (16 characters or more, no words, digits or mixed case).
     Pattern {
         check: Some(validate::random_value),
         group: 1,
         ..p(
             "labelled-token",
             Secret,
-            r#"(?i:\b(?:(?:api|access|auth|app|secret|private|signing|encryption|enc|hmac|master|session|bearer|refresh|deploy|prod|production|staging|dev|test|bot|client|shared|webhook|license|service|admin|root|jwt|csrf|xsrf|integration|personal|user|github|gitlab|slack|npm|cloud)[_\- ]|(?:[a-z0-9]{1,24}[_\-.]?){1,3})?(?:token|tok|key|nonce|salt|signature|sig|session[ _\-]?id|sessionid|auth|secret))(?:\\?["'])?(?:[ \t]*(?:=>|:=|-->|->|--|[:=\-|])[ \t]*|[ \t]+for[ \t]+[^:\n]{1,40}?:[ \t]*|[ \t]+(?:(?:is|was|are|now|still|changed|set|reset|updated|to|will[ \t]+be|has[ \t]+been)\b[ \t]*){0,3}(?:(?:=>|:=|-->|->|--|[:=\-])[ \t]*)?)[`"'\\]?["']?([^\s"'\\,;{}()\[\]<>]{16,})"#,
+            r#"(?i:\b(?:(?:api|access|auth|app|secret|private|signing|encryption|enc|hmac|master|session|bearer|refresh|deploy|prod|production|staging|dev|test|bot|client|shared|webhook|license|service|admin|root|jwt|csrf|xsrf|integration|personal|user|github|gitlab|slack|npm|cloud)[_\- ])?(?:token|tok|key|nonce|salt|signature|sig|session[ _\-]?id|sessionid|auth|secret))(?:\\?["'])?(?:[ \t]*(?:=>|:=|-->|->|--|[:=\-|])[ \t]*|[ \t]+for[ \t]+[^:\n]{1,40}?:[ \t]*|[ \t]+(?:(?:is|was|are|now|still|changed|set|reset|updated|to|will[ \t]+be|has[ \t]+been)\b[ \t]*){0,3}(?:(?:=>|:=|-->|->|--|[:=\-])[ \t]*)?)[`"'\\]?["']?([^\s"'\\,;{}()\[\]<>]{16,})"#,
+        )
+    },
+    // The same weak words at the end of any name (`StorageKey=`, `myServiceToken:`,
+    // `db.auth.key =`): found from the word and the one character before it, so the name
+    // itself costs nothing to scan.
+    Pattern {
+        check: Some(validate::random_value),
+        group: 1,
+        ..p(
+            "labelled-token",
+            Secret,
+            r#"[A-Za-z0-9](?:Key|Token|Secret|Auth|Credentials?|[_.\-](?:key|token|secret|auth|credentials?))(?:\\?["'])?[ \t]*(?:=>|:=|[:=])[ \t]*(?:\\?["'])?([^\s"'\\,;{}()\[\]<>]{16,256})"#,
         )
     },
     // Secrets in URL query strings: `?access_token=…`, `&sig=…` (SAS), `X-Amz-Credential=…`,
