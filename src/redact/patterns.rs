@@ -102,6 +102,19 @@ const fn checked(kind: &'static str, regex: &'static str, check: fn(&str) -> boo
     }
 }
 
+/// A secret read from capture group 1 of `regex`, kept only when `check` passes.
+const fn grouped(kind: &'static str, regex: &'static str, check: fn(&str) -> bool) -> Pattern {
+    Pattern {
+        kind,
+        category: Category::Secret,
+        regex,
+        group: 1,
+        extract: None,
+        check: Some(check),
+        optional: false,
+    }
+}
+
 use Category::{Injection, Pii, Secret};
 
 /// An AI system as injected text addresses it: by kind or by product name.
@@ -563,27 +576,19 @@ pub(super) const PATTERNS: &[Pattern] = &[
     },
     // Weak labels (`token:`, `key =`, `nonce`, `salt`, `signature`, `session id`): only a
     // value that looks random (16 characters or more, no words, digits or mixed case).
-    Pattern {
-        check: Some(validate::random_value),
-        group: 1,
-        ..p(
-            "labelled-token",
-            Secret,
-            r#"(?i:\b(?:(?:api|access|auth|app|secret|private|signing|encryption|enc|hmac|master|session|bearer|refresh|deploy|prod|production|staging|dev|test|bot|client|shared|webhook|license|service|admin|root|jwt|csrf|xsrf|integration|personal|user|github|gitlab|slack|npm|cloud)[_\- ])?(?:token|tok|key|nonce|salt|signature|sig|session[ _\-]?id|sessionid|auth|secret))(?:\\?["'])?(?:[ \t]*(?:=>|:=|-->|->|--|[:=\-|])[ \t]*|[ \t]+for[ \t]+[^:\n]{1,40}?:[ \t]*|[ \t]+(?:(?:is|was|are|now|still|changed|set|reset|updated|to|will[ \t]+be|has[ \t]+been)\b[ \t]*){0,3}(?:(?:=>|:=|-->|->|--|[:=\-])[ \t]*)?)[`"'\\]?["']?([^\s"'\\,;{}()\[\]<>]{16,})"#,
-        )
-    },
+    grouped(
+        "labelled-token",
+        r#"(?i:\b(?:(?:api|access|auth|app|secret|private|signing|encryption|enc|hmac|master|session|bearer|refresh|deploy|prod|production|staging|dev|test|bot|client|shared|webhook|license|service|admin|root|jwt|csrf|xsrf|integration|personal|user|github|gitlab|slack|npm|cloud)[_\- ])?(?:token|tok|key|nonce|salt|signature|sig|session[ _\-]?id|sessionid|auth|secret))(?:\\?["'])?(?:[ \t]*(?:=>|:=|-->|->|--|[:=\-|])[ \t]*|[ \t]+for[ \t]+[^:\n]{1,40}?:[ \t]*|[ \t]+(?:(?:is|was|are|now|still|changed|set|reset|updated|to|will[ \t]+be|has[ \t]+been)\b[ \t]*){0,3}(?:(?:=>|:=|-->|->|--|[:=\-])[ \t]*)?)[`"'\\]?["']?([^\s"'\\,;{}()\[\]<>]{16,})"#,
+        validate::random_value,
+    ),
     // The same weak words at the end of any name (`StorageKey=`, `myServiceToken:`,
     // `db.auth.key =`): found from the word and the one character before it, so the name
     // itself costs nothing to scan.
-    Pattern {
-        check: Some(validate::random_value),
-        group: 1,
-        ..p(
-            "labelled-token",
-            Secret,
-            r#"[A-Za-z0-9](?:Key|Token|Secret|Auth|Credentials?|[_.\-](?:key|token|secret|auth|credentials?))(?:\\?["'])?[ \t]*(?:=>|:=|[:=])[ \t]*(?:\\?["'])?([^\s"'\\,;{}()\[\]<>]{16,256})"#,
-        )
-    },
+    grouped(
+        "labelled-token",
+        r#"[A-Za-z0-9](?:Key|Token|Secret|Auth|Credentials?|[_.\-](?:key|token|secret|auth|credentials?))(?:\\?["'])?[ \t]*(?:=>|:=|[:=])[ \t]*(?:\\?["'])?([^\s"'\\,;{}()\[\]<>]{16,256})"#,
+        validate::random_value,
+    ),
     // Secrets in URL query strings: `?access_token=…`, `&sig=…` (SAS), `X-Amz-Credential=…`,
     // `?key=…`, `&password=…`.
     Pattern {
@@ -677,24 +682,16 @@ pub(super) const PATTERNS: &[Pattern] = &[
     // Credential stores whose entry names end in a weak word (`<add key="StorageKey"
     // value="…"/>`, `<setting name="AuthKey">…</setting>`): only a random-looking value, and
     // not public key material.
-    Pattern {
-        check: Some(validate::private_key_value),
-        group: 1,
-        ..p(
-            "xml-secret",
-            Secret,
-            r#"(?i:(?:name|key)\s*=\s*["'][A-Za-z0-9_.:\-]*(?:key|credentials?|passphrase|auth|salt|signature)["']\s+value\s*=\s*["'])([^"'<>\s]{16,256})["']"#,
-        )
-    },
-    Pattern {
-        check: Some(validate::private_key_value),
-        group: 1,
-        ..p(
-            "xml-secret",
-            Secret,
-            r#"(?i:(?:name|key)\s*=\s*["'][A-Za-z0-9_.:\-]*(?:key|credentials?|passphrase|auth|salt|signature)["'][^<>]{0,64}>)([^<\s]{16,256})<"#,
-        )
-    },
+    grouped(
+        "xml-secret",
+        r#"(?i:(?:name|key)\s*=\s*["'][A-Za-z0-9_.:\-]*(?:key|credentials?|passphrase|auth|salt|signature)["']\s+value\s*=\s*["'])([^"'<>\s]{16,256})["']"#,
+        validate::private_key_value,
+    ),
+    grouped(
+        "xml-secret",
+        r#"(?i:(?:name|key)\s*=\s*["'][A-Za-z0-9_.:\-]*(?:key|credentials?|passphrase|auth|salt|signature)["'][^<>]{0,64}>)([^<\s]{16,256})<"#,
+        validate::private_key_value,
+    ),
     // Declarations and assignments in code whose name ends in a secret word: `val dbPass =
     // "X"`, `final String secretKey = "X";`, `static let token = "X"`, `char *mqtt_pass =
     // "X"`, `read_pw='X'`, `token := "X"`, `self.salt = "X"`, `salt: "X"`.
