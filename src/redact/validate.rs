@@ -604,8 +604,18 @@ pub(super) fn ciphertext(s: &str) -> bool {
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=')))
 }
 
-const MARKERS: [&str; 19] = [
+const MARKERS: [&str; 29] = [
     "example",
+    "fake",
+    "sample",
+    "changeit",
+    "mysecret",
+    "for-testing",
+    "for_testing",
+    "not-a-real",
+    "not_a_real",
+    "insert-",
+    "insert_",
     "your-",
     "your_",
     "-here",
@@ -781,6 +791,10 @@ mod tests {
             "sk_test_XXXXXXXXXXXXXXXXXXXXXXXX",
             "<token>",
             "password",
+            "fake-password",
+            "fake_token_for_testing_only",
+            "changeit",
+            "sample-password",
         ] {
             assert!(placeholder(p), "{p}");
         }

@@ -519,6 +519,11 @@ async fn weak_labels_at_the_end_of_names_and_in_credential_stores() {
         "monkey: bananas are yellow fruit",
         "primary_key: user_account_identifier_column",
         "<add key=\"CacheKey\" value=\"users_by_region_and_country\"/>",
+        // Placeholders people write in samples and tests.
+        "password: 'fake-password'",
+        "token: 'fake_token_for_testing_only'",
+        "PASSWORD=changeit",
+        "db_password = 'sample-password'",
         // A name made of words, however often its case switches, is not random.
         "class MyVeryLongIdentifierName2Version3 extends Base",
     ] {
