@@ -148,6 +148,9 @@ struct Row {
     check: Option<fn(&str) -> bool>,
     /// A detector from config (its filters).
     custom: Option<CustomDetector>,
+    /// A built-in secret read after a label (`password: <value>`): the value is widened over
+    /// the code punctuation its pattern stops at ([`structure::widen_value`]).
+    labelled: bool,
 }
 
 /// The compiled detectors.
@@ -287,6 +290,7 @@ impl Redactor {
                 extract: None,
                 check: d.validator.map(Validator::check),
                 custom: Some(d.clone()),
+                labelled: false,
             });
         }
         for p in PATTERNS
@@ -301,6 +305,7 @@ impl Redactor {
                 extract: p.extract,
                 check: p.check,
                 custom: None,
+                labelled: p.category == Category::Secret && (p.extract.is_some() || p.group != 0),
             });
         }
         let search = search::Searcher::new(&sources)?;
@@ -458,6 +463,12 @@ impl Redactor {
                     }
                 };
                 if let Some((start, end)) = verdict {
+                    // After the verdict, which may be another copy's: what follows differs.
+                    let end = if row.labelled {
+                        structure::widen_value(bytes, start, end)
+                    } else {
+                        end
+                    };
                     let f = Finding {
                         kind: row.kind,
                         category: row.category,

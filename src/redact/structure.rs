@@ -165,3 +165,80 @@ pub(super) fn extend_key_blocks(text: &str, found: &mut [(usize, Finding)]) {
         }
     }
 }
+
+/// The end of a labelled value that its pattern cut short at code punctuation, which a
+/// password may hold (`p@ss;word`, `Zx9(kL2)mQ7`, `'Zx9"kL2'`): a quoted value runs to its
+/// closing quote on the same line (an escaped quote, `\"`, does not close it); an unquoted
+/// one that stopped at `,;()[]{}` or a backslash runs on to the next whitespace, quote or
+/// `<>`, but not over a `,` or `;` that ends it (followed by whitespace or the end) nor a
+/// closing bracket it did not open. At most 256 bytes; `text` has escaped whitespace (`\n`)
+/// as spaces.
+pub(super) fn widen_value(text: &[u8], start: usize, end: usize) -> usize {
+    const MAX: usize = 256;
+    let at = |i: usize| text.get(i).copied();
+    let before = start.checked_sub(1).and_then(at);
+    let escaped_open = start.checked_sub(2).and_then(at) == Some(b'\\');
+    let mut e = end;
+    match before {
+        Some(q @ (b'"' | b'\'')) => {
+            while let Some(c) = at(e) {
+                if c == b'\n' || c == b'\r' || e - start > MAX {
+                    return end;
+                }
+                if c == b'\\' && at(e + 1) == Some(q) {
+                    if escaped_open {
+                        break;
+                    }
+                    e += 2;
+                    continue;
+                }
+                // The value's pattern stopped inside an escaped quote (`Zx9\` + `"`).
+                if c == q && e > start && at(e - 1) == Some(b'\\') && !escaped_open {
+                    e += 1;
+                    continue;
+                }
+                if c == q {
+                    break;
+                }
+                e += 1;
+            }
+            if at(e) == Some(q) || at(e) == Some(b'\\') {
+                e
+            } else {
+                end
+            }
+        }
+        // Only where the pattern stopped at punctuation a value may hold: anything else (the
+        // `@` after a URL's password) is where the pattern meant the value to end.
+        _ if !matches!(
+            at(end),
+            Some(b',' | b';' | b'(' | b')' | b'[' | b']' | b'{' | b'}' | b'\\')
+        ) =>
+        {
+            end
+        }
+        _ => {
+            let mut depth = 0usize;
+            while let Some(c) = at(e) {
+                let next_ends = at(e + 1).is_none_or(|n| n.is_ascii_whitespace());
+                match c {
+                    _ if c.is_ascii_whitespace() => break,
+                    b'"' | b'\'' | b'<' | b'>' => break,
+                    b',' | b';' if next_ends => break,
+                    b'\\' if matches!(at(e + 1), Some(b'"' | b'\'')) => break,
+                    b'(' | b'[' | b'{' => depth += 1,
+                    b')' | b']' | b'}' => match depth.checked_sub(1) {
+                        Some(d) => depth = d,
+                        None => break,
+                    },
+                    _ => {}
+                }
+                if e - start >= MAX {
+                    return end;
+                }
+                e += 1;
+            }
+            e
+        }
+    }
+}

@@ -531,3 +531,48 @@ async fn weak_labels_at_the_end_of_names_and_in_credential_stores() {
         assert_eq!(v["violations"], json!([]), "{text}: {v}");
     }
 }
+
+/// A labelled value holding punctuation its pattern stops at (a quote of the other kind, an
+/// escaped quote, `;`, brackets) is masked to its end, through the output gate: no
+/// 8-character piece of it is left. Punctuation that ends a value stays.
+#[tokio::test]
+async fn labelled_values_with_code_punctuation_are_masked_to_their_end() {
+    let app = app();
+    let cases = [
+        ("password='Zx9\"kL2mQ7pR4vB8'", "Zx9\"kL2mQ7pR4vB8"),
+        ("api_key: \"Zx9'kL2mQ7pR4vB8\"", "Zx9'kL2mQ7pR4vB8"),
+        (
+            "\"password\": \"Zx9\\\"kL2mQ7pR4vB8\"",
+            "Zx9\\\"kL2mQ7pR4vB8",
+        ),
+        ("password=Zx9kL;2mQ7pR4vB8 next", "Zx9kL;2mQ7pR4vB8"),
+        ("password=Zx9kL(2m)Q7pR4vB8", "Zx9kL(2m)Q7pR4vB8"),
+    ];
+    for (text, value) in cases {
+        let (s, v) = gate(&app, "output", json!(text)).await;
+        assert_eq!(s, StatusCode::OK, "{text}: {v}");
+        let out = v["content"].as_str().unwrap();
+        let chars: Vec<char> = value.chars().collect();
+        for piece in chars.windows(8) {
+            let piece: String = piece.iter().collect();
+            assert!(!out.contains(&piece), "{text}: {piece:?} left in {out:?}");
+        }
+    }
+    for (text, masked) in [
+        (
+            "password=abc12345;",
+            "password=<redacted:password-assignment>;",
+        ),
+        (
+            "connect(pwd=abc12345)",
+            "connect(pwd=<redacted:short-label-password>)",
+        ),
+        (
+            "password: abc12345, user: bob",
+            "password: <redacted:password-assignment>, user: bob",
+        ),
+    ] {
+        let (_, v) = gate(&app, "output", json!(text)).await;
+        assert_eq!(v["content"], masked, "{v}");
+    }
+}
