@@ -405,15 +405,21 @@ pub(super) fn e164(s: &str) -> bool {
 }
 
 /// Whether the number starting at `start` continues an account number written in groups
-/// (`DE89 3704 0044 …`, `GB82-WEST-1234-…`): a chain of upper-case letter and digit groups,
-/// joined by single spaces or dashes, that begins with a country code and two check digits.
-/// Such a number is part of an IBAN (valid or not), never a phone or card number of its own.
+/// (`DE89 3704 0044 …`, `GB82-WEST-1234-…`): a chain of four-character groups of upper-case
+/// letters and digits, joined by single spaces or dashes, that begins with a country code and
+/// two check digits, the number's own first group one of them. Such a number is part of an
+/// IBAN (valid or not), never a phone or card number of its own; a phone number after a code
+/// (`LH12 020 7946 0958`) starts with a group of another length.
 pub(super) fn inside_iban(text: &str, start: usize) -> bool {
     let b = text.as_bytes();
     let group_byte = |i: usize| {
         b.get(i)
             .is_some_and(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
     };
+    let own = (start..).take_while(|&i| group_byte(i)).count();
+    if own != 4 {
+        return false;
+    }
     let mut end = start;
     for _ in 0..8 {
         let Some(sep) = end.checked_sub(1) else {
@@ -426,11 +432,10 @@ pub(super) fn inside_iban(text: &str, start: usize) -> bool {
         while s > 0 && group_byte(s - 1) {
             s -= 1;
         }
-        let Some(token) = b.get(s..sep).filter(|t| !t.is_empty()) else {
+        let Some(token) = b.get(s..sep).filter(|t| t.len() == 4) else {
             return false;
         };
-        let head = token.len() >= 4
-            && token.iter().take(2).all(u8::is_ascii_uppercase)
+        let head = token.iter().take(2).all(u8::is_ascii_uppercase)
             && token.iter().skip(2).take(2).all(u8::is_ascii_digit);
         let alone = s == 0 || b.get(s - 1).is_some_and(|c| !c.is_ascii_alphanumeric());
         if head && alone {
@@ -782,6 +787,7 @@ mod tests {
         assert!(!e164("+12345678") && !e164("+1 555") && !e164("+1 000 000 0000"));
         assert!(inside_iban("DE89 3704 0044", 5) && inside_iban("GB82-WEST-1234", 10));
         assert!(!inside_iban("call 020 7946", 5) && !inside_iban("XDE89 3704", 6));
+        assert!(!inside_iban("LH12 020 7946 0958", 5) && !inside_iban("LH12 bob@x.io", 5));
         assert!(ipv6("2001:db8::8a2e:370:7334") && !ipv6("12:30:45"));
         assert!(entropy("aaaa") < 0.1 && entropy("abcd") > 1.9);
         for p in [
