@@ -112,6 +112,16 @@ pub fn start_wrapped(set: &TempSet, extra: &str, env: &[(&str, &str)], wrapper: 
     start_full(set, extra, "watch = false\npoll_ms = 0", env, wrapper)
 }
 
+/// Like [`start_with_env`], but a server that exits or does not come up is an `Err` holding
+/// its log, for tests in which refusing to start is an allowed outcome.
+pub fn try_start_with_env(
+    set: &TempSet,
+    extra: &str,
+    env: &[(&str, &str)],
+) -> Result<Server, String> {
+    try_start_full(set, extra, "watch = false\npoll_ms = 0", env, &[])
+}
+
 fn start_full(
     set: &TempSet,
     extra: &str,
@@ -119,6 +129,17 @@ fn start_full(
     env: &[(&str, &str)],
     wrapper: &[&str],
 ) -> Server {
+    try_start_full(set, extra, reload, env, wrapper)
+        .unwrap_or_else(|log| panic!("toolgate serve did not come up:\n{log}"))
+}
+
+fn try_start_full(
+    set: &TempSet,
+    extra: &str,
+    reload: &str,
+    env: &[(&str, &str)],
+    wrapper: &[&str],
+) -> Result<Server, String> {
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -160,11 +181,11 @@ fn start_full(
         let exited = server.child.try_wait().unwrap();
         if exited.is_some() || start.elapsed() > Duration::from_secs(20) {
             let log = std::fs::read_to_string(set.dir.path().join("serve.log")).unwrap_or_default();
-            panic!("toolgate serve did not come up ({exited:?}):\n{log}");
+            return Err(format!("({exited:?}):\n{log}"));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    server
+    Ok(server)
 }
 
 /// Runs `toolgate serve` on a config of `set` with `extra` (before `[auth]`), expects it to
