@@ -381,6 +381,16 @@ fn the_input_gate_records_and_masks_only_where_the_deployment_asks() {
     assert!(err.contains("`provenance.input` is `masked`"), "{err}");
 }
 
+/// The check an outside scorer makes on a masked `out`: neither `value` nor any 8-character
+/// piece of it (the whole value, when shorter) is left.
+fn no_piece_left(text: &str, value: &str, out: &str) {
+    let chars: Vec<char> = value.chars().collect();
+    for piece in chars.windows(8.min(chars.len())) {
+        let piece: String = piece.iter().collect();
+        assert!(!out.contains(&piece), "{text}: {piece:?} left in {out:?}");
+    }
+}
+
 /// Personal data by the forms countries and issuers use, through the output gate: SSNs
 /// without dashes after a label, E.164 phone numbers, IBANs in dashed groups, card brands by
 /// issuer range with Luhn. A number inside an invalid IBAN is neither a phone nor a card, and
@@ -446,11 +456,7 @@ async fn personal_data_in_each_countrys_form_is_masked_whole() {
             .collect();
         assert_eq!(kinds, [*kind], "{text}: {v}");
         let out = v["content"].as_str().unwrap();
-        let chars: Vec<char> = value.chars().collect();
-        for piece in chars.windows(8.min(chars.len())) {
-            let piece: String = piece.iter().collect();
-            assert!(!out.contains(&piece), "{text}: {piece:?} left in {out:?}");
-        }
+        no_piece_left(text, value, out);
     }
     let clean = [
         "order id 536221234 shipped",
@@ -499,11 +505,7 @@ async fn weak_labels_at_the_end_of_names_and_in_credential_stores() {
         assert_eq!(s, StatusCode::OK, "{text}: {v}");
         let out = v["content"].as_str().unwrap();
         assert!(out.contains("<redacted:"), "{text}: {out}");
-        let chars: Vec<char> = value.chars().collect();
-        for piece in chars.windows(8) {
-            let piece: String = piece.iter().collect();
-            assert!(!out.contains(&piece), "{text}: {piece:?} left in {out:?}");
-        }
+        no_piece_left(text, value, out);
     }
     let text = format!("key={hex} user=bob\ncommit {hex}a3bf4f1b\nagain {hex}\n");
     let (_, v) = gate(&app, "output", json!(text)).await;
@@ -552,11 +554,7 @@ async fn labelled_values_with_code_punctuation_are_masked_to_their_end() {
         let (s, v) = gate(&app, "output", json!(text)).await;
         assert_eq!(s, StatusCode::OK, "{text}: {v}");
         let out = v["content"].as_str().unwrap();
-        let chars: Vec<char> = value.chars().collect();
-        for piece in chars.windows(8) {
-            let piece: String = piece.iter().collect();
-            assert!(!out.contains(&piece), "{text}: {piece:?} left in {out:?}");
-        }
+        no_piece_left(text, value, out);
     }
     for (text, masked) in [
         (
