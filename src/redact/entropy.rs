@@ -111,7 +111,8 @@ pub(super) fn high_entropy(text: &str, min_len: usize, bits: f64, out: &mut Vec<
         // (`MyVeryLongName2Version3` switches often, but is still words).
         let h = validate::entropy(token);
         let shaped = (validate::class_switches(token) >= 0.42 || !validate::wordy(token))
-            && !validate::identifier_like(token);
+            && !validate::identifier_like(token)
+            && !validate::dotted_name(token);
         if h < bits || !shaped {
             continue;
         }

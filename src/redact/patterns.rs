@@ -261,6 +261,43 @@ pub(super) const PATTERNS: &[Pattern] = &[
         Secret,
         r"https://hooks\.slack\.com/(?:services|workflows)/T[A-Z0-9]+/[A-Z0-9]+/[A-Za-z0-9]{24}",
     ),
+    // A webhook URL is its own credential: whoever has the path can post. Any path shape
+    // after the host, as long as it is long and varied (not `Txxxx/Bxxxx/xxxx`).
+    grouped(
+        "slack-webhook",
+        r"https://hooks\.slack\.com/(?:services|workflows|triggers)/([A-Za-z0-9_/+\-]{24,})",
+        validate::webhook_path,
+    ),
+    grouped(
+        "teams-webhook",
+        r"https://[A-Za-z0-9\-]+\.webhook\.office\.com/webhookb2/([A-Za-z0-9@/\-]{40,})",
+        validate::webhook_path,
+    ),
+    // Bundler's credentials for a gem source, one variable per host
+    // (`BUNDLE_ENTERPRISE__CONTRIBSYS__COM=user:pass`, dots written `__`).
+    grouped(
+        "bundler-credentials",
+        r#"\bBUNDLE_[A-Z0-9_]*__[A-Z0-9]+\s*[=:]\s*["']?([^\s"':]{1,128}:[^\s"';&]{4,128})"#,
+        validate::assignment_value,
+    ),
+    p(
+        "doppler-token",
+        Secret,
+        r"\bdp\.(?:pt|st|ct|sa|scim|audit)\.(?:[a-z0-9_\-]{1,32}\.)?[A-Za-z0-9]{40,48}\b",
+    ),
+    p("adobe-client-secret", Secret, r"\bp8e-[A-Za-z0-9]{32}\b"),
+    p(
+        "intra42-secret",
+        Secret,
+        r"\bs-s4t2(?:ud|af)-[a-f0-9]{64}\b",
+    ),
+    // Twitter/X app bearer tokens: twenty-odd `A`s, then the key, URL-encoded.
+    // The `A`s are the same in every token; the key after them is masked.
+    grouped(
+        "twitter-bearer-token",
+        r"\bAAAAAAAAAAAAAAAAAAAA+([B-Za-z0-9%][A-Za-z0-9%]{29,200})",
+        validate::has_percent,
+    ),
     p(
         "slack-token",
         Secret,
@@ -431,11 +468,14 @@ pub(super) const PATTERNS: &[Pattern] = &[
     },
     // Code: a typed default (`passwd: str = "x"`, `val password: String = "x"`), a comparison
     // (`if password == "x"`) and a macro (`#define DB_PASSWORD "x"`).
-    g(
-        "code-secret",
-        r#"(?i:pass(?:word|wd|phrase)?|pwd|secret|token|api_?key|credentials?)\s*(?::\s*[A-Za-z_][A-Za-z0-9_.\[\]<>|?]{0,40}\s*=|===?|!==?)\s*\\?["']([^"'\\\s]{4,})\\?["']"#,
-        extract::quoted_tail,
-    ),
+    Pattern {
+        check: Some(validate::not_a_constant),
+        ..g(
+            "code-secret",
+            r#"(?i:pass(?:word|wd|phrase)?|pwd|secret|token|api_?key|credentials?)\s*(?::\s*[A-Za-z_][A-Za-z0-9_.\[\]<>|?]{0,40}\s*=|===?|!==?)\s*\\?["']([^"'\\\s]{4,})\\?["']"#,
+            extract::quoted_tail,
+        )
+    },
     g(
         "code-secret",
         r#"#define\s+[A-Za-z0-9_]*(?i:pass(?:word|wd)?|pwd|secret|token|key)[A-Za-z0-9_]*\s+\\?"([^"\\\s]{4,})\\?""#,
@@ -444,11 +484,14 @@ pub(super) const PATTERNS: &[Pattern] = &[
     // SQL that sets a password: `IDENTIFIED [WITH plugin] BY '…'` (MySQL, MariaDB, Oracle),
     // `[ENCRYPTED|LOGIN|WITH] PASSWORD '…'` (PostgreSQL, SQL Server's `PASSWORD = '…'` is the
     // assignment row's). Quoted values only: prose says "identified by the team".
-    g(
-        "sql-password",
-        r#"(?i:\bidentified(?:\s+with\s+[a-z0-9_]+)?\s+by(?:\s+password)?|\bset\s+password\s+for\s+\S{1,128}\s*=\s*(?:password\s*\(\s*)?|\bpassword\s*(?:=\s*)?(?:password\s*\(\s*)?n?|\bpassword\s*\()\s*\\?['"]([^'"\s\\]{3,128})\\?['"]"#,
-        extract::quoted_tail,
-    ),
+    Pattern {
+        check: Some(validate::not_a_template),
+        ..g(
+            "sql-password",
+            r#"(?i:\bidentified(?:\s+with\s+[a-z0-9_]+)?\s+by(?:\s+password)?|\bset\s+password\s+for\s+\S{1,128}\s*=\s*(?:password\s*\(\s*)?|\bpassword\s*(?:=\s*)?(?:password\s*\(\s*)?n?|\bpassword\s*\()\s*\\?['"]([^'"\s\\]{3,128})\\?['"]"#,
+            extract::quoted_tail,
+        )
+    },
     // Oracle and MySQL without quotes: `IDENTIFIED BY mango820`.
     Pattern {
         check: Some(validate::cli_value),
@@ -620,7 +663,7 @@ pub(super) const PATTERNS: &[Pattern] = &[
         ..p(
             "password-phrase",
             Secret,
-            r#"(?i:\b(?:creds|credentials|login|u/p|user/pass(?:word)?))(?:[ \t]*\([^)\n]{0,40}\))?(?:[ \t]+(?:are|is))?[ \t]*[:=]?[ \t]*[^\s/|]{1,64}[ \t]*[/|][ \t]*([^\s"'`,;()\[\]<>|]{6,128})"#,
+            r#"(?i:\b(?:creds|credentials|login|u/p|user/pass(?:word)?))(?:[ \t]*\([^)\n]{0,40}\))?(?:[ \t]+(?:are|is))?[ \t]*[:=]?[ \t]*[^\s/|="']{1,64}[ \t]*[/|][ \t]*([^\s"'`,;()\[\]<>|]{6,128})"#,
         )
     },
     // The value before its label: `use X as the password`, `it's X (the password)`.
@@ -718,7 +761,7 @@ pub(super) const PATTERNS: &[Pattern] = &[
     // `getenv("DB_PASSWORD", "X")`, `os.Setenv("API_TOKEN", "X")`, `.getOrDefault("X_KEY",
     // "X")`, `SetEnvironmentVariable("PULUMI_ACCESS_TOKEN", "X")`.
     Pattern {
-        check: Some(validate::assignment_value),
+        check: Some(validate::pair_value),
         group: 1,
         ..p(
             "code-secret",

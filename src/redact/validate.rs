@@ -68,8 +68,23 @@ pub(super) fn not_a_reference(s: &str) -> bool {
         || s.starts_with('{') && s.ends_with('}')
         || s.starts_with("#{")
         || s.starts_with("%(")
+        // A format string's field (`ALTER USER %(user)s IDENTIFIED BY "%(password)s"`).
+        || s.contains("%(") && s.contains(")s")
         // A YAML tag (`!vault`, `!secret name`, `!Ref`, `!!null`).
-        || s.starts_with('!'))
+        || s.starts_with('!')
+        || names_a_credential(s))
+}
+
+/// Not a template's field (`%(password)s`, `{{ password }}`, `${DB_PASSWORD}`) that a
+/// statement is built from; `!~J@7nXU` is a value.
+pub(super) fn not_a_template(s: &str) -> bool {
+    !(s.contains("%(") && s.contains(")s") || s.starts_with("{{") || s.starts_with("${"))
+}
+
+/// Not an all-caps word (`NOTPROVIDED`, `COLLATE`): `token == "COLLATE"` compares with a
+/// constant, not with a credential.
+pub(super) fn not_a_constant(s: &str) -> bool {
+    not_a_reference(s) && !(s.len() >= 3 && s.bytes().all(|b| b.is_ascii_uppercase() || b == b'_'))
 }
 
 /// Not code that reads the value from elsewhere: a call or an index (`getpass(`,
@@ -124,7 +139,84 @@ fn not_code(s: &str) -> bool {
 /// A value assigned to a secret's name (`password = X`, `'db_pass' => 'X'`): not a type, a
 /// reference, code or a file path.
 pub(super) fn assignment_value(s: &str) -> bool {
-    not_a_type(s) && not_a_reference(s) && not_code(s) && !file_path(s) && !s.contains("://")
+    not_a_type(s)
+        && not_a_reference(s)
+        && not_code(s)
+        && !file_path(s)
+        && !s.contains("://")
+        && !short_phrase(s)
+}
+
+/// The value of a positional pair (`getenv("DB_PASSWORD", "X")`): an [`assignment_value`]
+/// that is not one plain word in one case (`"Permission"`, `"credit_card"`, `"filters"`):
+/// `get_model("auth", "Permission")` and `("token", "filters")` name things.
+pub(super) fn pair_value(s: &str) -> bool {
+    assignment_value(s) && !wordy_only(s)
+}
+
+/// A name that says what it holds (`raw_password`, `auth.token`, `_password_reset_token`,
+/// `password`): code passing a credential along, not the credential.
+fn names_a_credential(s: &str) -> bool {
+    const WORDS: [&str; 13] = [
+        "password",
+        "passwd",
+        "pass",
+        "pwd",
+        "secret",
+        "secrets",
+        "token",
+        "key",
+        "apikey",
+        "credential",
+        "credentials",
+        "auth",
+        "passphrase",
+    ];
+    let s = s.trim_end_matches(['}', ')', ',']);
+    s.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b'-')
+        && s.split(['_', '.', '-'])
+            .any(|p| WORDS.iter().any(|w| p.eq_ignore_ascii_case(w)))
+        && s.split(['_', '.', '-'])
+            .all(|p| p.bytes().all(|b| b.is_ascii_alphabetic()))
+}
+
+/// A few short lowercase words (`is not`, `with spaces`): an operator or a label in code. A
+/// passphrase has four words or more.
+fn short_phrase(s: &str) -> bool {
+    s.contains(' ')
+        && s.split(' ').count() <= 3
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b == b' ')
+}
+
+/// A dotted name of two dots or more (`argon2.low_level.ARGON2_VERSION`,
+/// `os.path.join`): code, however random its letters look.
+pub(super) fn dotted_name(s: &str) -> bool {
+    s.split('.').nth(2).is_some()
+        && s.split('.').all(|p| {
+            (1..=24).contains(&p.len())
+                && p.bytes()
+                    .next()
+                    .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+                && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        })
+}
+
+/// URL-encoded somewhere (`…%3D…`): how a bearer token of twenty `A`s is written, where a
+/// run of `A`s in base64 data is not.
+pub(super) fn has_percent(s: &str) -> bool {
+    s.contains('%')
+}
+
+/// A path after a webhook host: long and varied, not a placeholder (`Txxxxxxxx/Bxxxxxxxx/…`).
+pub(super) fn webhook_path(s: &str) -> bool {
+    let mut seen = [false; 128];
+    for b in s.bytes() {
+        if let Some(slot) = seen.get_mut(usize::from(b & 0x7f)) {
+            *slot = true;
+        }
+    }
+    seen.iter().filter(|x| **x).count() >= 12 && !placeholder(s)
 }
 
 /// The value of a short flag (`-pSECRET`, `-p 'X'`, `-N X`): a possible password, not a port,
@@ -462,6 +554,17 @@ pub(super) fn ipv6(s: &str) -> bool {
 /// such as `password` or `true`. Only short values qualify (a real key's random body may
 /// contain any word), and only clear markers count: a real password such as `Yourname1985`
 /// is not a placeholder.
+/// One unit of two to four characters, repeated to fill the whole value at least four times
+/// (`asdfasdfasdf…`, `abababab`, `12341234123412341234`): typed, not drawn.
+fn periodic(s: &str) -> bool {
+    let b = s.as_bytes();
+    (2..=4).any(|p| {
+        b.len() >= 4 * p
+            && b.len().is_multiple_of(p)
+            && b.iter().zip(b.iter().skip(p)).all(|(x, y)| x == y)
+    })
+}
+
 pub(super) fn placeholder(s: &str) -> bool {
     if s.len() > 256 {
         return false;
@@ -484,6 +587,7 @@ pub(super) fn placeholder(s: &str) -> bool {
         || lower.contains("xxxx")
         || run * 2 > s.len() && run >= 6
         || s.len() >= 16 && (run >= 8 || repeat_run(lower) >= 8)
+        || periodic(lower)
     {
         return true;
     }
@@ -777,6 +881,21 @@ mod tests {
         assert!(ssn("123-45-6789"));
         assert!(!ssn("666-45-6789") && !ssn("123-00-6789") && !ssn("912-45-6789"));
         assert!(identifier_like("MyVeryLongIdentifierName2Version3"));
+        assert!(dotted_name("argon2.low_level.ARGON2_VERSION"));
+        assert!(placeholder("asdfasdfasdfasdfasdfasdf") && placeholder("abababab"));
+        assert!(!placeholder("asdfasdfasdfasdfasdfasdX") && !placeholder("Zx9kZx9k"));
+        assert!(!dotted_name(
+            "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N"
+        ));
+        assert!(names_a_credential("raw_password") && names_a_credential("password}"));
+        assert!(!names_a_credential("Passw0rd_2024") && !names_a_credential("hunter2"));
+        assert!(!pair_value("Permission") && !pair_value("credit_card") && pair_value("hunter2"));
+        assert!(!not_a_constant("NOTPROVIDED") && not_a_constant("Zx9kL2mQ"));
+        assert!(!not_a_template("%(password)s") && not_a_template("!~J@7nXU"));
+        assert!(webhook_path("T0A1B2C3D/B4E5F6G7H/q6si0pcrqpqs52abyv4koxcy"));
+        assert!(!webhook_path(
+            "Txxxxxxxx/Bxxxxxxxx/xxxxxxxxxxxxxxxxxxxxxxxx"
+        ));
         assert!(identifier_like("AbstractSingletonProxyFactoryBean2Impl"));
         assert!(
             !identifier_like("q8Zt2mWv9LkP4xRn7Yb3") && !identifier_like("wJalrXUtnFEMI/K7MDENG")
