@@ -234,7 +234,7 @@ pub(super) const PATTERNS: &[Pattern] = &[
     p(
         "github-fine-grained-pat",
         Secret,
-        r"\bgithub_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59}\b",
+        r"\bgithub_pat_[A-Za-z0-9_]{82}\b",
     ),
     p(
         "github-app-token",
@@ -321,11 +321,7 @@ pub(super) const PATTERNS: &[Pattern] = &[
         Secret,
         r"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_\-]{50,}",
     ),
-    p(
-        "sendgrid-key",
-        Secret,
-        r"\bSG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}",
-    ),
+    p("sendgrid-key", Secret, r"\bSG\.[A-Za-z0-9=_\-.]{66}"),
     p("twilio-key", Secret, r"\bSK[0-9a-fA-F]{32}\b"),
     p("mailgun-key", Secret, r"\bkey-[0-9a-f]{32}\b"),
     p("digitalocean-token", Secret, r"\bdo[opr]_v1_[a-f0-9]{64}\b"),
@@ -344,7 +340,66 @@ pub(super) const PATTERNS: &[Pattern] = &[
     p(
         "newrelic-key",
         Secret,
-        r"\b(?:NRAK-[A-Z0-9]{27}|NRII-[A-Za-z0-9_\-]{32}|NRJS-[a-f0-9]{19}|NRAA-[a-f0-9]{27})\b",
+        r"\b(?:NRAK-[A-Za-z0-9]{27}|NRII-[A-Za-z0-9_\-]{32}|NRJS-[a-f0-9]{19}|NRAA-[a-f0-9]{27})\b",
+    ),
+    // Prefixed tokens of AI, infrastructure and SaaS vendors, by the shapes their docs give
+    // (bodies in either case: generators and older formats use both).
+    p("vault-token", Secret, r"\bhv[sbr]\.[A-Za-z0-9_\-]{24,}"),
+    p(
+        "grafana-token",
+        Secret,
+        r"\b(?:glc_[A-Za-z0-9+/]{32,400}={0,2}|glsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}\b|eyJrIjoi[A-Za-z0-9+/]{70,400}={0,2})",
+    ),
+    p(
+        "planetscale-token",
+        Secret,
+        r"\bpscale_(?:pw|tkn|oauth)_[A-Za-z0-9_=.\-]{32,64}",
+    ),
+    p(
+        "linear-key",
+        Secret,
+        r"\blin_(?:api|oauth)_[A-Za-z0-9]{40}\b",
+    ),
+    p("prefect-token", Secret, r"\bpnu_[A-Za-z0-9]{36}\b"),
+    p(
+        "brevo-key",
+        Secret,
+        r"\bx(?:keysib|smtpsib)-[a-f0-9]{64}-[A-Za-z0-9]{16}\b",
+    ),
+    p("typeform-token", Secret, r"\btfp_[A-Za-z0-9_=.\-]{56,64}"),
+    p("frameio-token", Secret, r"\bfio-u-[A-Za-z0-9_=\-]{64}"),
+    p(
+        "plaid-token",
+        Secret,
+        r"\baccess-(?:sandbox|development|production)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b",
+    ),
+    p("google-oauth-token", Secret, r"\bya29\.[A-Za-z0-9_\-]{30,}"),
+    p(
+        "square-token",
+        Secret,
+        r"\bsq0(?:atp-[A-Za-z0-9_\-]{22}|csp-[A-Za-z0-9_\-]{43})\b",
+    ),
+    p(
+        "atlassian-token",
+        Secret,
+        r"\bATATT3[A-Za-z0-9_=\-]{150,250}",
+    ),
+    p("jfrog-key", Secret, r"\bAKCp[A-Za-z0-9]{69}\b"),
+    p("clojars-token", Secret, r"\bCLOJARS_[a-z0-9]{60}\b"),
+    p("groq-key", Secret, r"\bgsk_[A-Za-z0-9]{52}\b"),
+    p("xai-key", Secret, r"\bxai-[A-Za-z0-9]{80}\b"),
+    p("replicate-token", Secret, r"\br8_[A-Za-z0-9]{37}\b"),
+    p("perplexity-key", Secret, r"\bpplx-[A-Za-z0-9]{48}\b"),
+    p("nvidia-key", Secret, r"\bnvapi-[A-Za-z0-9_\-]{64}\b"),
+    p(
+        "hubspot-token",
+        Secret,
+        r"\bpat-(?:na|eu)[0-9]-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b",
+    ),
+    p(
+        "onepassword-token",
+        Secret,
+        r"\bops_eyJ[A-Za-z0-9+/]{100,}={0,3}",
     ),
     p("supabase-token", Secret, r"\bsbp_[a-f0-9]{40}\b"),
     p("sonarqube-token", Secret, r"\bsq[upa]_[a-f0-9]{40}\b"),
@@ -356,7 +411,7 @@ pub(super) const PATTERNS: &[Pattern] = &[
     p(
         "dynatrace-token",
         Secret,
-        r"\bdt0[a-z][0-9]{2}\.[A-Z0-9]{24}\.[A-Z0-9]{64}\b",
+        r"\bdt0[a-z][0-9]{2}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{64}\b",
     ),
     p(
         "databricks-token",

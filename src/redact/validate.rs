@@ -173,12 +173,12 @@ fn names_a_credential(s: &str) -> bool {
         "passphrase",
     ];
     let s = s.trim_end_matches(['}', ')', ',']);
-    s.bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b'-')
+    // Letters and separators only, and short: most values fail on their first digit.
+    s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphabetic() || b == b'_' || b == b'.' || b == b'-')
         && s.split(['_', '.', '-'])
             .any(|p| WORDS.iter().any(|w| p.eq_ignore_ascii_case(w)))
-        && s.split(['_', '.', '-'])
-            .all(|p| p.bytes().all(|b| b.is_ascii_alphabetic()))
 }
 
 /// A few short lowercase words (`is not`, `with spaces`): an operator or a label in code. A

@@ -644,3 +644,99 @@ async fn webhooks_gem_credentials_and_named_vendor_tokens_and_not_code_names() {
         assert_eq!(v["violations"], json!([]), "{text}: {v}");
     }
 }
+
+/// Characters drawn from `alphabet` by a fixed xorshift sequence: random-looking, the same
+/// on every run.
+fn drawn(seed: u64, n: usize, alphabet: &[u8]) -> String {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from(alphabet[(x % alphabet.len() as u64) as usize])
+        })
+        .collect()
+}
+
+/// Vendor tokens known by their prefix are found bare, with no label near them, in either
+/// case where generators write them so, and masked whole through the output gate.
+#[tokio::test]
+async fn prefixed_vendor_tokens_are_found_without_a_label() {
+    let app = app();
+    let alnum = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    let lower = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let hex = b"0123456789abcdef";
+    let uuid = |seed| {
+        format!(
+            "{}-{}-{}-{}-{}",
+            drawn(seed, 8, hex),
+            drawn(seed + 1, 4, hex),
+            drawn(seed + 2, 4, hex),
+            drawn(seed + 3, 4, hex),
+            drawn(seed + 4, 12, hex)
+        )
+    };
+    let tokens = [
+        ("vault-token", format!("hvs.{}", drawn(1, 90, alnum))),
+        ("grafana-token", format!("glc_{}", drawn(2, 32, alnum))),
+        (
+            "grafana-token",
+            format!("glsa_{}_{}", drawn(3, 32, alnum), drawn(4, 8, hex)),
+        ),
+        (
+            "planetscale-token",
+            format!("pscale_pw_{}", drawn(5, 43, alnum)),
+        ),
+        ("linear-key", format!("lin_api_{}", drawn(6, 40, alnum))),
+        ("prefect-token", format!("pnu_{}", drawn(7, 36, alnum))),
+        (
+            "brevo-key",
+            format!("xkeysib-{}-{}", drawn(8, 64, hex), drawn(9, 16, alnum)),
+        ),
+        ("typeform-token", format!("tfp_{}", drawn(10, 59, alnum))),
+        ("frameio-token", format!("fio-u-{}", drawn(11, 64, alnum))),
+        ("plaid-token", format!("access-production-{}", uuid(12))),
+        (
+            "google-oauth-token",
+            format!("ya29.{}", drawn(13, 120, alnum)),
+        ),
+        ("square-token", format!("sq0csp-{}", drawn(14, 43, alnum))),
+        (
+            "atlassian-token",
+            format!("ATATT3{}", drawn(15, 186, alnum)),
+        ),
+        ("jfrog-key", format!("AKCp{}", drawn(16, 69, alnum))),
+        ("clojars-token", format!("CLOJARS_{}", drawn(17, 60, lower))),
+        ("groq-key", format!("gsk_{}", drawn(18, 52, alnum))),
+        ("xai-key", format!("xai-{}", drawn(19, 80, alnum))),
+        ("replicate-token", format!("r8_{}", drawn(20, 37, alnum))),
+        ("perplexity-key", format!("pplx-{}", drawn(21, 48, alnum))),
+        ("nvidia-key", format!("nvapi-{}", drawn(22, 64, alnum))),
+        ("hubspot-token", format!("pat-na1-{}", uuid(23))),
+        (
+            "onepassword-token",
+            format!("ops_eyJ{}", drawn(24, 300, alnum)),
+        ),
+        (
+            "dynatrace-token",
+            format!("dt0c01.{}.{}", drawn(25, 24, lower), drawn(26, 64, lower)),
+        ),
+        (
+            "github-fine-grained-pat",
+            format!("github_pat_{}", drawn(27, 82, alnum)),
+        ),
+        ("newrelic-key", format!("NRAK-{}", drawn(28, 27, lower))),
+    ];
+    for (kind, token) in &tokens {
+        let text = format!("the job printed {token} and went on");
+        let (s, v) = gate(&app, "output", json!(text)).await;
+        assert_eq!(s, StatusCode::OK, "{text}: {v}");
+        let out = v["content"].as_str().unwrap();
+        assert_eq!(
+            out,
+            format!("the job printed <redacted:{kind}> and went on"),
+            "{kind}: {v}"
+        );
+    }
+}
