@@ -118,14 +118,16 @@ pub(super) fn high_entropy(text: &str, min_len: usize, bits: f64, out: &mut Vec<
         }
         // Checked last, for the few tokens that pass the cheap tests. Not secrets: URLs, file paths, placeholders, ciphertext made to be committed
         // (SOPS `ENC[…]`, Vault transit `vault:v1:…`, SealedSecrets' `AgB…`), public
-        // identifiers (Stripe's publishable keys and object ids), base64 of text, and
-        // anything inside public key material (certificates, public keys, signatures).
+        // identifiers (Stripe's publishable keys and object ids), base64 of text, public
+        // keys and certificates in DER without their armour, and anything inside public key
+        // material (certificates, public keys, signatures).
         let excluded = token.contains("://")
             || validate::path_like(token)
             || before.ends_with("data:")
             || validate::placeholder(token)
             || validate::ciphertext(token)
             || validate::public_id(token)
+            || validate::public_der(token)
             || text
                 .get(start.saturating_sub(12)..start)
                 .is_some_and(|b| b.contains("vault:v"))

@@ -177,6 +177,20 @@ pub(super) const PATTERNS: &[Pattern] = &[
         Secret,
         r"LS0tLS1CRUdJTiB(?:SU0EgUFJJVkFURSBLRVkt|QUklWQVRFIEtFWS0|FQyBQUklWQVRFIEtFWS0|PUEVOU1NIIFBSSVZBVEUgS0VZLS0|FTkNSWVBURUQgUFJJVkFURSBLRVkt)[A-Za-z0-9+/=]*",
     ),
+    // A private key's DER body in base64 with no PEM armour (an environment variable, a JSON
+    // field): PKCS#1 RSA (`MIIEpAIBAAKCAQEA…`) and PKCS#8 (`MIIEvgIBADANBgkqhkiG9w0BAQEFAASC…`)
+    // begin with a sequence length, then fixed bytes; a public key's body does not.
+    p(
+        "private-key-der",
+        Secret,
+        r"\bMII[A-Za-z0-9+/]{2}[AQgw]IBA(?:AK[BC]|DANBgkqhkiG9w0BAQEFAAS[BC])[A-Za-z0-9+/]{100,}={0,2}",
+    ),
+    // SEC1 EC private keys: P-256 (`MHcCAQEEI…`) and P-384 (`MIGkAgEBBDA…`).
+    p(
+        "private-key-der",
+        Secret,
+        r"\bM(?:HcCAQEEI|IGkAgEBBD)[A-Za-z0-9+/]{100,}={0,2}",
+    ),
     // age (`AGE-SECRET-KEY-1…`, bech32) and NATS NKEY seeds (`SU…`, base32).
     p(
         "age-secret-key",
@@ -507,7 +521,7 @@ pub(super) const PATTERNS: &[Pattern] = &[
         check: Some(validate::assignment_value),
         ..g(
             "password-assignment",
-            r#"(?i:password|passwd|passphrase|secret|api_?key|access_?token|auth_?token|refresh_?token|private_?key)(?:\\?["'])?\s*(?:[:=]|%3[ADad])[ \t]*(?:\r?\n[ \t]+)?(?:\\?["'])?([^\s"'\\,;{}()\[\]<>]{4,}[(\[]?)"#,
+            r#"(?i:password|passwd|passphrase|secret|api_?key|access_?token|auth_?token|refresh_?token|private_?key)(?:\\?["'])?\s*(?:[:=]|%3[ADad])[ \t]*(?:\r?\n[ \t]+)?(?:\\?["'])?([^\s"'\\,;{}()\[\]<>]{1,3}[;,][^\s"'\\,;{}()\[\]<>]{3,}|[^\s"'\\,;{}()\[\]<>]{4,}[(\[]?)"#,
             extract::after_colon_or_equals,
         )
     },
@@ -517,7 +531,7 @@ pub(super) const PATTERNS: &[Pattern] = &[
         check: Some(validate::label_value),
         ..g(
             "short-label-password",
-            r#"(?i:\b(?:pw|pwd|pass|pswd|passcode|pword|password|passwd))(?:\\?["'])?\s*(?:=>|:=|[:=])[ \t]*(?:\r?\n[ \t]+)?(?:\\?["'])?([^\s"'\\,;{}()\[\]<>]{4,}[(\[]?)"#,
+            r#"(?i:\b(?:pw|pwd|pass|pswd|passcode|pword|password|passwd))(?:\\?["'])?\s*(?:=>|:=|[:=])[ \t]*(?:\r?\n[ \t]+)?(?:\\?["'])?([^\s"'\\,;{}()\[\]<>]{1,3}[;,][^\s"'\\,;{}()\[\]<>]{3,}|[^\s"'\\,;{}()\[\]<>]{4,}[(\[]?)"#,
             extract::after_operator,
         )
     },
@@ -527,7 +541,7 @@ pub(super) const PATTERNS: &[Pattern] = &[
         check: Some(validate::not_a_constant),
         ..g(
             "code-secret",
-            r#"(?i:pass(?:word|wd|phrase)?|pwd|secret|token|api_?key|credentials?)\s*(?::\s*[A-Za-z_][A-Za-z0-9_.\[\]<>|?]{0,40}\s*=|===?|!==?)\s*\\?["']([^"'\\\s]{4,})\\?["']"#,
+            r#"(?i:pass(?:word|wd|phrase)?|pwd|secret|token|api_?key|credentials?)\s*(?::\s*&?(?:'[a-z_]+\s+)?(?:mut\s+)?[A-Za-z_][A-Za-z0-9_.\[\]<>|?]{0,40}\s*=|===?|!==?)\s*\\?["']([^"'\\\s]{4,})\\?["']"#,
             extract::quoted_tail,
         )
     },
@@ -708,7 +722,7 @@ pub(super) const PATTERNS: &[Pattern] = &[
         ..p(
             "password-phrase",
             Secret,
-            r#"(?i:\b(?:pw|pwd|pass|pswd|passcode|pword|password|passwd|passphrase|pin\s+code|p/w|wpa2?[ \t]+key|wi-?fi[ \t]+(?:key|password|pass)))(?:\\?["'])?(?:[ \t]*(?:=>|:=|-->|->|--|[:=\-|])[ \t]*|[ \t]+for[ \t]+[^:\n]{1,40}?:[ \t]*|[ \t]+(?:(?:is|was|are|now|still|changed|set|reset|updated|to|will[ \t]+be|has[ \t]+been)\b[ \t]*){0,3}(?:(?:=>|:=|-->|->|--|[:=\-])[ \t]*)?)[`"'\\]?["']?([^\s"'`,;()\[\]<>|]{4,128})"#,
+            r#"(?i:\b(?:pw|pwd|pass|pswd|passcode|pword|password|passwd|passphrase|pin\s+code|p/w|wpa2?[ \t]+key|wi-?fi[ \t]+(?:key|password|pass)))(?:\\?["'])?(?:[ \t]*(?:=>|:=|-->|->|--|[:=\-|])[ \t]*|[ \t]+for[ \t]+[^:\n]{1,40}?(?::|[ \t]+is\b)[ \t]*|[ \t]+(?:(?:is|was|are|now|still|changed|set|reset|updated|to|will[ \t]+be|has[ \t]+been)\b[ \t]*){0,3}(?:(?:=>|:=|-->|->|--|[:=\-])[ \t]*)?)[`"'\\]?["']?([^\s"'`,;()\[\]<>|]{4,128})"#,
         )
     },
     // `login creds are alice / X`, `credentials: alice / X`, `user bob pass X`.
@@ -802,6 +816,19 @@ pub(super) const PATTERNS: &[Pattern] = &[
             r#"(?i:pass|pw|pwd|pswd|passwd|password|passphrase|secret|secretkey|token|apikey|api_key|salt|nonce|credentials?)\s*(?::=|=|:)\s*\\?["']([^"'\\]{3,256})\\?["']"#,
         )
     },
+    // A setter named for a credential, called with a literal: `conn.set_password("X")`,
+    // `setApiKey('X')`, `client.set_token("X")`.
+    grouped(
+        "code-secret",
+        r#"(?i:\bset_?(?:password|passwd|pass|pwd|passphrase|secret|client_?secret|token|access_?token|auth_?token|api_?key|credentials?))\(\s*\\?["']([^"'\\]{4,256})\\?["']"#,
+        validate::assignment_value,
+    ),
+    // `credentials: jdoe Wizard2023$`: a user name, a space, the password.
+    grouped(
+        "password-phrase",
+        r#"(?i:\b(?:creds|credentials))[ \t]*:[ \t]*[A-Za-z0-9_.@\\\-]{1,64}[ \t]+([^\s"'`,;()\[\]<>|]{6,128})"#,
+        validate::credential_value,
+    ),
     // `strcmp(passwd, "X")`, `password.equals("X")`.
     Pattern {
         check: Some(validate::assignment_value),
@@ -857,7 +884,7 @@ pub(super) const PATTERNS: &[Pattern] = &[
     // Environment-style names ending in `_KEY` or with `:` (`DD_APP_KEY=…`, `KEYSTORE_PASS:
     // …`): only a random-looking value.
     Pattern {
-        check: Some(validate::random_value),
+        check: Some(validate::private_key_value),
         ..g(
             "env-secret",
             r#"[A-Z0-9]_KEY[ \t]*[:=][ \t]*["']?([^\s"'\\]{16,})"#,

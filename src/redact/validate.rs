@@ -70,8 +70,9 @@ pub(super) fn not_a_reference(s: &str) -> bool {
         || s.starts_with("%(")
         // A format string's field (`ALTER USER %(user)s IDENTIFIED BY "%(password)s"`).
         || s.contains("%(") && s.contains(")s")
-        // A YAML tag (`!vault`, `!secret name`, `!Ref`, `!!null`).
-        || s.starts_with('!')
+        // A YAML tag (`!vault`, `!secret name`, `!Ref`, `!!null`, `!Base64`): a word after
+        // `!` or `!!`. `!5l4nds7%18` and `!Qa2;wS3eD4r` are passwords.
+        || yaml_tag(s)
         || names_a_credential(s))
 }
 
@@ -79,6 +80,17 @@ pub(super) fn not_a_reference(s: &str) -> bool {
 /// statement is built from; `!~J@7nXU` is a value.
 pub(super) fn not_a_template(s: &str) -> bool {
     !(s.contains("%(") && s.contains(")s") || s.starts_with("{{") || s.starts_with("${"))
+}
+
+/// A YAML tag: `!` or `!!`, then a letter and up to 15 more letters, digits or `:._-/`.
+fn yaml_tag(s: &str) -> bool {
+    let rest = s.strip_prefix("!!").or_else(|| s.strip_prefix('!'));
+    rest.is_some_and(|r| {
+        r.len() <= 16
+            && r.bytes().next().is_some_and(|b| b.is_ascii_alphabetic())
+            && r.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'.' | b'_' | b'-' | b'/'))
+    })
 }
 
 /// Not an all-caps word (`NOTPROVIDED`, `COLLATE`): `token == "COLLATE"` compares with a
@@ -334,6 +346,10 @@ fn wordy_only(s: &str) -> bool {
     if s.split(['-', '.', '_']).nth(2).is_some() && s.split(['-', '.', '_']).all(|w| w.len() >= 4) {
         return false;
     }
+    // Lowercase letters that read as no word (`bkxzmcqm`): a password.
+    if random_letters(s) && s.bytes().all(|b| b.is_ascii_lowercase()) {
+        return false;
+    }
     s.bytes()
         .all(|b| b.is_ascii_alphabetic() || b == b'-' || b == b'_' || b == b'.')
         && (s.bytes().all(|b| !b.is_ascii_uppercase())
@@ -341,11 +357,26 @@ fn wordy_only(s: &str) -> bool {
             || wordy(s))
 }
 
+/// A public key or certificate in base64 DER, without PEM armour: a SubjectPublicKeyInfo
+/// (`MIIBIjANBgkqhkiG9w0BAQEFAAOC…` for RSA, `MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE…` for
+/// P-256, `MCowBQYDK2VwAyEA…` for Ed25519) or an X.509 certificate (`MII…CCA…`). A private
+/// key's DER body has its own detector, which runs first.
+pub(super) fn public_der(s: &str) -> bool {
+    const SPKI: [&str; 4] = [
+        "MFkwEwYHKoZIzj0CAQYI",
+        "MHYwEAYHKoZIzj0CAQYF",
+        "MCowBQYDK2Vw",
+        "MIGfMA0GCSqGSIb3DQEBAQUAA4GN",
+    ];
+    let rsa_spki = s.starts_with("MII") && s.get(5..27) == Some("jANBgkqhkiG9w0BAQEFAAO");
+    let certificate = s.starts_with("MII") && s.get(6..9) == Some("CCA");
+    rsa_spki || certificate || SPKI.iter().any(|p| s.starts_with(p))
+}
+
 /// A random-looking value ([`random_value`]) that is not public key material (DER in base64,
 /// an SSH public key): what a stored entry named `…Key` must hold to be a secret.
 pub(super) fn private_key_value(s: &str) -> bool {
-    const PUBLIC: [&str; 5] = ["MII", "MFkw", "MCow", "MHYw", "ssh-"];
-    random_value(s) && !PUBLIC.iter().any(|p| s.starts_with(p)) && !s.starts_with("AAAA")
+    random_value(s) && !public_der(s) && !s.starts_with("ssh-") && !s.starts_with("AAAA")
 }
 
 /// A value after a weak label (`token:`, `key=`, `nonce`, `salt`): random-looking, with
@@ -883,6 +914,17 @@ mod tests {
         assert!(identifier_like("MyVeryLongIdentifierName2Version3"));
         assert!(dotted_name("argon2.low_level.ARGON2_VERSION"));
         assert!(placeholder("asdfasdfasdfasdfasdfasdf") && placeholder("abababab"));
+        assert!(public_der(
+            "MIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEAu1SU1LfVLPHCozMxH2Mo"
+        ));
+        assert!(public_der(
+            "MIIDdzCCAl+gAwIBAgIEAgAAuTANBgkqhkiG9w0BAQUFADBaMQswCQYDVQQGEwJJ"
+        ));
+        assert!(!public_der(
+            "MIIEvgIBADANBgkqhkiG9w0BAQEFAASCBKgwggSkAgEAAoIBAQCIQ5QJt9D"
+        ));
+        assert!(yaml_tag("!vault") && yaml_tag("!!binary") && yaml_tag("!GetAtt"));
+        assert!(!yaml_tag("!5l4nds7%18") && !yaml_tag("!Qa2;wS3eD4r") && !yaml_tag("!~J@7nXU"));
         assert!(!placeholder("asdfasdfasdfasdfasdfasdX") && !placeholder("Zx9kZx9k"));
         assert!(!dotted_name(
             "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N"

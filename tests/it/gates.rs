@@ -740,3 +740,91 @@ async fn prefixed_vendor_tokens_are_found_without_a_label() {
         );
     }
 }
+
+/// Forms the class corpus and the peer comparison missed, through the output gate: a value
+/// with a `;` or `,` after its first characters, a password that begins with `!` outside
+/// YAML, typed declarations with Rust references, setters called with a literal,
+/// `credentials: user password`, `pw for the vpn is …`, and private keys' DER bodies
+/// without PEM armour. Public keys and certificates in DER are not secrets.
+#[tokio::test]
+async fn punctuated_values_setters_typed_references_and_bare_der_keys() {
+    let app = app();
+    let alnum = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+/";
+    let rsa = format!("MIIEpAIBAAKCAQEA{}", drawn(31, 1500, alnum));
+    let pkcs8 = format!(
+        "MIIEvgIBADANBgkqhkiG9w0BAQEFAASCBKgw{}",
+        drawn(32, 1500, alnum)
+    );
+    let ec = format!("MHcCAQEEI{}", drawn(33, 150, alnum));
+    let found = [
+        (
+            "password: Zx9;kL2mQ7vB4n".to_owned(),
+            "Zx9;kL2mQ7vB4n".to_owned(),
+        ),
+        (
+            "DB_PASSWORD=!Qa2;wS3eD4r".to_owned(),
+            "!Qa2;wS3eD4r".to_owned(),
+        ),
+        (
+            "{ \"user\": \"sa\", \"password\": \"!ZT~*@qwB%5#!=JRC_hd\" }".to_owned(),
+            "!ZT~*@qwB%5#!=JRC_hd".to_owned(),
+        ),
+        (
+            "const DB_PASS: &str = \"tornado1970\";".to_owned(),
+            "tornado1970".to_owned(),
+        ),
+        (
+            "let api_key: &'static str = \"LanternPretzel65$\";".to_owned(),
+            "LanternPretzel65$".to_owned(),
+        ),
+        (
+            "conn.set_password(\"PickleKoala74#\")".to_owned(),
+            "PickleKoala74#".to_owned(),
+        ),
+        (
+            "client.setApiKey('Sg2Ns4Q9XHh7')".to_owned(),
+            "Sg2Ns4Q9XHh7".to_owned(),
+        ),
+        (
+            "credentials: jdoe Wizard2023$".to_owned(),
+            "Wizard2023$".to_owned(),
+        ),
+        (
+            "pw for the vpn is Pretzel2000!".to_owned(),
+            "Pretzel2000!".to_owned(),
+        ),
+        ("the password is bkxzmcqm".to_owned(), "bkxzmcqm".to_owned()),
+        (format!("RSA_KEY_B64={rsa}"), rsa.clone()),
+        (format!("\"private_key\": \"{pkcs8}\""), pkcs8.clone()),
+        (format!("EC_KEY={ec}"), ec.clone()),
+    ];
+    for (text, value) in &found {
+        let (s, v) = gate(&app, "output", json!(text)).await;
+        assert_eq!(s, StatusCode::OK, "{text}: {v}");
+        let out = v["content"].as_str().unwrap();
+        assert!(out.contains("<redacted:"), "{text}: {out}");
+        no_piece_left(text, value, out);
+    }
+    for text in [
+        format!(
+            "PUBLIC_KEY=MIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEA{}",
+            drawn(34, 300, alnum)
+        ),
+        format!(
+            "cert: MIIDdzCCAl+gAwIBAgIEAgAAuTANBgkqhkiG9w0BAQUFADBa{}",
+            drawn(35, 300, alnum)
+        ),
+        format!(
+            "ec_public: MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE{}",
+            drawn(36, 88, alnum)
+        ),
+        "secret: !vault |".to_owned(),
+        "password: yes, it works".to_owned(),
+        "the password is changed every quarter".to_owned(),
+        "credentials: see the vault".to_owned(),
+        "user.set_password(raw_password)".to_owned(),
+    ] {
+        let (_, v) = gate(&app, "output", json!(text)).await;
+        assert_eq!(v["violations"], json!([]), "{text}: {v}");
+    }
+}
