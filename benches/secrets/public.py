@@ -60,7 +60,7 @@ PEERS = {"detect-secrets": "detect-secrets==1.5.0", "credsweeper": "credsweeper=
 CREDENTIAL_WORDS = re.compile(r"passw|secret|token|credential|api_?key", re.I)
 PRAGMA = re.compile(r"pragma: allowlist secret")
 SEED = 20261129
-SKIPPED = []  # gitleaks entries the evaluator cannot read (they use Go variables)
+SKIPPED = []  # gitleaks entries the evaluator cannot read or draw
 
 
 def log(msg):
@@ -386,7 +386,7 @@ def markdown(res):
             row += f" {pct(d['recall'])} ({d['tp']}) | {pct(d['precision'])} ({d['fp']} FP) |"
         out.append(row)
     tg = res["tools"].get("toolgate", {}).get("gitleaks", {})
-    out += ["", f"gitleaks entries left out (their text comes from Go variables): "
+    out += ["", f"gitleaks entries left out (built from Go variables, or a regex rstr cannot draw): "
                 f"{len(SKIPPED)} ({', '.join(SKIPPED)}).",
             f"toolgate removed every 8-character piece of the drawn value in "
                 f"{pct(tg.get('removed'))} of the {tg.get('known')} gitleaks positives whose value is known.",

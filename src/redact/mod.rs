@@ -558,7 +558,8 @@ impl Redactor {
                 return None;
             }
             let value = text.get(start..end)?;
-            let passes = row.check.is_none_or(|check| check(value));
+            let passes = row.check.is_none_or(|check| check(value))
+                && !(row.labelled && validate::prose_after(text.as_bytes(), start, end));
             if passes {
                 // Documentation placeholders and committed ciphertext are not credentials.
                 // Several rows often find the same value: judged once per span.

@@ -653,6 +653,21 @@ pub(super) const PATTERNS: &[Pattern] = &[
             r#"\becho\s+['"]?([^\s'"|]{4,128})['"]?\s*\|\s*sudo\s+-S\b"#,
         )
     },
+    // Tools whose password flag is not named for one: `redis-cli -a X`, Samba's
+    // `-U user%X`, `net user NAME X /add`, and a command that prints the password
+    // (`--password-command "echo X"`).
+    grouped(
+        "cli-password",
+        r#"(?:\bredis-cli\b[^\n]{0,200}?\s-a\s+['"]?|(?:^|\s)(?:-U|--user(?:name)?=?)\s*['"]?[^\s%'"/]{1,64}%|\bnet\s+user\s+[^\s/]{1,64}\s+|--password-command[= ]+['"]?echo\s+)([^\s'"/*][^\s'"]{3,127})"#,
+        validate::cli_value,
+    ),
+    // A Wi-Fi network and its key on one line: `SSID: Office-5G  Key: X` (WPA: 8 to 63
+    // characters).
+    grouped(
+        "password-phrase",
+        r#"(?i:\bSSID\b)[^\n]{0,80}?(?i:\b(?:key|password|passphrase|psk|pass))[ \t]*[:=][ \t]*['"]?([^\s'"]{8,63})"#,
+        validate::credential_value,
+    ),
     Pattern {
         check: Some(validate::not_a_reference),
         ..g(

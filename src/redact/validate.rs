@@ -251,7 +251,8 @@ fn file_path(s: &str) -> bool {
 /// A command-line value that can be a secret: not a reference, and not a plain lowercase
 /// word (`--password option` in prose is not a password; `hunter2` and `S3cret` are).
 pub(super) fn cli_value(s: &str) -> bool {
-    not_a_reference(s)
+    not_a_type(s)
+        && not_a_reference(s)
         && (s.bytes().any(|b| !b.is_ascii_lowercase()) || random_letters(s))
         && not_code(s)
 }
@@ -320,7 +321,12 @@ fn not_a_locator(s: &str) -> bool {
         || s.starts_with("../")
         || s.starts_with("~/")
         || s.get(1..3) == Some(":\\")
-        || s.contains("://");
+        || s.contains("://")
+        // A store path (`secret/prod/db`, `kv/data/app-1`): lowercase segments.
+        || s.matches('/').count() >= 2
+            && s.bytes().all(|b| {
+                b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'/' | b'-' | b'_')
+            });
     let file = [
         ".pem", ".key", ".json", ".yaml", ".yml", ".txt", ".p12", ".env", ".crt",
     ]
@@ -338,6 +344,22 @@ fn not_a_locator(s: &str) -> bool {
 /// not a plain lowercase word, a type, a reference or a locator.
 pub(super) fn credential_value(s: &str) -> bool {
     label_value(s) && cli_value(s) && not_a_locator(s) && !wordy_only(s)
+}
+
+/// An unquoted plain lowercase word that a sentence goes on after (`password: same as
+/// staging`, `secret: stored in the vault`): prose about the credential, not the credential.
+/// `password: hunter2 is it` and `password: "same" as before` keep their values.
+pub(super) fn prose_after(text: &[u8], start: usize, end: usize) -> bool {
+    let quoted = start
+        .checked_sub(1)
+        .and_then(|i| text.get(i))
+        .is_some_and(|b| matches!(b, b'"' | b'\'' | b'`'));
+    let value = text.get(start..end).unwrap_or_default();
+    !quoted
+        && !value.is_empty()
+        && value.iter().all(u8::is_ascii_lowercase)
+        && text.get(end) == Some(&b' ')
+        && text.get(end + 1).is_some_and(u8::is_ascii_lowercase)
 }
 
 /// Letters only, all one case, or words joined by `-`/`_` (`Enabled`, `see-the-vault`).

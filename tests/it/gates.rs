@@ -828,3 +828,44 @@ async fn punctuated_values_setters_typed_references_and_bare_der_keys() {
         assert_eq!(v["violations"], json!([]), "{text}: {v}");
     }
 }
+
+/// Command lines whose password flag is not named for one, and a Wi-Fi key after its SSID,
+/// through the output gate; a flag's documented type and a secret store's path are not
+/// values.
+#[tokio::test]
+async fn tool_specific_password_flags_and_wifi_keys() {
+    let app = app();
+    let found = [
+        (
+            "redis-cli -h cache.internal -a usj5p5yb9esk INFO replication",
+            "usj5p5yb9esk",
+        ),
+        (
+            "smbclient //db01.internal/share -U dev01%orchid26f",
+            "orchid26f",
+        ),
+        ("net user webapp ramen.1966 /add", "ramen.1966"),
+        (
+            "restic init --password-command \"echo CloverShadow51#\"",
+            "CloverShadow51#",
+        ),
+        ("SSID: Office-5G  Key: EagleWillow45?", "EagleWillow45?"),
+        ("SSID: WeWork-Fl3  Key: dragon1994", "dragon1994"),
+    ];
+    for (text, value) in found {
+        let (s, v) = gate(&app, "output", json!(text)).await;
+        assert_eq!(s, StatusCode::OK, "{text}: {v}");
+        let out = v["content"].as_str().unwrap();
+        assert!(out.contains("<redacted:"), "{text}: {out}");
+        no_piece_left(text, value, out);
+    }
+    for text in [
+        "net user webapp /delete",
+        "  --api-key string   API key (env: ACME_API_KEY)",
+        "vault kv get -field=password secret/prod/db",
+        "SSID: Guest  password: provided at reception",
+    ] {
+        let (_, v) = gate(&app, "output", json!(text)).await;
+        assert_eq!(v["violations"], json!([]), "{text}: {v}");
+    }
+}
