@@ -391,6 +391,22 @@ fn no_piece_left(text: &str, value: &str, out: &str) {
     }
 }
 
+/// Through the output gate: `text` is masked, and neither `value` nor any 8-character piece
+/// of it is left.
+async fn masked_whole(app: &axum::Router, text: &str, value: &str) {
+    let (s, v) = gate(app, "output", json!(text)).await;
+    assert_eq!(s, StatusCode::OK, "{text}: {v}");
+    let out = v["content"].as_str().unwrap();
+    assert!(out.contains("<redacted:"), "{text}: {out}");
+    no_piece_left(text, value, out);
+}
+
+/// Through the output gate: nothing in `text` is a finding.
+async fn left_alone(app: &axum::Router, text: &str) {
+    let (_, v) = gate(app, "output", json!(text)).await;
+    assert_eq!(v["violations"], json!([]), "{text}: {v}");
+}
+
 /// Personal data by the forms countries and issuers use, through the output gate: SSNs
 /// without dashes after a label, E.164 phone numbers, IBANs in dashed groups, card brands by
 /// issuer range with Luhn. A number inside an invalid IBAN is neither a phone nor a card, and
@@ -501,11 +517,7 @@ async fn weak_labels_at_the_end_of_names_and_in_credential_stores() {
         ),
     ];
     for (text, value) in &found {
-        let (s, v) = gate(&app, "output", json!(text)).await;
-        assert_eq!(s, StatusCode::OK, "{text}: {v}");
-        let out = v["content"].as_str().unwrap();
-        assert!(out.contains("<redacted:"), "{text}: {out}");
-        no_piece_left(text, value, out);
+        masked_whole(&app, text, value).await;
     }
     let text = format!("key={hex} user=bob\ncommit {hex}a3bf4f1b\nagain {hex}\n");
     let (_, v) = gate(&app, "output", json!(text)).await;
@@ -529,8 +541,7 @@ async fn weak_labels_at_the_end_of_names_and_in_credential_stores() {
         // A name made of words, however often its case switches, is not random.
         "class MyVeryLongIdentifierName2Version3 extends Base",
     ] {
-        let (_, v) = gate(&app, "output", json!(text)).await;
-        assert_eq!(v["violations"], json!([]), "{text}: {v}");
+        left_alone(&app, text).await;
     }
 }
 
@@ -619,11 +630,7 @@ async fn webhooks_gem_credentials_and_named_vendor_tokens_and_not_code_names() {
         ),
     ];
     for (text, value) in found {
-        let (s, v) = gate(&app, "output", json!(text)).await;
-        assert_eq!(s, StatusCode::OK, "{text}: {v}");
-        let out = v["content"].as_str().unwrap();
-        assert!(out.contains("<redacted:"), "{text}: {out}");
-        no_piece_left(text, value, out);
+        masked_whole(&app, text, value).await;
     }
     for text in [
         "https://hooks.slack.com/services/Txxxxxxxx/Bxxxxxxxx/xxxxxxxxxxxxxxxxxxxxxxxx",
@@ -640,8 +647,7 @@ async fn webhooks_gem_credentials_and_named_vendor_tokens_and_not_code_names() {
         "                token = \"is not\"",
         "def admin_login(self, username, password, login_url=\"/admin/\"):",
     ] {
-        let (_, v) = gate(&app, "output", json!(text)).await;
-        assert_eq!(v["violations"], json!([]), "{text}: {v}");
+        left_alone(&app, text).await;
     }
 }
 
@@ -799,11 +805,7 @@ async fn punctuated_values_setters_typed_references_and_bare_der_keys() {
         (format!("EC_KEY={ec}"), ec.clone()),
     ];
     for (text, value) in &found {
-        let (s, v) = gate(&app, "output", json!(text)).await;
-        assert_eq!(s, StatusCode::OK, "{text}: {v}");
-        let out = v["content"].as_str().unwrap();
-        assert!(out.contains("<redacted:"), "{text}: {out}");
-        no_piece_left(text, value, out);
+        masked_whole(&app, text, value).await;
     }
     for text in [
         format!(
@@ -824,8 +826,7 @@ async fn punctuated_values_setters_typed_references_and_bare_der_keys() {
         "credentials: see the vault".to_owned(),
         "user.set_password(raw_password)".to_owned(),
     ] {
-        let (_, v) = gate(&app, "output", json!(text)).await;
-        assert_eq!(v["violations"], json!([]), "{text}: {v}");
+        left_alone(&app, &text).await;
     }
 }
 
@@ -853,11 +854,7 @@ async fn tool_specific_password_flags_and_wifi_keys() {
         ("SSID: WeWork-Fl3  Key: dragon1994", "dragon1994"),
     ];
     for (text, value) in found {
-        let (s, v) = gate(&app, "output", json!(text)).await;
-        assert_eq!(s, StatusCode::OK, "{text}: {v}");
-        let out = v["content"].as_str().unwrap();
-        assert!(out.contains("<redacted:"), "{text}: {out}");
-        no_piece_left(text, value, out);
+        masked_whole(&app, text, value).await;
     }
     for text in [
         "net user webapp /delete",
@@ -865,7 +862,6 @@ async fn tool_specific_password_flags_and_wifi_keys() {
         "vault kv get -field=password secret/prod/db",
         "SSID: Guest  password: provided at reception",
     ] {
-        let (_, v) = gate(&app, "output", json!(text)).await;
-        assert_eq!(v["violations"], json!([]), "{text}: {v}");
+        left_alone(&app, text).await;
     }
 }
