@@ -68,8 +68,7 @@ pub(super) fn not_a_reference(s: &str) -> bool {
         || s.starts_with('{') && s.ends_with('}')
         || s.starts_with("#{")
         || s.starts_with("%(")
-        // A format string's field (`ALTER USER %(user)s IDENTIFIED BY "%(password)s"`).
-        || s.contains("%(") && s.contains(")s")
+        || format_field(s)
         // A YAML tag (`!vault`, `!secret name`, `!Ref`, `!!null`, `!Base64`): a word after
         // `!` or `!!`. `!5l4nds7%18` and `!Qa2;wS3eD4r` are passwords.
         || yaml_tag(s)
@@ -79,7 +78,12 @@ pub(super) fn not_a_reference(s: &str) -> bool {
 /// Not a template's field (`%(password)s`, `{{ password }}`, `${DB_PASSWORD}`) that a
 /// statement is built from; `!~J@7nXU` is a value.
 pub(super) fn not_a_template(s: &str) -> bool {
-    !(s.contains("%(") && s.contains(")s") || s.starts_with("{{") || s.starts_with("${"))
+    !(format_field(s) || s.starts_with("{{") || s.starts_with("${"))
+}
+
+/// Holds a format string's field (`ALTER USER %(user)s IDENTIFIED BY "%(password)s"`).
+fn format_field(s: &str) -> bool {
+    s.contains("%(") && s.contains(")s")
 }
 
 /// A YAML tag: `!` or `!!`, then a letter and up to 15 more letters, digits or `:._-/`.
