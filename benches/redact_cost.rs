@@ -139,15 +139,42 @@ fn main() {
     let mib = 1 << 20;
     let clean_mib = clean(&mut rng, mib);
     // `PROFILE=clean` or `PROFILE=dense`: redact that kind of 1 MiB body for ten seconds and
-    // stop, for a profiler to attach to.
+    // stop, for a profiler to attach to; `PROFILE=gate`: the output gate on dense 64 KiB JSON
+    // bodies.
     if let Ok(kind) = std::env::var("PROFILE") {
+        // `ROUNDS=N`: stop after about N bodies instead (a fixed amount of work, for counting
+        // instructions).
+        let rounds: usize = std::env::var("ROUNDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(usize::MAX);
+        if kind == "gate" {
+            let gates = toolgate::redact::Gates::builtin().expect("the default gates");
+            let bodies: Vec<serde_json::Value> = (0..20)
+                .map(|_| serde_json::json!({ "content": dense(&mut rng, 64 * 1024) }))
+                .collect();
+            let t = Instant::now();
+            let mut n = 0usize;
+            while t.elapsed().as_secs() < 10 && n < rounds {
+                for b in &bodies {
+                    let s = gates.screen(toolgate::redact::Gate::Output, b);
+                    std::hint::black_box(serde_json::to_vec(&s).map(|v| v.len()).unwrap_or(0));
+                    n += 1;
+                }
+            }
+            println!(
+                "gate: {:.2} ms per 64 KiB body",
+                t.elapsed().as_secs_f64() * 1e3 / n as f64
+            );
+            return;
+        }
         let bodies: Vec<String> = match kind.as_str() {
             "dense" => (0..20).map(|_| dense(&mut rng, mib)).collect(),
             _ => vec![clean_mib],
         };
         let t = Instant::now();
         let mut n = 0usize;
-        while t.elapsed().as_secs() < 10 {
+        while t.elapsed().as_secs() < 10 && n < rounds {
             for b in &bodies {
                 std::hint::black_box(redactor.redact(b));
                 n += 1;
@@ -174,6 +201,22 @@ fn main() {
         .map(|_| dense(&mut rng, 64 * 1024))
         .collect();
     let t64: Vec<f64> = dense_64k.iter().map(|t| cost(&redactor, t)).collect();
+    // The output gate on the same bodies as `POST /v1/gates/output` gets them
+    // (`{"content": …}`): the scan, the masked copy and the violations, without the transport.
+    let gates = toolgate::redact::Gates::builtin().expect("the default gates");
+    let bodies: Vec<serde_json::Value> = dense_64k
+        .iter()
+        .map(|t| serde_json::json!({ "content": t }))
+        .collect();
+    let tgate: Vec<f64> = bodies
+        .iter()
+        .map(|b| {
+            let t = Instant::now();
+            let screened = gates.screen(toolgate::redact::Gate::Output, b);
+            std::hint::black_box(serde_json::to_vec(&screened).map(|v| v.len()).unwrap_or(0));
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
     let dense_1k: Vec<String> = (0..1000).map(|_| dense(&mut rng, 1024)).collect();
     let t = Instant::now();
     for b in &dense_1k {
@@ -199,6 +242,11 @@ fn main() {
         "dense 64 KiB, distinct:     {:8.1} MB/s  (median {:.2} ms)",
         mbps(64 * 1024, median(t64.clone())),
         median(t64) * 1e3
+    );
+    println!(
+        "dense 64 KiB, output gate:  {:8.1} MB/s  (median {:.2} ms, with the answer's JSON)",
+        mbps(64 * 1024, median(tgate.clone())),
+        median(tgate) * 1e3
     );
     println!(
         "dense 1 KiB × 1,000:        {:8.1} MB/s  ({:.1} µs each)",

@@ -223,6 +223,10 @@ fn repeats(text: &str, kept: &mut std::collections::BTreeMap<usize, Finding>) {
     if !short.is_empty()
         && let Ok(ac) = aho_corasick::AhoCorasick::builder()
             .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+            // Built for this text only: a DFA's build (the default for a few values) took
+            // ~0.6 ms, a fifth of a dense 64 KiB body's scan; the NFA builds in microseconds
+            // and searches with the same SIMD prefilter.
+            .kind(Some(aho_corasick::AhoCorasickKind::ContiguousNFA))
             .build(short.iter().map(|(_, v)| v))
     {
         hits.extend(ac.find_iter(text).filter_map(|m| {

@@ -63,6 +63,15 @@ const FILTER_FROM: usize = 32;
 /// Bytes of the lazy DFA cache of one detector, and of the set of the rest.
 const DFA_CACHE: usize = 2 << 20;
 
+/// Where a detector's match starts, before a trigger literal found at `p`: at `p - fixed`,
+/// or, for a pattern `\b(?:X)?…` whose optional lead `X` is at most `optional` bytes long, at
+/// any word boundary in `p - fixed - optional .. p - fixed` as well.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Lead {
+    fixed: usize,
+    optional: usize,
+}
+
 /// One match: where the whole match starts, and the span of the part reported (the whole
 /// match, or the detector's capture group).
 pub(super) type Span = (usize, usize, usize);
@@ -91,9 +100,9 @@ pub(super) struct Searcher {
     detectors: Vec<Detector>,
     /// Every detector's trigger literals, lower-cased.
     triggers: Option<AhoCorasick>,
-    /// Trigger literal → the detectors it starts, and how far before the literal each
-    /// detector's match starts.
-    trigger_rows: Vec<Vec<(usize, usize)>>,
+    /// Trigger literal → the detectors it starts, and where each detector's match starts
+    /// before the literal.
+    trigger_rows: Vec<Vec<(usize, Lead)>>,
     /// Detectors without triggers, as one set (`MatchKind::All`).
     rest: Option<MetaRegex>,
     /// Set pattern → detector.
@@ -114,24 +123,42 @@ fn syntax_config() -> syntax::Config {
 }
 
 /// Where every match of a pattern can be found from: the literals (ASCII lower-cased) that
-/// every match has at a fixed offset from its start, if there are few enough, each at least
-/// 2 bytes long. The offset is 0 for a literal prefix (`ghp_…`); a pattern that starts with
-/// a fixed number of class characters is found by what follows them (`[0-9a-f]{32}-us`).
-fn trigger_literals(hir: &Hir) -> Option<(Vec<Vec<u8>>, usize)> {
+/// every match has at a known distance from its start, if there are few enough, each at least
+/// 2 bytes long. The distance is 0 for a literal prefix (`ghp_…`); a pattern that starts with
+/// a fixed number of class characters is found by what follows them (`[0-9a-f]{32}-us`); a
+/// pattern that starts at a word boundary with an optional qualifier (`\b(?:api_)?token…`,
+/// too many literals with it) is found by what follows the qualifier.
+fn trigger_literals(hir: &Hir) -> Option<(Vec<Vec<u8>>, Lead)> {
     let parts: Vec<Hir> = match hir.kind() {
         HirKind::Concat(parts) => parts.clone(),
         _ => vec![hir.clone()],
     };
-    let mut offset = 0;
+    let tail = |k: usize| fold_case(&Hir::concat(parts.get(k..).unwrap_or_default().to_vec()));
+    let mut fixed = 0;
     for (k, part) in parts.iter().enumerate() {
-        let tail = fold_case(&Hir::concat(parts.get(k..).unwrap_or_default().to_vec()));
-        if let Some(lits) = literals_of(&tail) {
-            return Some((lits, offset));
+        if let Some(lits) = literals_of(&tail(k)) {
+            return Some((lits, Lead { fixed, optional: 0 }));
         }
         let props = part.properties();
         match (props.minimum_len(), props.maximum_len()) {
-            (Some(min), Some(max)) if min == max && offset + min <= MAX_TRIGGER_OFFSET => {
-                offset += min;
+            (Some(min), Some(max)) if min == max && fixed + min <= MAX_TRIGGER_OFFSET => {
+                fixed += min;
+            }
+            // Only right after the leading `\b`: a place is then a word boundary.
+            (Some(0), Some(max))
+                if k == 1
+                    && fixed == 0
+                    && max <= MAX_TRIGGER_OFFSET
+                    && starts_at_word_boundary(hir) =>
+            {
+                let lits = literals_of(&tail(k + 1))?;
+                return Some((
+                    lits,
+                    Lead {
+                        fixed,
+                        optional: max,
+                    },
+                ));
             }
             _ => return None,
         }
@@ -229,7 +256,7 @@ impl Searcher {
     pub(super) fn new(patterns: &[(&str, usize)]) -> Result<Searcher, RedactError> {
         let mut detectors = Vec::with_capacity(patterns.len());
         let mut literals: Vec<Vec<u8>> = Vec::new();
-        let mut trigger_rows: Vec<Vec<(usize, usize)>> = Vec::new();
+        let mut trigger_rows: Vec<Vec<(usize, Lead)>> = Vec::new();
         let mut rest_sources: Vec<&str> = Vec::new();
         let mut rest_rows = Vec::new();
         for (row, (pattern, group)) in patterns.iter().enumerate() {
@@ -262,7 +289,7 @@ impl Searcher {
                 .and_then(trigger_literals)
                 .filter(|_| dfa.is_some())
             {
-                Some((lits, offset)) => {
+                Some((lits, lead)) => {
                     // Only a literal other than a trigger says more than the trigger did.
                     required = hir
                         .as_ref()
@@ -278,12 +305,12 @@ impl Searcher {
                         match literals.iter().position(|l| *l == lit) {
                             Some(at) => {
                                 if let Some(rows) = trigger_rows.get_mut(at) {
-                                    rows.push((row, offset));
+                                    rows.push((row, lead));
                                 }
                             }
                             None => {
                                 literals.push(lit);
-                                trigger_rows.push(vec![(row, offset)]);
+                                trigger_rows.push(vec![(row, lead)]);
                             }
                         }
                     }
@@ -445,31 +472,26 @@ impl Searcher {
                 let Some(rows) = self.trigger_rows.get(m.pattern().as_usize()) else {
                     continue;
                 };
-                for &(row, offset) in rows {
-                    let Some(start) = m.start().checked_sub(offset) else {
+                for &(row, lead) in rows {
+                    let Some(start) = m.start().checked_sub(lead.fixed) else {
+                        continue;
+                    };
+                    let (Some(d), Some(places), Some(lin)) = (
+                        self.detectors.get(row),
+                        scratch.places.get_mut(row),
+                        linear_from.get_mut(row),
+                    ) else {
                         continue;
                     };
                     // Inside a word: no `\b…` detector starts here.
-                    if start > 0
-                        && text.get(start - 1).is_some_and(|b| is_word(*b))
-                        && text.get(start).is_some_and(|b| is_word(*b))
-                        && self.detectors.get(row).is_some_and(|d| d.word_start)
-                    {
-                        continue;
+                    if !(d.word_start && inside_word(text, start)) {
+                        add_place(places, lin, cap, start);
                     }
-                    let (Some(places), Some(lin)) =
-                        (scratch.places.get_mut(row), linear_from.get_mut(row))
-                    else {
-                        continue;
-                    };
-                    match lin {
-                        Some(first) => *first = (*first).min(start),
-                        None if places.len() >= cap => {
-                            let first = places.iter().copied().min().unwrap_or(start);
-                            *lin = Some(first.min(start));
-                            places.clear();
+                    // With its optional lead: at each word boundary that far before.
+                    for s in start.saturating_sub(lead.optional)..start {
+                        if !inside_word(text, s) && !between_non_words(text, s) {
+                            add_place(places, lin, cap, s);
                         }
-                        None => places.push(start),
                     }
                 }
             }
@@ -613,6 +635,33 @@ fn keep_near_required(d: &Detector, text: &[u8], places: &mut Vec<usize>) {
 
 fn is_word(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_'
+}
+
+/// Whether `at` is between two word bytes (no `\b` there).
+fn inside_word(text: &[u8], at: usize) -> bool {
+    at > 0
+        && text.get(at - 1).is_some_and(|b| is_word(*b))
+        && text.get(at).is_some_and(|b| is_word(*b))
+}
+
+/// Whether `at` is between two non-word bytes, or the text's ends (no `\b` there either).
+fn between_non_words(text: &[u8], at: usize) -> bool {
+    let word = |i: Option<usize>| i.and_then(|i| text.get(i)).is_some_and(|b| is_word(*b));
+    !word(at.checked_sub(1)) && !word(Some(at))
+}
+
+/// Adds `start` to a detector's places, or, past `cap` places, makes it search linearly from
+/// the first of them.
+fn add_place(places: &mut Vec<usize>, linear_from: &mut Option<usize>, cap: usize, start: usize) {
+    match linear_from {
+        Some(first) => *first = (*first).min(start),
+        None if places.len() >= cap => {
+            let first = places.iter().copied().min().unwrap_or(start);
+            *linear_from = Some(first.min(start));
+            places.clear();
+        }
+        None => places.push(start),
+    }
 }
 
 /// How an anchored check ended.
@@ -851,6 +900,25 @@ mod tests {
                 }
             }
             check_with(&searcher, &patterns, &regexes, &text);
+        }
+    }
+
+    #[test]
+    fn an_optional_qualifier_is_found_from_the_word_after_it() {
+        let patterns = [(
+            r"(?i:\b(?:api|session|x)[_\- ])?(?i:token|key)[:=]([a-z0-9]{8,})",
+            1,
+        )];
+        let searcher = Searcher::new(&patterns).unwrap();
+        assert!(searcher.untriggered().is_empty(), "the row has triggers");
+        for text in [
+            "api_token=abcdef123 and session key:zzzzzzzz9",
+            "x_api_token=abcdef123 (inside a word: only `token` can start)",
+            "apitoken=abcdef123 -key=abcdefgh1 monkey=abcdefgh1",
+            "SESSION-KEY=ABCDEFGH12 x token=abcdefgh1 api  key=abcdefgh1",
+            "token=short key=abcdefgh1token=abcdefgh2",
+        ] {
+            check(&searcher, &patterns, text.as_bytes());
         }
     }
 
