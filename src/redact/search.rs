@@ -489,7 +489,7 @@ impl Searcher {
                     }
                     // With its optional lead: at each word boundary that far before.
                     for s in start.saturating_sub(lead.optional)..start {
-                        if !inside_word(text, s) && !between_non_words(text, s) {
+                        if at_word_boundary(text, s) {
                             add_place(places, lin, cap, s);
                         }
                     }
@@ -644,10 +644,10 @@ fn inside_word(text: &[u8], at: usize) -> bool {
         && text.get(at).is_some_and(|b| is_word(*b))
 }
 
-/// Whether `at` is between two non-word bytes, or the text's ends (no `\b` there either).
-fn between_non_words(text: &[u8], at: usize) -> bool {
+/// Whether `\b` holds at `at`: a word byte on one side only (the text's ends are not words).
+fn at_word_boundary(text: &[u8], at: usize) -> bool {
     let word = |i: Option<usize>| i.and_then(|i| text.get(i)).is_some_and(|b| is_word(*b));
-    !word(at.checked_sub(1)) && !word(Some(at))
+    word(at.checked_sub(1)) != word(Some(at))
 }
 
 /// Adds `start` to a detector's places, or, past `cap` places, makes it search linearly from
