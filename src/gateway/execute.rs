@@ -594,7 +594,11 @@ pub(super) async fn screen_output(
     let Some(gates) = state.gates.clone() else {
         return Err(Error::GatesUnavailable);
     };
-    let small = text_bytes(&value) + stderr.as_ref().map_or(0, String::len) <= INLINE_SCAN_BYTES;
+    let small = stderr.as_ref().map_or(0, String::len) <= INLINE_OUTPUT_BYTES
+        && super::gates::text_within(
+            &value,
+            INLINE_OUTPUT_BYTES - stderr.as_ref().map_or(0, String::len),
+        );
     let memory = state.provenance.clone();
     let (decision_id, principal) = (joined.0.to_owned(), joined.1.to_owned());
     let scan = move || {
@@ -633,17 +637,7 @@ pub(super) async fn screen_output(
 }
 
 /// Outputs up to this many bytes of text are screened on the calling task.
-const INLINE_SCAN_BYTES: usize = 16 * 1024;
-
-/// The bytes of text (strings and keys) in `v`, without serializing it.
-fn text_bytes(v: &Value) -> usize {
-    match v {
-        Value::String(s) => s.len(),
-        Value::Array(items) => items.iter().map(text_bytes).sum(),
-        Value::Object(m) => m.iter().map(|(k, v)| k.len() + text_bytes(v)).sum(),
-        _ => 8,
-    }
-}
+const INLINE_OUTPUT_BYTES: usize = 16 * 1024;
 
 /// Sets a run's record to its status and reasons (the failure's code, then what the output
 /// gate found), and answers the status.

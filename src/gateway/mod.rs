@@ -291,8 +291,9 @@ impl Gateway {
 }
 
 /// Remembers a tool's output as tool output of the conversation its decision was made in
-/// (provenance), off the async workers: tokenizing costs about 12 µs per KiB. It never fails
-/// the run it follows (the run happened and is recorded either way).
+/// (provenance): in place when small (tokenizing costs about 12 µs per KiB, less than the two
+/// thread hand-offs of a blocking task), otherwise off the async workers. It never fails the
+/// run it follows (the run happened and is recorded either way).
 pub(crate) async fn remember_output(
     state: &Gateway,
     decision_id: &str,
@@ -300,6 +301,15 @@ pub(crate) async fn remember_output(
     output: &serde_json::Value,
 ) {
     let memory = state.provenance.clone();
+    if gates::text_within(output, gates::INLINE_SCAN_BYTES) {
+        let remembered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            memory.record_for_decision(decision_id, principal, output);
+        }));
+        if remembered.is_err() {
+            tracing::error!("a tool output could not be remembered for provenance");
+        }
+        return;
+    }
     let (decision_id, principal, output) =
         (decision_id.to_owned(), principal.to_owned(), output.clone());
     if gates::off_workers(move || {

@@ -76,6 +76,8 @@ struct Setup {
     workspace: PathBuf,
     port: u16,
     web: Child,
+    /// Connections toolgate opened to the HTTP upstream (through a counting relay).
+    web_connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     /// What the approver webhook received.
     notices: std::sync::mpsc::Receiver<super::webhook::Seen>,
 }
@@ -162,6 +164,7 @@ fn setup(d: &Deps) -> Setup {
         .status();
     // server-everything over streamable HTTP: an upstream reached by URL.
     let (web, web_port) = web_upstream(d);
+    let (web_port, web_connections) = counting_relay(web_port);
     let port = free_port();
     let (hook, notices) = super::webhook::receiver(vec![200; 1024]);
     let config = root.join("toolgate.toml");
@@ -250,8 +253,36 @@ url = "http://127.0.0.1:{web_port}/mcp"
         workspace: ws,
         port,
         web,
+        web_connections,
         notices,
     }
+}
+
+/// A TCP relay on a free port to `port` that counts the connections made through it.
+fn counting_relay(port: u16) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let relay_port = listener.local_addr().unwrap().port();
+    let count = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = count.clone();
+    std::thread::spawn(move || {
+        for inbound in listener.incoming().map_while(Result::ok) {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let Ok(outbound) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+                continue;
+            };
+            for (mut from, mut to) in [
+                (inbound.try_clone().unwrap(), outbound.try_clone().unwrap()),
+                (outbound, inbound),
+            ] {
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut from, &mut to);
+                    let _ = to.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        }
+    });
+    (relay_port, count)
 }
 
 /// server-everything over streamable HTTP on a free port. A port another test took between
@@ -620,6 +651,17 @@ fn every_case(front: &Front, d: &Deps, s: &Setup) {
     assert_eq!(text(&r), "Echo: hi there", "{r}");
     let r = c.call("web.echo", json!({"message": "over http"}));
     assert_eq!(text(&r), "Echo: over http", "{r}");
+    // Calls to an HTTP upstream reuse toolgate's connection to it, not one per call.
+    let before = s.web_connections.load(std::sync::atomic::Ordering::SeqCst);
+    for i in 0..5 {
+        let r = c.call("web.echo", json!({"message": format!("again {i}")}));
+        assert_eq!(text(&r), format!("Echo: again {i}"), "{r}");
+    }
+    let opened = s.web_connections.load(std::sync::atomic::Ordering::SeqCst) - before;
+    assert!(
+        opened <= 1,
+        "5 calls opened {opened} connections to the upstream"
+    );
     // Progress passes through to the client's progress token.
     let id = c.send(
         json!({"op": "call_tool", "name": "everything.trigger-long-running-operation",
