@@ -8,8 +8,8 @@ use cedar_policy::{
 };
 use serde_json::Value;
 
-use super::explain::{Check, PolicyCheck};
 use super::types::{Advice, Correlation, Outcome, Principal, Signals, Stage, Verdict, entity_uid};
+use super::types::{Check, PolicyCheck};
 use crate::codes::Code;
 use crate::policy::Snapshot;
 use crate::tools::Tool;

@@ -10,10 +10,10 @@ mod cedar;
 mod explain;
 mod types;
 
-pub use explain::{ApprovalNeed, Check, Explanation, Inputs, PolicyCheck, explain};
+pub use explain::{ApprovalNeed, Explanation, Inputs, explain};
 pub use types::{
-    Advice, AnomalyKind, AnomalyKinds, Call, Correlation, Findings, Outcome, Principal,
-    PrincipalKind, Signals, Stage, Usage, Verdict,
+    Advice, AnomalyKind, AnomalyKinds, Call, Check, Correlation, Findings, Outcome, PolicyCheck,
+    Principal, PrincipalKind, Signals, Stage, Usage, Verdict,
 };
 
 use std::borrow::Cow;

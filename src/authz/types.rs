@@ -458,3 +458,33 @@ impl Verdict {
         }
     }
 }
+
+/// How one policy came out for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Check {
+    /// Its scope matched and its conditions held: a permit allows, a forbid denies.
+    Satisfied,
+    /// Its scope or a condition did not match: it has no say in this call.
+    NotSatisfied,
+    /// Evaluating it failed; the decision denies (fail closed).
+    Errored,
+}
+
+/// One policy of the call's action.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PolicyCheck {
+    /// Its id (`@id` annotation, or `file#N`).
+    pub id: String,
+    /// Permit (true) or forbid.
+    pub permit: bool,
+    /// The file it came from.
+    pub file: Option<String>,
+    /// Evaluated for the call as sent.
+    pub as_is: Check,
+    /// Evaluated as if a human had approved the call (`context.approval.granted`).
+    pub if_approved: Check,
+    /// Cedar's evaluation errors, when it errored.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+}

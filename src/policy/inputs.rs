@@ -12,7 +12,6 @@ use sha2::{Digest, Sha256};
 
 use super::attributes::ATTRIBUTES_FILE;
 use super::diag::Problem;
-use super::load::Sources;
 use super::schema_gen::SCHEMA_FILE;
 
 /// File name of the entities file inside the policies directory.
@@ -48,6 +47,32 @@ pub struct Inputs {
     pub programs: crate::tools::Programs,
     /// The deny list path facts are matched against.
     pub deny: std::sync::Arc<crate::globs::PathGuard>,
+}
+
+/// Where the loader reads from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sources {
+    /// Directory of `*.cedar` files and `entities.json`.
+    pub policies_dir: PathBuf,
+    /// Directory of the Cedar schema and `tools/*.json` manifests.
+    pub schemas_dir: PathBuf,
+    /// Executables a manifest's `executor` may name (`[exec] programs`).
+    pub programs: crate::tools::Programs,
+    /// The deny list (`[exec] deny`): policies see whether a path matches it
+    /// (`context.paths.<arg>.denied`), with the matcher execution uses.
+    pub deny: std::sync::Arc<crate::globs::PathGuard>,
+}
+
+impl Sources {
+    /// The two directories, with the default allowlist of executables.
+    pub fn new(policies_dir: impl Into<PathBuf>, schemas_dir: impl Into<PathBuf>) -> Self {
+        Sources {
+            policies_dir: policies_dir.into(),
+            schemas_dir: schemas_dir.into(),
+            programs: crate::tools::Programs::default(),
+            deny: std::sync::Arc::default(),
+        }
+    }
 }
 
 /// Reads every input once.

@@ -18,38 +18,12 @@ use cedar_policy::{
 use super::Snapshot;
 use super::attributes::Attributes;
 use super::diag::{Level, LoadError, Problem};
-use super::inputs::{Inputs, SourceFile, read_manifests, read_stable};
+use super::inputs::{Inputs, SourceFile, Sources, read_manifests, read_stable};
 use super::links::template_scope_problem;
 use super::schema_gen;
 use super::slice::{Slices, without_action_scope};
 use super::validate::{LoadCache, ParsedFile, ParsedPolicies, file_key, validate_files};
 use crate::tools::{Tool, compile_manifest};
-
-/// Where the loader reads from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Sources {
-    /// Directory of `*.cedar` files and `entities.json`.
-    pub policies_dir: PathBuf,
-    /// Directory of the Cedar schema and `tools/*.json` manifests.
-    pub schemas_dir: PathBuf,
-    /// Executables a manifest's `executor` may name (`[exec] programs`).
-    pub programs: crate::tools::Programs,
-    /// The deny list (`[exec] deny`): policies see whether a path matches it
-    /// (`context.paths.<arg>.denied`), with the matcher execution uses.
-    pub deny: std::sync::Arc<crate::globs::PathGuard>,
-}
-
-impl Sources {
-    /// The two directories, with the default allowlist of executables.
-    pub fn new(policies_dir: impl Into<PathBuf>, schemas_dir: impl Into<PathBuf>) -> Self {
-        Sources {
-            policies_dir: policies_dir.into(),
-            schemas_dir: schemas_dir.into(),
-            programs: crate::tools::Programs::default(),
-            deny: std::sync::Arc::default(),
-        }
-    }
-}
 
 /// A successful load: the snapshot plus non-blocking warnings.
 #[derive(Debug)]

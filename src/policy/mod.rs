@@ -15,12 +15,13 @@ mod slice;
 mod validate;
 
 pub use diag::{Level, LoadError, Problem};
+pub use inputs::Sources;
 pub use inputs::{
     ENTITIES_FILE, Inputs, SourceError, SourceFile, fingerprint, read_inputs, read_source,
     read_stable,
 };
 pub use links::{GRANT_FILE, Link, LinkError};
-pub use load::{Loaded, Sources, build, build_with, load, load_tools, schema_text};
+pub use load::{Loaded, build, build_with, load, load_tools, schema_text};
 pub use slice::Slices;
 pub use validate::LoadCache;
 

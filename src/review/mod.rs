@@ -5,6 +5,7 @@
 //! Everything here decides with the server's own functions (`authz`), so a fixture or an
 //! explanation cannot disagree with what the sidecar does.
 
+mod case;
 pub mod data;
 pub mod diff;
 pub mod fixtures;

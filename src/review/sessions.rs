@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::fixtures::{Case, CaseResult, Expect, Question};
+use super::case::{Case, CaseResult, Expect, Label, Question};
 use crate::authz::{
     AnomalyKinds, Call, Correlation, Principal, PrincipalKind, Signals, Stage, Usage,
 };
@@ -48,16 +48,6 @@ pub(super) struct RawStep {
     usage: Option<Usage>,
     #[serde(default)]
     anomaly: Option<Vec<String>>,
-}
-
-/// What a labelled call is, for the scenario rates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Label {
-    /// A call an attacker tries to make the agent perform.
-    Attack,
-    /// A call the user wants.
-    Legit,
 }
 
 /// How labelled calls fared: attacks allowed without a human, legitimate calls blocked or
