@@ -341,3 +341,40 @@ pub fn word<T: Serialize>(v: &T) -> String {
         _ => String::new(),
     }
 }
+
+/// How far a call got: it ran (or failed while running), or it waits for an approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// The tool ran; the answer holds its result.
+    Done,
+    /// The call waits for a human; re-send it with the approval id once approved.
+    Pending,
+}
+
+impl ExecAnswer {
+    /// A refused run's answer: `code`'s failure, no output.
+    pub(super) fn refused(
+        decision_id: String,
+        code: Code,
+        message: String,
+        suggestion: &str,
+    ) -> Self {
+        ExecAnswer {
+            status: "error",
+            data: Value::Null,
+            error: Some(ExecFailure {
+                code,
+                message,
+                suggestion: suggestion.to_owned(),
+            }),
+            metadata: Metadata {
+                decision_id,
+                ..Metadata::default()
+            },
+            approval_id: None,
+            decision: None,
+            output: None,
+            stderr: String::new(),
+        }
+    }
+}

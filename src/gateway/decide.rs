@@ -163,7 +163,7 @@ pub async fn decide_for(
     // Operators' stops come first: the kill switch, then this agent's quarantine; then an
     // MCP tool whose upstream changed its descriptor since review.
     let mut stop = spans::stage("stops").in_scope(|| {
-        stopped(state, &principal_id).or_else(|| super::mcp::descriptor_stop(state, tool))
+        stopped(state, &principal_id).or_else(|| super::exposure::descriptor_stop(state, tool))
     });
     let caller = (&who, principal_id.as_str());
     let mut quota = None;

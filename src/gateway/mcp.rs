@@ -1,95 +1,25 @@
-//! MCP tools in the pipeline: whether a manifest's upstream tool may be shown and called now
-//! (its live descriptor still matches the reviewed pin, or a human approved the new one), the
-//! run of an allowed call through its upstream with the result screened like any tool's, and
-//! the human's approval of a changed descriptor (Cedar `approve_descriptor`, audited).
+//! MCP tools in the pipeline: the run of an allowed call through its upstream, with the
+//! result screened like any tool's (`output`), and the human's approval of a changed
+//! descriptor (Cedar `approve_descriptor`, audited). Whether a tool may be shown and called
+//! now is `exposure`'s.
 
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::body::Progress;
 use super::body::{ExecAnswer, Metadata};
 use super::decide::{Credential, human, record_or_refuse};
 use super::error::Refusal;
-use super::execute::{Progress, outcome_on_record, screen_output};
+use super::exposure::{Exposure, exposure};
+use super::output::{MARKER_ROOM, outcome_on_record, screen_output};
 use super::{Error, Gateway};
 use crate::admin::{ApprovedDescriptor, descriptor_effect};
 use crate::audit::{EntryKind, Event, ExecutionEvent, Operator};
-use crate::authz::{Advice, Stage};
 use crate::codes::Code;
 use crate::tools::{McpBinding, Tool};
-use crate::upstream::{CallError, CallHooks, Live};
-
-/// Whether an MCP tool can be shown and called now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Exposure {
-    /// Its live descriptor matches the reviewed one (or an approved new one).
-    Ready,
-    /// The upstream now offers another descriptor, not approved: hidden and denied.
-    Changed {
-        /// The live hash.
-        offered: String,
-    },
-    /// The upstream is down, or no longer lists it.
-    Unavailable(String),
-}
-
-/// Where `tool` (an MCP tool) stands now.
-pub fn exposure(state: &Gateway, tool: &Tool, b: &McpBinding) -> Exposure {
-    let Some(hub) = &state.upstreams else {
-        return Exposure::Unavailable(format!(
-            "this sidecar does not connect to the upstream `{}`",
-            b.upstream
-        ));
-    };
-    match hub.live(&b.upstream, &b.tool) {
-        Live::Listed { pin } if pin == b.pin => Exposure::Ready,
-        Live::Listed { pin } if state.admin.descriptors().approved(&tool.name, &b.pin, &pin) => {
-            Exposure::Ready
-        }
-        Live::Listed { pin } => Exposure::Changed { offered: pin },
-        Live::Missing => Exposure::Unavailable(format!(
-            "the upstream `{}` no longer lists `{}`",
-            b.upstream, b.tool
-        )),
-        Live::Unavailable(why) => Exposure::Unavailable(why),
-        Live::Unknown => Exposure::Unavailable(format!(
-            "no upstream `{}` is configured (`[[mcp.upstreams]]`)",
-            b.upstream
-        )),
-    }
-}
-
-/// The deny of a call to a tool whose descriptor changed, if it did (the decision path's
-/// `descriptor` stage).
-pub(super) fn descriptor_stop(state: &Gateway, tool: Option<&Tool>) -> Option<(Stage, Advice)> {
-    let tool = tool?;
-    let b = tool.mcp.as_ref()?;
-    match exposure(state, tool, b) {
-        Exposure::Changed { offered } => Some((
-            Stage::Descriptor,
-            Advice::new(
-                Code::DescriptorChanged,
-                format!(
-                    "the MCP upstream `{}` changed the descriptor of `{}` since it was reviewed ({} → {}); denied until a human approves it",
-                    b.upstream,
-                    b.tool,
-                    short(&b.pin),
-                    short(&offered)
-                ),
-                "do not retry; an operator reviews it (GET /v1/mcp/descriptors) and approves it, or runs `toolgate mcp sync`",
-            ),
-        )),
-        _ => None,
-    }
-}
-
-fn short(pin: &str) -> &str {
-    pin.get(..19).unwrap_or(pin)
-}
-
-/// Bytes of markers a cut MCP result may carry beyond its cap.
-const MARKER_ROOM: usize = 64;
+use crate::upstream::{CallError, CallHooks};
 
 /// Runs an allowed call through its upstream; the result is screened (output field policy,
 /// `outputSchema` on `structuredContent`, the output gate on every text, embedded resource

@@ -12,10 +12,12 @@ mod decide;
 mod error;
 mod execute;
 mod explain;
+mod exposure;
 mod gates;
 mod grants;
 mod mcp;
 mod notices;
+mod output;
 mod policies;
 mod resolve;
 mod results;
@@ -28,7 +30,8 @@ pub use approvals::{
     DecideBody, ListQuery, ShowQuery, expire_due, list_approvals, settle_approval, show_approval,
 };
 pub use body::{
-    DecisionBody, ExecAnswer, ExecFailure, Metadata, OutputReport, RawCall, RawExplain, word,
+    DecisionBody, ExecAnswer, ExecFailure, Metadata, OutputReport, Progress, RawCall, RawExplain,
+    word,
 };
 pub use callgate::GateReport;
 pub use decide::{
@@ -36,17 +39,15 @@ pub use decide::{
     record_or_refuse,
 };
 pub use error::{Error, Refusal};
-pub use execute::{Progress, execute, execute_for};
+pub use execute::{execute, execute_for};
 pub use explain::explain;
+pub use exposure::{Exposure, exposure};
 pub use gates::{GateBody, StreamAnswer, off_workers, screen_content};
 pub use grants::{
     GrantBody, RevokeBody, create_grant, describe, expire_grants, expiry_timer, forget_ended,
     grant_expired_entry, list_grants, revoke_grant,
 };
-pub use mcp::{
-    ApproveDescriptorBody, Exposure, approve_descriptor, descriptors_view, exposure, put_blobs,
-    take_blobs,
-};
+pub use mcp::{ApproveDescriptorBody, approve_descriptor, descriptors_view, put_blobs, take_blobs};
 pub use notices::{Seen, look as look_for_notices};
 pub use policies::{ApproveBody, approve_held};
 pub use results::{RESULTS_MAX_BODY, ResultAnswer, ResultBody, report_result};

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::json;
 
 use super::Gateway;
-use super::mcp::{Exposure, exposure};
+use super::exposure::{Exposure, exposure};
 
 /// What was seen last time.
 #[derive(Debug, Default)]
