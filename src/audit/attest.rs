@@ -7,12 +7,10 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
-
+use super::error::StoreError;
 use super::ledger::Effect;
-use super::record::{Chain, Entry, GENESIS, LinkFault, Record};
-use super::store::{AuditStore, Query, StoreError};
+use super::record::{Attest, Chain, Entry, GENESIS, LinkFault, Record};
+use super::store::{AuditStore, Query};
 
 /// The decision word of the record that names the whole state found at a start.
 pub const STATE_CHECKED: &str = "state_checked";
@@ -22,42 +20,6 @@ pub const STATE_CHECKED: &str = "state_checked";
 /// each applied reload and checked against its own digest; provenance's conversations decide
 /// nothing alone.)
 pub const ATTESTED_TREES: [&str; 3] = ["admin", "approvals", "grants"];
-
-/// One state change as a record names it. Fields in byte order of their names (canonical).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Attest {
-    /// The key: as text when it is UTF-8, else `0x` and hex.
-    pub key: String,
-    /// SHA-256 (hex) of the value set; absent when the key was removed.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub sha256: Option<String>,
-    /// The tree.
-    pub tree: String,
-}
-
-impl Attest {
-    /// `key` in `tree` holding `value` (`None`: removed).
-    pub fn of(tree: &str, key: &[u8], value: Option<&[u8]>) -> Attest {
-        Attest {
-            key: key_text(key),
-            sha256: value.map(|v| hex::encode(Sha256::digest(v))),
-            tree: tree.to_owned(),
-        }
-    }
-
-    /// What `effect` changes.
-    pub fn effect(effect: &Effect) -> Attest {
-        Attest::of(&effect.tree, &effect.key, effect.value.as_deref())
-    }
-}
-
-fn key_text(key: &[u8]) -> String {
-    match std::str::from_utf8(key) {
-        Ok(s) if !s.starts_with("0x") => s.to_owned(),
-        _ => format!("0x{}", hex::encode(key)),
-    }
-}
 
 /// A key's value as the log last set it: the record that did, and the value's SHA-256
 /// (`None`: removed).

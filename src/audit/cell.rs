@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
 
-use super::store::StoreError;
+use super::error::StoreError;
 
 /// How long a reopen waits for the old database to let go of its lock (requests still using
 /// it finish within this).

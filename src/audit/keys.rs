@@ -15,8 +15,7 @@ use std::path::{Path, PathBuf};
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
 use serde::{Deserialize, Serialize};
 
-use super::record::{Chain, Link, Record, RingKey, key_id};
-use super::writer::Head;
+use super::record::{Chain, Head, Link, Record, RingKey, key_id};
 use crate::clock::now_ms;
 
 /// The keyring's file name inside the data directory.

@@ -31,7 +31,7 @@ use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::store::StoreError;
+use super::error::StoreError;
 
 const MAGIC: &[u8; 4] = b"TGL1";
 /// Largest payload a frame may claim: a damaged length cannot make the reader allocate

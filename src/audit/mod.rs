@@ -6,6 +6,7 @@
 
 mod attest;
 mod cell;
+mod error;
 mod event;
 pub mod keys;
 mod ledger;
@@ -16,10 +17,9 @@ mod store;
 mod verify;
 mod writer;
 
-pub use attest::{
-    ATTESTED_TREES, Attest, Expected, STATE_CHECKED, Said, expected_state, state_checked,
-};
+pub use attest::{ATTESTED_TREES, Expected, STATE_CHECKED, Said, expected_state, state_checked};
 pub(crate) use cell::{SledCell, clear_snapshot_debris, lock_held, sled_config};
+pub use error::StoreError;
 pub use event::{
     Approval as ApprovalEvent, CallFacts, Decision as DecisionEvent, Event,
     Execution as ExecutionEvent, Operator, Screened, Sidecar,
@@ -27,11 +27,11 @@ pub use event::{
 pub use ledger::Effect;
 pub use otlp::{OtlpSettings, position_file as otlp_position_file};
 pub use record::{
-    Chain, Checkpoint, Entry, EntryKind, GENESIS, Link, LinkFault, Record, RingKey, args_digest,
-    args_preview, canonical_json, key_id, redacted_preview,
+    Attest, Chain, Checkpoint, Entry, EntryKind, GENESIS, Head, Link, LinkFault, Record, RingKey,
+    args_digest, args_preview, canonical_json, key_id, redacted_preview,
 };
-pub use ship::{ShipSettings, ShipStats};
+pub use ship::ShipSettings;
 pub(crate) use store::SledAudit;
-pub use store::{AuditStore, Query, StoreError, Stored};
+pub use store::{AuditStore, Query, Stored};
 pub use verify::{Verdict as ChainVerdict, verify, verify_through};
-pub use writer::{Audit, Durability, Head, MAX_COMMIT, Pruned, Retention};
+pub use writer::{Audit, Durability, MAX_COMMIT, Pruned, Retention, ShipStats};

@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::ship::{Batch, Cursor, ShipStats};
-use super::writer::Audit;
+use super::ship::{Batch, Cursor};
+use super::writer::{Audit, ShipStats};
 use crate::canon::origin;
 
 /// How often the head is looked at when nothing is new.
@@ -217,6 +217,20 @@ fn export(
             batch.records.first().map_or(0, |r| r.seq),
             batch.records.last().map_or(0, |r| r.seq),
         )))
+    }
+}
+
+impl Audit {
+    /// Starts shipping committed records over OTLP logs (`[audit] ship_otlp_url`), resuming
+    /// after the record in `position`.
+    pub fn ship_otlp(
+        self: &Arc<Self>,
+        settings: OtlpSettings,
+        position: std::path::PathBuf,
+    ) -> std::io::Result<()> {
+        let stats = start(self.clone(), settings, position)?;
+        let _ = self.otlp.set(stats);
+        Ok(())
     }
 }
 

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use super::ledger::Effect;
 use crate::digest::hmac_sha256_hex;
 
 /// What an entry is about.
@@ -76,7 +77,7 @@ pub struct Entry {
     /// it found. What `audit verify --state` and the start check hold the stored state to.
     /// Never on records written before it existed, so their hashes are unchanged.
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub effects: Option<Vec<super::attest::Attest>>,
+    pub effects: Option<Vec<Attest>>,
     /// Decision id, approval id or event id.
     pub id: String,
     /// What the policies of a decision read besides its arguments and deployment data:
@@ -620,6 +621,51 @@ pub(crate) fn seal_fault(chain: &Chain, r: &Record) -> Option<String> {
     chain.check(r).err().map(|f| fault_words(r.seq, &f))
 }
 
+/// Where the chain stands: the newest record's number and hash.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Head {
+    /// Sequence number of the newest record (0 when empty).
+    pub seq: u64,
+    /// Its hash (the genesis hash when empty).
+    pub hash: String,
+}
+
+/// One state change as a record names it. Fields in byte order of their names (canonical).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Attest {
+    /// The key: as text when it is UTF-8, else `0x` and hex.
+    pub key: String,
+    /// SHA-256 (hex) of the value set; absent when the key was removed.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub sha256: Option<String>,
+    /// The tree.
+    pub tree: String,
+}
+
+impl Attest {
+    /// `key` in `tree` holding `value` (`None`: removed).
+    pub fn of(tree: &str, key: &[u8], value: Option<&[u8]>) -> Attest {
+        Attest {
+            key: key_text(key),
+            sha256: value.map(|v| hex::encode(Sha256::digest(v))),
+            tree: tree.to_owned(),
+        }
+    }
+
+    /// What `effect` changes.
+    pub fn effect(effect: &Effect) -> Attest {
+        Attest::of(&effect.tree, &effect.key, effect.value.as_deref())
+    }
+}
+
+fn key_text(key: &[u8]) -> String {
+    match std::str::from_utf8(key) {
+        Ok(s) if !s.starts_with("0x") => s.to_owned(),
+        _ => format!("0x{}", hex::encode(key)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -664,11 +710,7 @@ mod tests {
                 serde_json::json!({"provenance": {"to": "tool", "body": "none"}}),
             )),
             duration_us: Some(9),
-            effects: Some(vec![super::super::attest::Attest::of(
-                "grants",
-                b"g1",
-                Some(b"{}"),
-            )]),
+            effects: Some(vec![super::Attest::of("grants", b"g1", Some(b"{}"))]),
             detail: Some("x".into()),
             sealed: Sealed,
         };

@@ -16,11 +16,11 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::store::MAX_BLOCK;
-use super::writer::Audit;
+use super::writer::{Audit, ShipStats};
 
 /// Records read per pass.
 const PAGE: usize = 1024;
@@ -49,23 +49,6 @@ impl ShipSettings {
             .chain((1..=self.keep).map(|n| rotated(&self.path, n)))
             .collect()
     }
-}
-
-/// What `/metrics` shows of the shipper.
-#[derive(Debug, Default)]
-pub struct ShipStats {
-    /// The last record shipped (0: none yet).
-    pub shipped_seq: AtomicU64,
-    /// Lines written.
-    pub lines: AtomicU64,
-    /// Rotations done.
-    pub rotations: AtomicU64,
-    /// Failed passes (each retried).
-    pub failures: AtomicU64,
-    /// Records the log no longer held when they were due (removed by retention first).
-    pub skipped: AtomicU64,
-    /// Whether the last pass failed.
-    pub failing: AtomicBool,
 }
 
 /// Starts the shipper's thread over `audit`.
@@ -369,6 +352,15 @@ impl Sink {
             .open(&path)?;
         sync_dir(&path)?;
         self.len = 0;
+        Ok(())
+    }
+}
+
+impl Audit {
+    /// Starts shipping committed records to a JSON Lines file (`[audit] ship_file`).
+    pub fn ship(self: &Arc<Self>, settings: ShipSettings) -> std::io::Result<()> {
+        let stats = start(self.clone(), settings)?;
+        let _ = self.shipping.set(stats);
         Ok(())
     }
 }

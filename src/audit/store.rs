@@ -19,19 +19,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::cell::SledCell;
+use super::error::StoreError;
 use super::ledger::{self, Effect, Frame, Ledger};
 use super::record::{Checkpoint, Entry, Record};
-
-/// A storage failure. The message says what failed; the sidecar denies while it lasts.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("audit store: {0}")]
-pub struct StoreError(pub String);
-
-impl StoreError {
-    fn from_sled(e: impl std::fmt::Display) -> Self {
-        StoreError(e.to_string())
-    }
-}
 
 /// Filters for [`AuditStore::query`]. Results come newest first.
 #[derive(Debug, Clone, Default, Serialize)]

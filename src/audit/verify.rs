@@ -6,9 +6,9 @@
 
 use serde::Serialize;
 
-use super::record::{Chain, Checkpoint, EntryKind, GENESIS, fault_words};
-use super::store::{AuditStore, StoreError};
-use super::writer::Head;
+use super::error::StoreError;
+use super::record::{Chain, Checkpoint, EntryKind, GENESIS, Head, fault_words};
+use super::store::AuditStore;
 
 /// Records read per page.
 const PAGE: usize = 4096;

@@ -14,14 +14,15 @@
 //! `audit_failure` note of what the log lacks. The note is kept outside the log while the
 //! outage lasts, so a restart in the middle of it still writes the note.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use super::error::StoreError;
 use super::event::{Event, Sidecar};
 use super::ledger::Effect;
-use super::record::{Chain, Checkpoint, Entry, EntryKind, GENESIS};
-use super::store::{AuditStore, StoreError};
+use super::record::{Chain, Checkpoint, Entry, EntryKind, GENESIS, Head};
+use super::store::AuditStore;
 use super::verify::Verdict as ChainVerdict;
 use crate::clock::now_ms;
 
@@ -71,13 +72,21 @@ pub struct Pruned {
     pub removed: u64,
 }
 
-/// Where the chain stands: the newest record's number and hash.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Head {
-    /// Sequence number of the newest record (0 when empty).
-    pub seq: u64,
-    /// Its hash (the genesis hash when empty).
-    pub hash: String,
+/// What `/metrics` shows of a shipper (the JSON Lines file's, or the OTLP one's).
+#[derive(Debug, Default)]
+pub struct ShipStats {
+    /// The last record shipped (0: none yet).
+    pub shipped_seq: AtomicU64,
+    /// Lines written.
+    pub lines: AtomicU64,
+    /// Rotations done.
+    pub rotations: AtomicU64,
+    /// Failed passes (each retried).
+    pub failures: AtomicU64,
+    /// Records the log no longer held when they were due (removed by retention first).
+    pub skipped: AtomicU64,
+    /// Whether the last pass failed.
+    pub failing: AtomicBool,
 }
 
 type Ack = tokio::sync::oneshot::Sender<Result<u64, StoreError>>;
@@ -135,9 +144,9 @@ pub struct Audit {
     pruning: Mutex<()>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The shipper's counters, once shipping is started.
-    shipping: std::sync::OnceLock<Arc<super::ship::ShipStats>>,
+    pub(super) shipping: std::sync::OnceLock<Arc<ShipStats>>,
     /// The OTLP shipper's counters, when it runs.
-    otlp: std::sync::OnceLock<Arc<super::ship::ShipStats>>,
+    pub(super) otlp: std::sync::OnceLock<Arc<ShipStats>>,
 }
 
 impl std::fmt::Debug for Audit {
@@ -354,32 +363,13 @@ impl Audit {
             .clone()
     }
 
-    /// Starts shipping committed records to a JSON Lines file (`[audit] ship_file`).
-    pub fn ship(self: &Arc<Self>, settings: super::ship::ShipSettings) -> std::io::Result<()> {
-        let stats = super::ship::start(self.clone(), settings)?;
-        let _ = self.shipping.set(stats);
-        Ok(())
-    }
-
-    /// Starts shipping committed records over OTLP logs (`[audit] ship_otlp_url`), resuming
-    /// after the record in `position`.
-    pub fn ship_otlp(
-        self: &Arc<Self>,
-        settings: super::otlp::OtlpSettings,
-        position: std::path::PathBuf,
-    ) -> std::io::Result<()> {
-        let stats = super::otlp::start(self.clone(), settings, position)?;
-        let _ = self.otlp.set(stats);
-        Ok(())
-    }
-
     /// The OTLP shipper's counters, when it runs.
-    pub fn otlp_stats(&self) -> Option<&super::ship::ShipStats> {
+    pub fn otlp_stats(&self) -> Option<&ShipStats> {
         self.otlp.get().map(Arc::as_ref)
     }
 
     /// The shipper's counters, when shipping is on.
-    pub fn ship_stats(&self) -> Option<&super::ship::ShipStats> {
+    pub fn ship_stats(&self) -> Option<&ShipStats> {
         self.shipping.get().map(Arc::as_ref)
     }
 
