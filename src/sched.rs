@@ -63,7 +63,10 @@ mod linux {
         };
         // SAFETY: pid 0 names the calling thread; `attr` is a valid, initialized sched_attr of
         // the size it declares and outlives the call; the kernel only reads it (flags 0).
-        #[allow(unsafe_code)]
+        #[allow(
+            unsafe_code,
+            reason = "sched_setattr has no safe wrapper in libc or nix"
+        )]
         let rc = unsafe {
             libc::syscall(
                 libc::SYS_sched_setattr,

@@ -137,193 +137,70 @@ impl From<QueryRejection> for Error {
 
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
-        // The status of every plain error body is its code's, from the one table (`codes`).
-        let plain = |error: Code, message: &str, suggestion: &str| {
-            let status =
-                StatusCode::from_u16(error.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        // The status of every plain error body is its code's, from the one table (`codes`);
+        // its words are the error's own, the same an MCP client reads.
+        let code = self.code();
+        let message = self.message().into_owned();
+        let suggestion = self.suggestion().into_owned();
+        let body = |status: StatusCode| {
             (
                 status,
                 Json(ErrorBody {
-                    error,
-                    message,
-                    suggestion,
+                    error: code,
+                    message: &message,
+                    suggestion: &suggestion,
                 }),
             )
                 .into_response()
         };
-        let code = self.code();
+        let plain = || {
+            body(StatusCode::from_u16(code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+        };
         match self {
-            Error::BadRequest {
-                message,
-                suggestion,
-                ..
-            } => (
-                StatusCode::BAD_REQUEST,
-                Json(ErrorBody {
-                    error: code,
-                    message: &message,
-                    suggestion,
-                }),
-            )
-                .into_response(),
-            Error::PayloadTooLarge => plain(
-                code,
-                "the request body is larger than the configured limit",
-                "send smaller arguments; the limit is `max_body_bytes` in the config",
-            ),
+            Error::BadRequest { .. } => body(StatusCode::BAD_REQUEST),
+            // Always 409: the approval cannot make this change, whichever refusal it was
+            // (some of those codes head a 200 deny when a call is re-sent with them).
+            Error::ApprovalConflict { .. } => body(StatusCode::CONFLICT),
             Error::BodyTimeout => {
-                let mut resp = plain(
-                    code,
-                    "the request body did not arrive in time",
-                    "send the whole body at once; the limit is `server.body_timeout_ms` in the config",
-                );
+                let mut resp = plain();
                 resp.headers_mut()
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));
                 resp
             }
             Error::TooManyConnections => {
-                let mut resp = plain(
-                    code,
-                    "every connection slot holds a request in progress",
-                    "retry shortly; operators: the limit is `server.max_connections` in the config",
-                );
+                let mut resp = plain();
                 let h = resp.headers_mut();
                 h.insert(header::CONNECTION, HeaderValue::from_static("close"));
                 h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
                 resp
             }
             Error::HeldFull(full) => {
-                let mut resp = plain(
-                    code,
-                    &full.to_string(),
-                    match full {
-                        crate::limits::HeldFull::Principal { .. } => {
-                            "end a request you hold open (close a stream, let a long poll return) before opening another; do not retry in a loop"
-                        }
-                        crate::limits::HeldFull::Agents { .. } => {
-                            "retry shortly; operators: see `server.max_connections` and `server.reserved_connections`"
-                        }
-                    },
-                );
+                let mut resp = plain();
                 if matches!(full, crate::limits::HeldFull::Agents { .. }) {
                     resp.headers_mut()
                         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
                 }
                 resp
             }
-            Error::UnsupportedMediaType => plain(
-                code,
-                "the body must be JSON",
-                "send `Content-Type: application/json`",
-            ),
             Error::Unauthenticated(body) => {
                 let mut resp = (StatusCode::UNAUTHORIZED, Json(body)).into_response();
                 resp.headers_mut()
                     .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
                 resp
             }
-            Error::NotFound => plain(
-                code,
-                "no such route",
-                "see docs/openapi.json for the routes",
-            ),
-            Error::MethodNotAllowed => plain(
-                code,
-                "this route does not accept that method",
-                "see docs/openapi.json for the routes",
-            ),
-            Error::Forbidden(message) => plain(code, message, code.hint()),
             Error::AuditUnavailable(body) => {
                 (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
             }
-            Error::StoreUnavailable => plain(
-                code,
-                "the data store failed; nothing was changed",
-                "retry later; operators: see /readyz and the logs",
-            ),
-            Error::ApprovalNotFound => plain(
-                code,
-                "no approval with this id is visible to you",
-                "use the `approval_id` from a pending_approval decision",
-            ),
-            // Always 409: the approval cannot make this change, whichever refusal it was
-            // (some of those codes head a 200 deny when a call is re-sent with them).
-            Error::ApprovalConflict { message, .. } => (
-                StatusCode::CONFLICT,
-                Json(ErrorBody {
-                    error: code,
-                    message: &message,
-                    suggestion: "ask the agent to send the call again for a new approval",
-                }),
-            )
-                .into_response(),
-            Error::Refused(advice) => plain(code, &advice.message, &advice.suggestion),
-            Error::NotEligible(message) => plain(
-                code,
-                &message,
-                "ask an approver that the policies make eligible for this tool's risk tier",
-            ),
-            Error::KillSwitchForced(by) => plain(
-                code,
-                &format!("the kill switch is forced on by {by}"),
-                "remove `kill_switch = true` from the config or TOOLGATE_KILL_SWITCH from the environment, then restart",
-            ),
-            Error::NotQuarantined(agent) => plain(
-                code,
-                &format!("{agent} is not quarantined"),
-                "see GET /v1/admin/quarantine for the quarantined agents",
-            ),
-            Error::Held(e) => plain(
-                code,
-                &e.to_string(),
-                "GET /v1/policies shows the held change (`held.revision`) and its diff",
-            ),
-            Error::Grant(e) => {
-                let message = match &e {
-                    crate::grants::GrantError::Store(err) => {
-                        tracing::error!(error = %err, "grant store failed");
-                        "the data store failed; nothing was changed".to_owned()
-                    }
-                    other => other.to_string(),
-                };
-                plain(code, &message, code.hint())
+            Error::Grant(crate::grants::GrantError::Store(err)) => {
+                tracing::error!(error = %err, "grant store failed");
+                plain()
             }
-            Error::Coded { message, .. } => plain(code, &message, code.hint()),
-            Error::UnknownGate => plain(
-                code,
-                "no such gate; the gates are input, context, tool_call, output and stream",
-                "POST /v1/gates/{input|context|tool_call|output|stream}",
-            ),
-            Error::GatesUnavailable => plain(
-                code,
-                "the redaction detectors are not available, so content cannot be screened (fail closed)",
-                "operators: see the logs at startup for why the detectors failed to build",
-            ),
-            Error::Stream(e) => plain(
-                code,
-                &e.to_string(),
-                "send each stream's chunks in order and end it with `\"final\": true`",
-            ),
             Error::RateLimited { body, limited } => {
-                let per = match limited.quota.per {
-                    Per::Bucket => "burst".to_owned(),
-                    window => format!("per {}", window.as_str()),
-                };
-                let message = format!(
-                    "rate limit reached ({} calls {per}, scope {}); retry in {} s",
-                    limited.quota.limit,
-                    match limited.quota.scope {
-                        Scope::PrincipalTool => "principal and tool",
-                        Scope::Principal => "principal",
-                        Scope::Global => "all callers",
-                    },
-                    limited.retry_after_secs
-                );
                 let out = RateLimitedBody {
                     error: code,
                     retry_after: limited.retry_after_secs,
                     message,
-                    suggestion: "wait `retry_after` seconds before calling again; do not retry in a loop",
+                    suggestion: &suggestion,
                     scope: limited.quota.scope,
                     per: limited.quota.per,
                     decision: &body,
@@ -338,16 +215,11 @@ impl IntoResponse for Error {
                 resp
             }
             Error::TooManyPendingApprovals { body, full } => {
-                let (message, suggestion) = body
-                    .errors
-                    .first()
-                    .map(|e| (e.message.clone(), e.suggestion.as_str()))
-                    .unwrap_or_else(|| (full.to_string(), "wait before calling again"));
                 let out = PendingFullBody {
                     error: code,
                     retry_after: full.retry_after_secs,
                     message,
-                    suggestion,
+                    suggestion: &suggestion,
                     scope: full.scope,
                     limit: full.limit,
                     pending: full.pending,
@@ -360,11 +232,6 @@ impl IntoResponse for Error {
                 );
                 resp
             }
-            Error::NotReady => plain(
-                code,
-                "no valid policy set is loaded",
-                "fix the policies (run `toolgate validate`)",
-            ),
             Error::Execution(refusal, body) => {
                 let status = match refusal {
                     Refusal::Denied => StatusCode::FORBIDDEN,
@@ -375,6 +242,7 @@ impl IntoResponse for Error {
                 };
                 (status, Json(body)).into_response()
             }
+            _ => plain(),
         }
     }
 }

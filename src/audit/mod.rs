@@ -33,5 +33,5 @@ pub use record::{
 pub use ship::ShipSettings;
 pub(crate) use store::SledAudit;
 pub use store::{AuditStore, Query, Stored};
-pub use verify::{Verdict as ChainVerdict, verify, verify_through};
+pub use verify::{ChainVerdict, verify, verify_through};
 pub use writer::{Audit, Durability, MAX_COMMIT, Pruned, Retention, ShipStats};

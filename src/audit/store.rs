@@ -1076,7 +1076,7 @@ mod tests {
     }
 
     use super::*;
-    use crate::audit::{Chain, GENESIS, verify::Verdict, verify::verify};
+    use crate::audit::{Chain, GENESIS, verify::ChainVerdict, verify::verify};
 
     fn entry(n: u64) -> Entry {
         Entry {
@@ -1161,7 +1161,7 @@ mod tests {
         assert_eq!(store.query(&q).unwrap(), [r3, r2, r1]);
         assert!(matches!(
             verify(&store, &chain, None).unwrap(),
-            Verdict::Intact { records: 3, .. }
+            ChainVerdict::Intact { records: 3, .. }
         ));
     }
 
@@ -1178,7 +1178,7 @@ mod tests {
             .insert(log_key(1), vec![DEFLATED, 0xff, 0x00, 0x12])
             .unwrap();
         match verify(&store, &chain, None).unwrap() {
-            Verdict::Broken { seq: 1, why } => assert!(why.contains("inflate"), "{why}"),
+            ChainVerdict::Broken { seq: 1, why } => assert!(why.contains("inflate"), "{why}"),
             other => panic!("{other:?}"),
         }
     }

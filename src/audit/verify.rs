@@ -16,7 +16,7 @@ const PAGE: usize = 4096;
 /// What a walk found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "result", rename_all = "snake_case")]
-pub enum Verdict {
+pub enum ChainVerdict {
     /// Every link holds.
     Intact {
         /// Records checked.
@@ -45,7 +45,7 @@ pub fn verify(
     store: &dyn AuditStore,
     chain: &Chain,
     anchor: Option<&Head>,
-) -> Result<Verdict, StoreError> {
+) -> Result<ChainVerdict, StoreError> {
     walk(store, chain, anchor, None)
 }
 
@@ -55,12 +55,12 @@ pub fn verify_through(
     store: &dyn AuditStore,
     chain: &Chain,
     through: u64,
-) -> Result<Verdict, StoreError> {
+) -> Result<ChainVerdict, StoreError> {
     walk(store, chain, None, Some(through))
 }
 
-fn broken(seq: u64, why: String) -> Result<Verdict, StoreError> {
-    Ok(Verdict::Broken { seq, why })
+fn broken(seq: u64, why: String) -> Result<ChainVerdict, StoreError> {
+    Ok(ChainVerdict::Broken { seq, why })
 }
 
 fn walk(
@@ -68,7 +68,7 @@ fn walk(
     chain: &Chain,
     anchor: Option<&Head>,
     stop: Option<u64>,
-) -> Result<Verdict, StoreError> {
+) -> Result<ChainVerdict, StoreError> {
     let checkpoint = store.checkpoint()?;
     let (first, mut prev) = match &checkpoint {
         Some(cp) if !chain.checkpoint_holds(cp) => {
@@ -233,7 +233,7 @@ fn walk(
             ),
         );
     }
-    Ok(Verdict::Intact {
+    Ok(ChainVerdict::Intact {
         unlabelled,
         keyed,
         records: last + 1 - first,

@@ -23,7 +23,7 @@ use super::event::{Event, Sidecar};
 use super::ledger::Effect;
 use super::record::{Chain, Checkpoint, Entry, EntryKind, GENESIS, Head};
 use super::store::AuditStore;
-use super::verify::Verdict as ChainVerdict;
+use super::verify::ChainVerdict;
 use crate::clock::now_ms;
 
 /// Most entries one batch holds.

@@ -288,7 +288,10 @@ fn supervise(spec: &LaunchSpec, out: &mut Outcome) -> Result<(), String> {
         // sockets: the launcher then lies outside the program's domain, so the program can
         // neither signal, nor ptrace, nor read `/proc` of its launcher, even as the same
         // user (which would end the deadline and the cleanup).
-        #[allow(unsafe_code)]
+        #[allow(
+            unsafe_code,
+            reason = "pre_exec is the only hook between fork and exec for the Landlock layer"
+        )]
         // SAFETY: the launcher is single-threaded (`exec-child` is dispatched before anything
         // starts a thread), so the forked child may allocate; the hook only builds a ruleset
         // and makes Landlock's syscalls, and reports failure as an error (no run then).
@@ -384,7 +387,10 @@ fn supervise(spec: &LaunchSpec, out: &mut Outcome) -> Result<(), String> {
 /// A probe that cannot mount it reports `shared`, so runs go on without a PID namespace.
 fn first_process(probe: bool, out: &mut Outcome) -> Result<Pid, String> {
     use nix::unistd::{ForkResult, fork};
-    #[allow(unsafe_code)]
+    #[allow(
+        unsafe_code,
+        reason = "the PID namespace's first process needs a bare fork, which std does not offer"
+    )]
     // SAFETY: the launcher is single-threaded here (`exec-child` is dispatched before
     // anything starts a thread, and the session's thread starts later, in the child).
     let forked = unsafe { fork() };

@@ -7,7 +7,7 @@
 //!
 //! Owns: the `[exec]` settings, the runner, the launcher protocol ([`launch`]) and the
 //! probe of what this machine enforces (shown by `/readyz`). Does not own: the decision, the
-//! output gate or the audit record (see `api::execute`).
+//! output gate or the audit record (see `gateway::execute`).
 
 mod cgroup;
 pub mod launch;

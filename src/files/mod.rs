@@ -7,7 +7,7 @@
 //! Owns: the tools' arguments, their work on the file system, their error codes
 //! ([`FileError::code`]) and suggestions, atomic replacement and the per-file locks
 //! ([`Locks`]). Does not own: the decision, the output gate or the audit record (see
-//! `api::execute`), which treat these tools like any other.
+//! `gateway::execute`), which treat these tools like any other.
 
 pub mod edit;
 mod lock;

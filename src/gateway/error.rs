@@ -2,6 +2,8 @@
 //! ([`Error::code`]). Front ends map it to their protocol (the HTTP status table is in
 //! `api::error`). Internal details are logged where they happen, never sent.
 
+use std::borrow::Cow;
+
 use crate::codes::Code;
 
 /// Why `/v1/execute` did not run a tool.
@@ -126,17 +128,12 @@ pub enum Error {
 
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let code = self.code();
-        match self {
-            Error::BadRequest { message, .. } => write!(f, "{code}: {message}"),
-            Error::Forbidden(m) => write!(f, "{code}: {m}"),
-            Error::NotEligible(m) => write!(f, "{code}: {m}"),
-            Error::Refused(a) => write!(f, "{code}: {}", a.message),
-            Error::HeldFull(full) => write!(f, "{code}: {full}"),
-            _ => f.write_str(code.as_str()),
-        }
+        write!(f, "{}: {}", self.code(), self.message())
     }
 }
+
+/// What a failed data store says: nothing about the failure itself (that is logged).
+const STORE_FAILED: &str = "the data store failed; nothing was changed";
 
 impl Error {
     /// The stable code callers see in `error` (and in logs).
@@ -182,6 +179,123 @@ impl Error {
             Error::Stream(crate::redact::StreamError::Blocked) => Code::StreamBlocked,
             // The run's own code when it has one (`path_denied`, `execution_off`, …).
             Error::Execution(r, answer) => answer.error.as_ref().map_or(r.code(), |e| e.code),
+        }
+    }
+
+    /// What went wrong, as the sentence every front end answers (HTTP's `message`, an MCP
+    /// tool result's text): the same words whichever door the caller came through.
+    pub fn message(&self) -> Cow<'_, str> {
+        use crate::grants::GrantError;
+        let first = |errors: &[crate::authz::Advice]| errors.first().map(|a| a.message.clone());
+        match self {
+            Error::BadRequest { message, .. }
+            | Error::ApprovalConflict { message, .. }
+            | Error::Coded { message, .. } => Cow::Borrowed(message),
+            Error::Forbidden(message) => Cow::Borrowed(message),
+            Error::NotEligible(message) => Cow::Borrowed(message),
+            Error::Refused(advice) => Cow::Borrowed(&advice.message),
+            Error::PayloadTooLarge => "the request body is larger than the configured limit".into(),
+            Error::BodyTimeout => "the request body did not arrive in time".into(),
+            Error::TooManyConnections => "every connection slot holds a request in progress".into(),
+            Error::HeldFull(full) => full.to_string().into(),
+            Error::UnsupportedMediaType => "the body must be JSON".into(),
+            Error::NotFound => "no such route".into(),
+            Error::MethodNotAllowed => "this route does not accept that method".into(),
+            Error::NotReady => "no valid policy set is loaded".into(),
+            Error::StoreUnavailable | Error::Grant(GrantError::Store(_)) => STORE_FAILED.into(),
+            Error::ApprovalNotFound => "no approval with this id is visible to you".into(),
+            Error::KillSwitchForced(by) => format!("the kill switch is forced on by {by}").into(),
+            Error::NotQuarantined(agent) => format!("{agent} is not quarantined").into(),
+            Error::Held(e) => e.to_string().into(),
+            Error::Grant(e) => e.to_string().into(),
+            Error::UnknownGate => {
+                "no such gate; the gates are input, context, tool_call, output and stream".into()
+            }
+            Error::GatesUnavailable => "the redaction detectors are not available, so content cannot be screened (fail closed)".into(),
+            Error::Stream(e) => e.to_string().into(),
+            Error::RateLimited { limited, .. } => {
+                let per = match limited.quota.per {
+                    crate::limits::Per::Bucket => "burst".to_owned(),
+                    window => format!("per {}", window.as_str()),
+                };
+                let scope = match limited.quota.scope {
+                    crate::limits::Scope::PrincipalTool => "principal and tool",
+                    crate::limits::Scope::Principal => "principal",
+                    crate::limits::Scope::Global => "all callers",
+                };
+                format!(
+                    "rate limit reached ({} calls {per}, scope {scope}); retry in {} s",
+                    limited.quota.limit, limited.retry_after_secs
+                )
+                .into()
+            }
+            Error::TooManyPendingApprovals { body, full } => {
+                first(&body.errors).unwrap_or_else(|| full.to_string()).into()
+            }
+            Error::Unauthenticated(body) | Error::AuditUnavailable(body) => first(&body.errors)
+                .map_or_else(|| self.code().meaning().into(), Cow::Owned),
+            Error::Execution(_, answer) => answer
+                .error
+                .as_ref()
+                .map_or_else(|| self.code().meaning().into(), |e| Cow::Borrowed(e.message.as_str())),
+        }
+    }
+
+    /// What the caller can do about it, beside [`Error::message`].
+    pub fn suggestion(&self) -> Cow<'_, str> {
+        use crate::limits::HeldFull;
+        let first = |errors: &[crate::authz::Advice]| errors.first().map(|a| a.suggestion.clone());
+        let code = self.code();
+        match self {
+            Error::BadRequest { suggestion, .. } => (*suggestion).into(),
+            Error::Refused(advice) => Cow::Borrowed(&advice.suggestion),
+            Error::PayloadTooLarge => {
+                "send smaller arguments; the limit is `max_body_bytes` in the config".into()
+            }
+            Error::BodyTimeout => "send the whole body at once; the limit is `server.body_timeout_ms` in the config".into(),
+            Error::TooManyConnections => "retry shortly; operators: the limit is `server.max_connections` in the config".into(),
+            Error::HeldFull(HeldFull::Principal { .. }) => "end a request you hold open (close a stream, let a long poll return) before opening another; do not retry in a loop".into(),
+            Error::HeldFull(HeldFull::Agents { .. }) => "retry shortly; operators: see `server.max_connections` and `server.reserved_connections`".into(),
+            Error::UnsupportedMediaType => "send `Content-Type: application/json`".into(),
+            Error::NotFound | Error::MethodNotAllowed => "see docs/openapi.json for the routes".into(),
+            Error::NotReady => "fix the policies (run `toolgate validate`)".into(),
+            Error::StoreUnavailable => "retry later; operators: see /readyz and the logs".into(),
+            Error::ApprovalNotFound => {
+                "use the `approval_id` from a pending_approval decision".into()
+            }
+            Error::ApprovalConflict { .. } => {
+                "ask the agent to send the call again for a new approval".into()
+            }
+            Error::NotEligible(_) => {
+                "ask an approver that the policies make eligible for this tool's risk tier".into()
+            }
+            Error::KillSwitchForced(_) => "remove `kill_switch = true` from the config or TOOLGATE_KILL_SWITCH from the environment, then restart".into(),
+            Error::NotQuarantined(_) => {
+                "see GET /v1/admin/quarantine for the quarantined agents".into()
+            }
+            Error::Held(_) => {
+                "GET /v1/policies shows the held change (`held.revision`) and its diff".into()
+            }
+            Error::UnknownGate => "POST /v1/gates/{input|context|tool_call|output|stream}".into(),
+            Error::GatesUnavailable => {
+                "operators: see the logs at startup for why the detectors failed to build".into()
+            }
+            Error::Stream(_) => {
+                "send each stream's chunks in order and end it with `\"final\": true`".into()
+            }
+            Error::RateLimited { .. } => {
+                "wait `retry_after` seconds before calling again; do not retry in a loop".into()
+            }
+            Error::TooManyPendingApprovals { body, .. } => first(&body.errors)
+                .map_or_else(|| "wait before calling again".into(), Cow::Owned),
+            Error::Unauthenticated(body) | Error::AuditUnavailable(body) => {
+                first(&body.errors).map_or_else(|| code.hint().into(), Cow::Owned)
+            }
+            Error::Execution(_, answer) => answer
+                .error
+                .as_ref()
+                .map_or_else(|| code.hint().into(), |e| Cow::Borrowed(e.suggestion.as_str())),
+            Error::Forbidden(_) | Error::Grant(_) | Error::Coded { .. } => code.hint().into(),
         }
     }
 

@@ -16,7 +16,7 @@ use crate::telemetry::spans;
 pub(super) const MARKER_ROOM: usize = 64;
 
 /// What the output screen means for an answer.
-pub(super) struct Verdict {
+pub(super) struct Screening {
     /// The failure it makes: the `outputSchema` mismatch, or the gate's block.
     pub(super) failure: Option<ExecFailure>,
     pub(super) report: OutputReport,
@@ -36,7 +36,7 @@ pub(super) async fn screen_output(
     fields: Option<crate::tools::FieldPolicy>,
     cap: usize,
     stderr: Option<String>,
-) -> Result<(Verdict, String), Error> {
+) -> Result<(Screening, String), Error> {
     let Some(gates) = state.gates.clone() else {
         return Err(Error::GatesUnavailable);
     };
@@ -103,7 +103,7 @@ pub(super) fn outcome_on_record(
     status
 }
 
-fn verdict(screened: super::results::ResultAnswer) -> Verdict {
+fn verdict(screened: super::results::ResultAnswer) -> Screening {
     let failure = if let Some(e) = screened.errors.first() {
         Some(ExecFailure {
             code: e.code,
@@ -122,7 +122,7 @@ fn verdict(screened: super::results::ResultAnswer) -> Verdict {
     } else {
         None
     };
-    Verdict {
+    Screening {
         failure,
         truncated: screened.truncated,
         data: screened.output,
@@ -138,7 +138,7 @@ fn verdict(screened: super::results::ResultAnswer) -> Verdict {
 
 impl ExecAnswer {
     /// A finished run's answer: its screened output, and `metadata` with the cap's cut.
-    pub(super) fn screened(status: &'static str, verdict: Verdict, metadata: Metadata) -> Self {
+    pub(super) fn screened(status: &'static str, verdict: Screening, metadata: Metadata) -> Self {
         ExecAnswer {
             status,
             data: verdict.data,

@@ -68,11 +68,11 @@ pub(super) fn to_result(answer: Result<(Progress, ExecAnswer), Error>) -> CallTo
         Ok((Progress::Done, a)) => done(a),
         Err(Error::Execution(_, a)) => done(*a),
         Err(e) => {
-            let code = e.code();
+            let (code, message, suggestion) = (e.code(), e.message(), e.suggestion());
             error_result(
-                &format!("toolgate refused the call ({code}): {e}"),
-                json!({"decision": "deny", "code": code, "message": e.to_string(),
-                       "suggestion": code.hint()}),
+                &format!("toolgate refused the call ({code}): {message}. {suggestion}"),
+                json!({"decision": "deny", "code": code, "message": message,
+                       "suggestion": suggestion}),
             )
         }
     }
@@ -131,4 +131,53 @@ pub(super) fn done(a: ExecAnswer) -> CallToolResult {
 /// again for peers on older revisions).
 pub(super) fn built<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, McpError> {
     serde_json::from_value(v).map_err(|e| McpError::internal_error(e.to_string(), None))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An MCP agent reads the same sentence and suggestion an HTTP caller gets, not the bare
+    /// code (`store_unavailable: store_unavailable` before).
+    #[test]
+    fn a_refusal_reads_as_the_sentence_http_answers() {
+        for e in [
+            Error::StoreUnavailable,
+            Error::GatesUnavailable,
+            Error::NotReady,
+        ] {
+            let (code, message, suggestion) = (
+                e.code(),
+                e.message().into_owned(),
+                e.suggestion().into_owned(),
+            );
+            assert_ne!(message, code.as_str());
+            let r = to_result(Err(e));
+            assert_eq!(r.is_error, Some(true));
+            let v = serde_json::to_value(&r).unwrap();
+            let text = v["content"][0]["text"].as_str().unwrap();
+            assert!(
+                text.contains(&message) && text.contains(&suggestion),
+                "{text}"
+            );
+            assert_eq!(
+                v["structuredContent"]["toolgate"]["message"],
+                message.as_str(),
+                "{v}"
+            );
+            assert_eq!(
+                v["structuredContent"]["toolgate"]["suggestion"],
+                suggestion.as_str(),
+                "{v}"
+            );
+        }
+        let store = to_result(Err(Error::StoreUnavailable));
+        let text = serde_json::to_value(&store).unwrap()["content"][0]["text"].clone();
+        assert!(
+            text.as_str()
+                .unwrap()
+                .contains("the data store failed; nothing was changed"),
+            "{text}"
+        );
+    }
 }

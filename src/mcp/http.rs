@@ -171,7 +171,8 @@ impl McpHttp {
                 return answer(StatusCode::UNAUTHORIZED, "application/json", body, true);
             }
             Err(e) => {
-                let body = serde_json::json!({"error": e.code(), "message": e.to_string()});
+                let body = serde_json::json!({"error": e.code(), "message": e.message(),
+                    "suggestion": e.suggestion()});
                 return answer(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "application/json",
@@ -210,11 +211,7 @@ impl McpHttp {
                 crate::limits::HeldKind::Stream,
             ) {
                 Ok(permit) => Some(permit),
-                Err(crate::gateway::Error::HeldFull(full)) => {
-                    let code = crate::gateway::Error::HeldFull(full.clone()).code();
-                    return refused(code, &full.to_string());
-                }
-                Err(e) => return refused(e.code(), &e.to_string()),
+                Err(e) => return refused(e.code(), &e.message()),
             }
         } else {
             None

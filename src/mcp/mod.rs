@@ -92,8 +92,7 @@ impl HoldSlot {
         }
         let held = match crate::gateway::hold(gw, who, crate::limits::HeldKind::Call) {
             Ok(permit) => permit,
-            Err(Error::HeldFull(full)) => return Err(Some(full.to_string())),
-            Err(e) => return Err(Some(e.to_string())),
+            Err(e) => return Err(Some(e.message().into_owned())),
         };
         holds.insert(id.to_owned());
         Ok(HoldSlot {

@@ -135,8 +135,9 @@ const HIDDEN_UNICODE: &str = "hidden-unicode";
 #[error("redaction detectors: {0}")]
 pub struct RedactError(String);
 
-/// A candidate's verdict, relative to where it starts: the accepted span's offset and length.
-type Verdict = Option<(isize, usize)>;
+/// Where a candidate is cut, relative to where it starts: the accepted span's offset and length
+/// (`None`: not accepted).
+type Cut = Option<(isize, usize)>;
 
 /// One compiled detector: a built-in row or one from config.
 struct Row {
@@ -444,7 +445,7 @@ impl Redactor {
                         .map(|(s, e)| (m_start, start + s, start + e)),
                 });
             // A value seen before in this text gets the same verdict (logs repeat a line).
-            let mut seen: Option<(usize, usize, Verdict)> = None;
+            let mut seen: Option<(usize, usize, Cut)> = None;
             for (match_start, start, end) in spans {
                 if row
                     .custom
