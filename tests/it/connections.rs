@@ -242,8 +242,11 @@ fn holds_under(kind: Kind) {
         counts.closed_by_server >= FLOOD - CAP,
         "the cap let more than {CAP} flooding connections stay: {counts:?}"
     );
+    // A server the flood takes down stops answering (2 s timeouts, before the connection
+    // front end); one that holds answers at once. The bound leaves room for the slowest of 20
+    // durable decisions: one `fdatasync` took 109 ms while the whole suite ran on two cores.
     assert!(
-        health < Duration::from_millis(100) && decide < Duration::from_millis(100),
+        health < Duration::from_millis(1000) && decide < Duration::from_millis(1000),
         "slowest /healthz {health:?}, slowest /v1/authorize {decide:?}"
     );
 }
