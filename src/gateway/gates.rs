@@ -106,16 +106,7 @@ pub async fn screen_content(
     // A small body is scanned on the worker (tens of microseconds, less than the two thread
     // hand-offs a blocking task costs); a large one off the workers.
     let span = crate::telemetry::spans::guardrail(gate.as_str());
-    let screened = if small {
-        // A scan that panics is refused (fail closed), as on the blocking pool.
-        span.in_scope(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)))
-            .map_err(|_| {
-                tracing::error!("content scan failed; refusing to answer");
-                Error::GatesUnavailable
-            })?
-    } else {
-        tracing::Instrument::instrument(off_workers(work), span.clone()).await?
-    };
+    let screened = scan_in(small, &span, work).await?;
     if !span.is_disabled() {
         let kinds = screened
             .violations
@@ -237,6 +228,23 @@ pub fn screen_note(state: &Gateway, note: Option<String>) -> Option<String> {
             None => "<note withheld: redaction unavailable>".to_owned(),
         }
     })
+}
+
+/// Runs `scan` in `span`: in place when `small`, else on the blocking pool ([`off_workers`]).
+/// Either way a scan that panics is refused (fail closed).
+pub(super) async fn scan_in<T: Send + 'static>(
+    small: bool,
+    span: &tracing::Span,
+    scan: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Error> {
+    if !small {
+        return tracing::Instrument::instrument(off_workers(scan), span.clone()).await;
+    }
+    span.in_scope(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(scan)))
+        .map_err(|_| {
+            tracing::error!("content scan failed; refusing to answer");
+            Error::GatesUnavailable
+        })
 }
 
 /// Runs a scan on the blocking pool: a large body takes milliseconds, which must not hold up

@@ -3,7 +3,6 @@
 //! and what it means for the answer and the run's record.
 
 use serde_json::Value;
-use tracing::Instrument as _;
 
 use super::body::{ExecAnswer, ExecFailure, Metadata, OutputReport};
 use super::{Error, Gateway};
@@ -59,17 +58,7 @@ pub(super) async fn screen_output(
     // A small output is screened in place (microseconds); a large one on the blocking pool.
     // Either way a scan that panics is refused (fail closed).
     let span = spans::guardrail(crate::redact::Gate::Output.as_str());
-    let (screened, stderr) = if small {
-        span.in_scope(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(scan)))
-            .map_err(|_| {
-                tracing::error!("content scan failed; refusing to answer");
-                Error::GatesUnavailable
-            })?
-    } else {
-        super::gates::off_workers(scan)
-            .instrument(span.clone())
-            .await?
-    };
+    let (screened, stderr) = super::gates::scan_in(small, &span, scan).await?;
     super::results::traced(&span, &screened);
     state.metrics.gate(
         crate::redact::Gate::Output.as_str(),
