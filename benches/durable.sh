@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # What a durable answer costs, against its floor, in one run on one disk:
-#   - fdatasync floor: one ~640-byte append + fdatasync (benches/fdatasync_floor.rs), in the
-#     same directory the sidecar's data lives in;
+#   - fdatasync floors (benches/fdatasync_floor.rs), in the directory the sidecar's data
+#     lives in: one ~640-byte append + fdatasync, and one ~640-byte overwrite of a file
+#     written and made durable ahead + fdatasync (the ledger's layout: the ratio uses it);
 #   - axum floor: a fixed JSON answer to the same POST (benches/echo_floor.rs);
 #   - toolgate with `[audit] sync = "off"`: HTTP + decision, no record (measurement only);
 #   - toolgate with `sync = "group"` (the default): each answer waits for the fdatasync of
 #     the ledger frame holding its record.
-# Target (issue 21): durable p50 at one connection <= 1.3 x (off p50 + fdatasync p50), where
-# off p50 is the axum floor plus the decision.
+# Target (issues 21, 46): durable p50 at one connection <= 1.3 x (off p50 + the overwrite
+# fdatasync p50), where off p50 is the axum floor plus the decision.
 #
-# Usage: benches/durable.sh [DATA_PARENT]   (ROUNDS=3 DURATION=5; medians reported)
+# Usage: benches/durable.sh [DATA_PARENT]   (ROUNDS=3 DURATION=5 BIN_DIR=; medians reported)
 # Needs wrk (apt-get install wrk). Traffic stays on 127.0.0.1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,8 +18,11 @@ cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5}
 P_TG=18191 P_OFF=18192 P_FLOOR=18193
-cargo build --release --quiet --bin toolgate --example echo_floor --example fdatasync_floor
-bin=target/release
+# BIN_DIR: binaries built elsewhere (toolgate and examples/ below it); built here otherwise.
+if [ -z "${BIN_DIR:-}" ]; then
+  cargo build --release --quiet --bin toolgate --example echo_floor --example fdatasync_floor
+fi
+bin=${BIN_DIR:-target/release}
 work=$(mktemp -d "${1:-${TMPDIR:-/tmp}}/toolgate-durable.XXXXXX")
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
@@ -54,16 +58,20 @@ done
 
 declare -A R
 for _ in $(seq "$ROUNDS"); do
-  read -r sync _ <<<"$("$bin/examples/fdatasync_floor" "$work/floor" 2000 640)"
+  read -r sync _ <<<"$("$bin/examples/fdatasync_floor" "$work/floor" 2000 640 overwrite)"
   R[sync]+="$sync "
+  read -r append _ <<<"$("$bin/examples/fdatasync_floor" "$work/floor" 2000 640 append)"
+  R[append]+="$append "
   R[floor]+="$(p50 $P_FLOOR) "
   R[off]+="$(p50 $P_OFF) "
   R[tg]+="$(p50 $P_TG) "
 done
 m() { echo "${R[$1]}" | tr ' ' '\n' | grep . | median; }
-sync=$(m sync) floor=$(m floor) off=$(m off) tg=$(m tg)
+sync=$(m sync) append=$(m append) floor=$(m floor) off=$(m off) tg=$(m tg)
+echo "runs: $ROUNDS x ${DURATION}s; per run: overwrite ${R[sync]}| off ${R[off]}| group ${R[tg]}"
 echo "disk: $(df -h "$work" | awk 'NR==2{print $1" ("$2")"}')"
-printf '%-44s %8s µs\n' "append + fdatasync (floor)" "$sync" "axum echo (floor)" "$floor" \
+printf '%-52s %8s µs\n' "append + fdatasync" "$append" \
+  "overwrite + fdatasync (floor: the ledger's layout)" "$sync" "axum echo (floor)" "$floor" \
   "toolgate, audit off (axum + decision)" "$off" "toolgate, audit group (durable)" "$tg"
 awk -v tg="$tg" -v off="$off" -v s="$sync" -v f="$floor" 'BEGIN {
   printf "durable p50 / (off p50 + fdatasync p50) = %.0f / %.0f = %.2fx (target <= 1.3x)\n", tg, off + s, tg / (off + s);

@@ -5,7 +5,7 @@
 //! file's metadata, and runs the real `fsync` later, in the background. So an acknowledged
 //! record would rest on a promise sled does not keep. Here a batch is one frame written to
 //! `<data_dir>/ledger/wal` and made durable with `fdatasync` before anyone is answered; sled
-//! then applies it (record, index and state in one transaction) without flushing. At start,
+//! then applies it without flushing (a batch with state changes in one transaction). At start,
 //! frames sled lacks are applied again, so sled is an index and a cache of state that can
 //! always be rebuilt from the ledger's tail. The ledger is emptied once sled is durable past
 //! it (`sled flush`, then an `fsync` of each of its files).

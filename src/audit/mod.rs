@@ -4,6 +4,7 @@
 //! ([`Effect`]s) the records attest, checked by [`verify()`], under the HMAC keys of
 //! [`keys`].
 
+mod apply;
 mod attest;
 mod cell;
 mod error;

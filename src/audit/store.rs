@@ -18,6 +18,7 @@ use serde::Serialize;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use super::apply::{self, Applier};
 use super::cell::SledCell;
 use super::error::StoreError;
 use super::ledger::{self, Effect, Frame, Ledger};
@@ -203,10 +204,13 @@ impl Query {
 pub(crate) struct SledAudit {
     cell: Arc<SledCell>,
     /// sled failed a write and keeps failing until reopened: the next append reopens it.
-    broken: std::sync::atomic::AtomicBool,
-    /// Held while sled applies a batch whose callers were answered early, so that a read
-    /// after an answer sees its record (reads wait for the apply in progress).
+    broken: Arc<std::sync::atomic::AtomicBool>,
+    /// Held while sled applies a batch on the writer's thread (one with state changes), so
+    /// that a read after an answer sees its record (reads wait for the apply in progress).
     applying: std::sync::Mutex<()>,
+    /// Applies batches whose callers were answered early, off the writer's thread (with a
+    /// ledger only); reads wait for it too.
+    applier: Option<Applier<BlockWork>>,
     /// No reopen is tried before this (a failed one backs off, so a store that cannot be
     /// reopened yet costs each batch one check, not a reopen).
     next_reopen: std::sync::Mutex<Option<std::time::Instant>>,
@@ -274,9 +278,10 @@ impl SledAudit {
         cell.tree(TREE)?;
         Ok(SledAudit {
             cell,
-            broken: std::sync::atomic::AtomicBool::new(false),
+            broken: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             next_reopen: std::sync::Mutex::new(None),
             applying: std::sync::Mutex::new(()),
+            applier: None,
             ledger: None,
             written: std::sync::atomic::AtomicU64::new(0),
             reserve: 0,
@@ -308,6 +313,11 @@ impl SledAudit {
         store.check_frames(dir, &frames, keys)?;
         store.replay(&mut ledger, frames)?;
         store.ledger = Some(std::sync::Mutex::new(ledger));
+        let cell = store.cell.clone();
+        store.applier = Some(Applier::start(
+            Box::new(move |works| apply_blocks(&cell, works)),
+            store.broken.clone(),
+        )?);
         Ok(store)
     }
 
@@ -486,6 +496,15 @@ impl SledAudit {
 
     /// Stores one block (with its index entries) and applies `effects`, in one sled
     /// transaction when there are effects.
+    ///
+    /// Without effects, the index entries and then the block are inserted one by one, not
+    /// as a sled batch: sled writes its whole IO buffer to disk (`pwrite` and a waiting
+    /// `sync_file_range`, twice) around every batch or transaction, so a batch per decision
+    /// put two device writes beside each ledger `fdatasync`. One by one, sled writes only
+    /// when its buffer fills or at the ledger's checkpoint flush. Nothing is lost by it:
+    /// readers wait for `settled`, and sled recovers a prefix of its writes, so a
+    /// block it recovers has its index entries; a block it lost is in the ledger, which
+    /// applies every frame past the newest stored block again.
     fn commit(
         &self,
         first: u64,
@@ -493,15 +512,16 @@ impl SledAudit {
         batch: &[Record],
         effects: &[Effect],
     ) -> Result<(), StoreError> {
-        let mut b = sled::Batch::default();
-        b.insert(&log_key(first), block);
-        for ((field, value), offsets) in postings(batch) {
-            let mut k = index_prefix(field, value);
-            k.extend_from_slice(&first.to_be_bytes());
-            b.insert(k, offsets);
-        }
+        let work = block_work(first, block, batch);
         if effects.is_empty() {
-            return self.tree()?.apply_batch(b).map_err(StoreError::from_sled);
+            return apply_blocks(&self.cell, vec![work]);
+        }
+        fail::fail_point!("store-apply-error", |_| Err(StoreError(
+            "injected store failure (TOOLGATE_FAILPOINTS)".to_owned()
+        )));
+        let mut b = sled::Batch::default();
+        for (k, v) in group_puts(vec![work])? {
+            b.insert(k, v);
         }
         self.transact(Some(&b), effects)
     }
@@ -573,7 +593,9 @@ impl SledAudit {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.check_space(&ledger)?;
-        if self.broken.load(Ordering::Relaxed) {
+        if self.broken.load(Ordering::Acquire) {
+            // Not while the applier may still be writing to the store being reopened.
+            self.wait_applied();
             self.recover(&mut ledger)?;
         }
         fail::fail_point!("ledger-write-error", !effects.is_empty(), |_| Err(
@@ -608,6 +630,31 @@ impl SledAudit {
         fail::fail_point!("ledger-synced", !effects.is_empty(), |_| {
             std::process::abort()
         });
+        if effects.is_empty()
+            && let (Some(answer), Some(applier)) = (on_durable.as_mut(), &self.applier)
+        {
+            // Handed over before the answer, so a read after it waits for the apply.
+            let handed = applier.push(block_work(first, block, batch));
+            answer();
+            if let Err(work) = handed {
+                // The applier has stopped: applied here, as before there was one.
+                if let Err(e) = apply_blocks(&self.cell, vec![work]) {
+                    self.broken.store(true, Ordering::Release);
+                    tracing::error!(error = %e, "an acknowledged batch is in the ledger but not yet in the store; it is applied when the store is reopened");
+                }
+            }
+            self.empty_when_full(&mut ledger, last);
+            return Ok(());
+        }
+        // A batch whose callers wait for the store: everything before it is applied first
+        // (its failure is then seen here, and the order of applies is the ledger's).
+        self.wait_applied();
+        if self.broken.load(Ordering::Acquire) {
+            cut_back(&mut ledger);
+            return Err(StoreError(
+                "the store failed to apply an earlier batch; nothing changed, and the store is reopened with the next write".to_owned(),
+            ));
+        }
         let applying = self
             .applying
             .lock()
@@ -619,14 +666,7 @@ impl SledAudit {
             }
             _ => false,
         };
-        let committed = (|| {
-            // sled meeting a disk error (EIO, a read-only file system) fails the write and
-            // refuses everything after it (tests inject it).
-            fail::fail_point!("store-apply-error", |_| Err(StoreError(
-                "injected store failure (TOOLGATE_FAILPOINTS)".to_owned()
-            )));
-            self.commit(first, block, batch, effects)
-        })();
+        let committed = self.commit(first, block, batch, effects);
         drop(applying);
         if let Err(e) = committed {
             // sled refuses everything after a failed write until it is reopened: the next
@@ -640,23 +680,42 @@ impl SledAudit {
             cut_back(&mut ledger);
             return Err(e);
         }
-        if ledger.len() > LEDGER_LIMIT {
-            // sled durable past the ledger (its flush, then an fsync of each of its files), then empty it.
-            let emptied = self
-                .cell
-                .db()
-                .and_then(|db| db.flush().map_err(StoreError::from_sled))
-                .and_then(|_| ledger.sync_data_dir())
-                .and_then(|()| ledger.reset(last.saturating_add(1)));
-            if let Err(e) = emptied {
-                tracing::warn!(error = %e, "the ledger could not be emptied; it is kept and tried again");
-            }
-        }
+        self.empty_when_full(&mut ledger, last);
         Ok(())
+    }
+
+    /// Once the ledger holds [`LEDGER_LIMIT`]: everything applied, sled made durable past
+    /// the ledger (its flush, then an fsync of each of its files), then the ledger emptied.
+    fn empty_when_full(&self, ledger: &mut Ledger, last: u64) {
+        if ledger.len() <= LEDGER_LIMIT {
+            return;
+        }
+        self.wait_applied();
+        if self.broken.load(Ordering::Acquire) {
+            // Kept: the reopen applies it.
+            return;
+        }
+        let emptied = self
+            .cell
+            .db()
+            .and_then(|db| db.flush().map_err(StoreError::from_sled))
+            .and_then(|_| ledger.sync_data_dir())
+            .and_then(|()| ledger.reset(last.saturating_add(1)));
+        if let Err(e) = emptied {
+            tracing::warn!(error = %e, "the ledger could not be emptied; it is kept and tried again");
+        }
+    }
+
+    /// Waits until the applier has applied (or skipped) every batch handed to it.
+    fn wait_applied(&self) {
+        if let Some(applier) = &self.applier {
+            applier.wait();
+        }
     }
 
     /// Waits for a batch being applied after its callers were answered.
     fn settled(&self) {
+        self.wait_applied();
         drop(
             self.applying
                 .lock()
@@ -767,8 +826,136 @@ fn deflate_into(mut input: &[u8], out: &mut Vec<u8>) -> Result<(), StoreError> {
     })
 }
 
-/// The postings of `batch`: for each indexed (field, value), the offsets (from the batch's
-/// first record) of the records that carry it.
+/// Keys and values for sled, in the order they are inserted.
+type Puts = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// A batch as the applier takes it: its block (raw JSON lines, which may be merged with its
+/// neighbours', or deflated, stored as it is), and its index keys (field and value) with
+/// the offsets of the records that carry them.
+pub(crate) struct BlockWork {
+    first: u64,
+    last: u64,
+    count: usize,
+    block: Vec<u8>,
+    index: Vec<(Vec<u8>, Vec<u16>)>,
+}
+
+impl apply::Batch for BlockWork {
+    fn last(&self) -> u64 {
+        self.last
+    }
+    fn records(&self) -> usize {
+        self.count
+    }
+}
+
+fn block_work(first: u64, block: Vec<u8>, batch: &[Record]) -> BlockWork {
+    let index = postings(batch)
+        .into_iter()
+        .map(|((field, value), offsets)| {
+            let offsets = offsets
+                .chunks_exact(2)
+                .filter_map(|b| <[u8; 2]>::try_from(b).ok().map(u16::from_be_bytes))
+                .collect();
+            (index_prefix(field, value), offsets)
+        })
+        .collect();
+    BlockWork {
+        first,
+        last: batch.last().map_or(first, |r| r.seq),
+        count: batch.len(),
+        block,
+        index,
+    }
+}
+
+/// The sled entries of `group` (consecutive batches) stored as one block: its index
+/// entries, then the block, in the order they are inserted (sled recovers a prefix of its
+/// writes, so a block it recovers has its index entries).
+fn group_puts(group: Vec<BlockWork>) -> Result<Puts, StoreError> {
+    let first = group.first().map_or(0, |w| w.first);
+    let mut index: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    let mut base = 0u16;
+    let merged = group.len() > 1;
+    let mut lines = Vec::new();
+    let mut single = None;
+    for w in group {
+        for (prefix, offsets) in w.index {
+            let slot = index.entry(prefix).or_default();
+            for o in offsets {
+                slot.extend_from_slice(&o.saturating_add(base).to_be_bytes());
+            }
+        }
+        base = base.saturating_add(u16::try_from(w.count).unwrap_or(u16::MAX));
+        if merged {
+            if !lines.is_empty() {
+                lines.push(b'\n');
+            }
+            lines.extend_from_slice(&w.block);
+        } else {
+            single = Some(w.block);
+        }
+    }
+    let block = match single {
+        Some(block) => block,
+        None if lines.len() < COMPRESS_FROM => lines,
+        None => {
+            let mut out = vec![DEFLATED];
+            deflate_into(&lines, &mut out)?;
+            out
+        }
+    };
+    let mut puts: Puts = index
+        .into_iter()
+        .map(|(mut k, v)| {
+            k.extend_from_slice(&first.to_be_bytes());
+            (k, v)
+        })
+        .collect();
+    puts.push((log_key(first).to_vec(), block));
+    Ok(puts)
+}
+
+/// Applies `works` (consecutive batches, in order) to the log's tree: runs of small ones
+/// (raw JSON lines, numbered one after the other) become one block, up to [`MAX_BLOCK`]
+/// records and [`MERGE_BYTES`] of lines.
+fn apply_blocks(cell: &SledCell, works: Vec<BlockWork>) -> Result<(), StoreError> {
+    // sled meeting a disk error (EIO, a read-only file system) fails the write and refuses
+    // everything after it (tests inject it).
+    fail::fail_point!("store-apply-error", |_| Err(StoreError(
+        "injected store failure (TOOLGATE_FAILPOINTS)".to_owned()
+    )));
+    let tree = cell.tree(TREE)?;
+    let mut works = works.into_iter().peekable();
+    while let Some(w) = works.next() {
+        let raw = |w: &BlockWork| w.block.first() != Some(&DEFLATED);
+        let mut records = w.count;
+        let mut bytes = w.block.len();
+        let mut last = w.last;
+        let mergeable = raw(&w);
+        let mut group = vec![w];
+        while let Some(next) = works.peek()
+            && mergeable
+            && raw(next)
+            && next.first == last + 1
+            && records + next.count <= MAX_BLOCK
+            && bytes + next.block.len() < MERGE_BYTES
+        {
+            records += next.count;
+            bytes += next.block.len() + 1;
+            last = next.last;
+            group.extend(works.next());
+        }
+        for (k, v) in group_puts(group)? {
+            tree.insert(k, v).map_err(StoreError::from_sled)?;
+        }
+    }
+    Ok(())
+}
+
+/// Most bytes of JSON lines the applier merges into one block.
+const MERGE_BYTES: usize = 256 * 1024;
+
 fn postings(batch: &[Record]) -> BTreeMap<(&'static str, &str), Vec<u8>> {
     let mut out: BTreeMap<(&'static str, &str), Vec<u8>> = BTreeMap::new();
     for (offset, r) in batch.iter().enumerate() {
