@@ -135,28 +135,44 @@ impl<W: Batch> Applier<W> {
         }
         let mut p = lock.lock().unwrap_or_else(PoisonError::into_inner);
         while p.done < want {
-            p = cv.wait(p).unwrap_or_else(PoisonError::into_inner);
+            p = cv
+                .wait_timeout(p, std::time::Duration::from_millis(100))
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+            if p.done < want && self.stopped() {
+                // A thread that died (a panic in sled) never gets there: the reader goes on
+                // with what the store holds, and the ledger still holds the rest.
+                tracing::error!(
+                    "the audit store's applier stopped; recent records are in the ledger and applied at the next start"
+                );
+                return;
+            }
         }
+    }
+
+    /// Whether the thread has ended.
+    fn stopped(&self) -> bool {
+        self.thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .is_none_or(std::thread::JoinHandle::is_finished)
     }
 }
 
 impl<W: Batch> Drop for Applier<W> {
     fn drop(&mut self) {
-        drop(
-            self.tx
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take(),
-        );
-        if let Some(t) = self
-            .thread
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        {
-            t.thread().unpark();
-            let _ = t.join();
-        }
+        close(&self.tx, &self.thread);
+    }
+}
+
+/// Closes a worker thread's queue (`tx`) and waits for `thread` to finish what it holds
+/// (woken first, in case it sleeps while work gathers).
+pub(super) fn close<T>(tx: &Mutex<Option<T>>, thread: &Mutex<Option<std::thread::JoinHandle<()>>>) {
+    drop(tx.lock().unwrap_or_else(PoisonError::into_inner).take());
+    if let Some(t) = thread.lock().unwrap_or_else(PoisonError::into_inner).take() {
+        t.thread().unpark();
+        let _ = t.join();
     }
 }
 

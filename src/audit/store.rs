@@ -1275,6 +1275,82 @@ mod tests {
         }
     }
 
+    /// Batches answered early reach sled through the applier; a query right after the last
+    /// answer sees every record, with the index pointing at the right ones, and the chain
+    /// verifies. A run of small batches applied together is one block.
+    #[test]
+    fn batches_applied_behind_the_ledger_are_merged_and_read_back_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = crate::audit::cell::sled_config(&dir.path().join("db"), 1 << 20)
+            .open()
+            .unwrap();
+        let store = SledAudit::with_ledger(SledCell::new(db, None), dir.path(), 0, &[]).unwrap();
+        let chain = Chain::plain();
+        let mut prev = GENESIS.to_owned();
+        for seq in 1..=30u64 {
+            let mut e = entry(seq);
+            if seq % 3 == 0 {
+                e.decision = "deny".into();
+            }
+            let r = chain.seal(&prev, seq, e);
+            prev.clone_from(&r.hash);
+            let mut answered = false;
+            store
+                .append_early(&[r], &[], true, &mut || answered = true)
+                .unwrap();
+            assert!(answered, "batch {seq} was not answered once durable");
+        }
+        let denied = store
+            .query(&Query {
+                decision: Some("deny".into()),
+                limit: 100,
+                ..Query::default()
+            })
+            .unwrap();
+        let seqs: Vec<u64> = denied.iter().map(|r| r.seq).collect();
+        assert_eq!(seqs, (1..=10).rev().map(|i| i * 3).collect::<Vec<u64>>());
+        let all: Vec<u64> = store
+            .scan(0, usize::MAX)
+            .unwrap()
+            .into_iter()
+            .map(|s| s.record.unwrap().seq)
+            .collect();
+        assert_eq!(all, (1..=30).collect::<Vec<u64>>());
+        assert!(matches!(
+            verify(&store, &chain, None).unwrap(),
+            ChainVerdict::Intact { .. }
+        ));
+
+        // Gathered together, five one-record batches become one block.
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let merged = SledAudit::new(SledCell::new(db, None)).unwrap();
+        let mut prev = GENESIS.to_owned();
+        let mut works = Vec::new();
+        for seq in 1..=5u64 {
+            let r = chain.seal(&prev, seq, entry(seq));
+            prev.clone_from(&r.hash);
+            let batch = [r];
+            works.push(block_work(seq, encode_block(&batch).unwrap(), &batch));
+        }
+        apply_blocks(&merged.cell, works).unwrap();
+        assert_eq!(merged.tree().unwrap().scan_prefix([LOG]).count(), 1);
+        let found = merged
+            .query(&Query {
+                principal: Some("Agent::\"a\"".into()),
+                limit: 100,
+                ..Query::default()
+            })
+            .unwrap();
+        assert_eq!(
+            found.iter().map(|r| r.seq).collect::<Vec<u64>>(),
+            vec![5, 4, 3, 2, 1]
+        );
+        assert!(matches!(
+            verify(&merged, &chain, None).unwrap(),
+            ChainVerdict::Intact { .. }
+        ));
+    }
+
     /// A quiet moment's batch is stored as JSON lines (no compression on the durable path),
     /// a busy one deflated; both read back in order.
     #[test]

@@ -504,20 +504,7 @@ impl Audit {
 
     /// Stops accepting entries and waits until everything queued is stored.
     pub fn close(&self) {
-        drop(
-            self.tx
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take(),
-        );
-        if let Some(t) = self
-            .thread
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        {
-            let _ = t.join();
-        }
+        super::apply::close(&self.tx, &self.thread);
     }
 }
 
