@@ -77,7 +77,7 @@ pub fn expected_state(store: &dyn AuditStore, chain: &Chain) -> Result<Expected,
     };
     let mut next = first;
     // The block holding `first` starts at or before it.
-    let mut from = first.saturating_sub(super::store::MAX_BLOCK as u64);
+    let mut from = first.saturating_sub(super::block::MAX_BLOCK as u64);
     'pages: loop {
         let page = store.scan(from, PAGE)?;
         let Some(last_unit) = page.last().map(|s| s.unit) else {

@@ -6,6 +6,7 @@
 
 mod apply;
 mod attest;
+mod block;
 mod cell;
 mod error;
 mod event;

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::store::MAX_BLOCK;
+use super::block::MAX_BLOCK;
 use super::writer::{Audit, ShipStats};
 
 /// Records read per pass.
